@@ -1,0 +1,254 @@
+//! Length-only passes: how long the other side of some bytes is, without
+//! converting them. The offset index of the mount is built from these.
+//!
+//! The key fact (SPEC §2): most units keep their length. A disk unit grows by
+//! one byte in the view exactly when it is a complete sequence whose code
+//! point needs a longer form there (U+0800–U+089F, U+10000–U+1109F, and the
+//! ranges just above U+1FFFFF, U+3FFFFFF and U+7FFFFFFF); ill-formed bytes
+//! pass through one for one. Such units all begin with one of the lead bytes
+//! DD DE DF EE EF F7 FB FD, and a lead byte (≥ C0) always begins a unit, so the
+//! scan only has to look at those bytes, skipping everything else a word at a
+//! time. FE units are watched as well: FE plus six continuation bytes with a
+//! value in U+80000000–U+8421109F is SPEC §2's exempt unit.
+//!
+//! In the other direction, a view unit shrinks by one byte on disk exactly
+//! when W stores it in the next shorter form: lead bytes E0 F0 F8 FC FE.
+
+use super::scalar::{
+    classify_view_value, disk_cp, is_cont, lead_len, payload, view_len_of, ViewUnit,
+};
+use super::MAX_CODE_POINT;
+
+/// What a disk scan reports, with the offset of the unit's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskEvent {
+    /// A complete sequence whose view is one byte longer.
+    Grow(usize),
+    /// FE plus six continuation bytes carrying U+80000000–U+8421109F.
+    Exempt(usize),
+}
+
+#[inline(always)]
+fn disk_candidate(b: u8) -> bool {
+    matches!(b, 0xDD..=0xDF | 0xEE | 0xEF | 0xF7 | 0xFB | 0xFD | 0xFE)
+}
+
+#[inline(always)]
+fn view_candidate(b: u8) -> bool {
+    matches!(b, 0xE0 | 0xF0 | 0xF8 | 0xFC | 0xFE)
+}
+
+/// Index of the first byte in `s[from..]` for which `cand` holds, or
+/// `s.len()`. 32 bytes at a time while that is possible (LLVM vectorises the
+/// fold), then byte by byte.
+#[inline(always)]
+fn next_candidate(s: &[u8], mut i: usize, cand: impl Fn(u8) -> bool) -> usize {
+    while i + 32 <= s.len() {
+        let any = s[i..i + 32].iter().fold(false, |a, &b| a | cand(b));
+        if any {
+            break;
+        }
+        i += 32;
+    }
+    while i < s.len() && !cand(s[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// `Some(len)` when `s` (starting at a lead announcing `len`) holds a
+/// complete sequence, `None` when it is cut by a non-continuation byte, and
+/// `Err` when the end of `s` cuts it and more input may follow.
+#[inline(always)]
+fn complete(s: &[u8], len: usize, at_end: bool) -> Result<bool, ()> {
+    for k in 1..len {
+        match s.get(k) {
+            Some(&c) if is_cont(c) => {}
+            Some(_) => return Ok(false),
+            None if at_end => return Ok(false),
+            None => return Err(()),
+        }
+    }
+    Ok(true)
+}
+
+/// Scan Corrected UTF-8 bytes for units whose view length differs.
+///
+/// Returns how many bytes were decided: all of `buf` when `at_end`,
+/// otherwise possibly all but a last unit (at most six bytes) that the next
+/// chunk decides — hand those bytes in again at the front of it. `buf` may
+/// start anywhere except inside a complete sequence whose lead it lacks.
+pub fn scan_disk(buf: &[u8], at_end: bool, mut event: impl FnMut(DiskEvent)) -> usize {
+    let mut i = 0;
+    loop {
+        i = next_candidate(buf, i, disk_candidate);
+        if i == buf.len() {
+            return i;
+        }
+        let b = buf[i];
+        let len = if b == 0xFE { 7 } else { lead_len(b) };
+        match complete(&buf[i..], len, at_end) {
+            Err(()) => return i,
+            Ok(false) => {}
+            Ok(true) => {
+                let v = payload(&buf[i..], len);
+                if b == 0xFE {
+                    if (0x8000_0000..=MAX_CODE_POINT as u64).contains(&v) {
+                        event(DiskEvent::Exempt(i));
+                    }
+                } else if view_len_of(disk_cp(v as u32, len)) > len {
+                    event(DiskEvent::Grow(i));
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Scan view bytes for units W stores one byte shorter; `shrink` gets each
+/// unit's offset. Same chunking contract as [`scan_disk`].
+pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usize {
+    let mut i = 0;
+    loop {
+        i = next_candidate(buf, i, view_candidate);
+        if i == buf.len() {
+            return i;
+        }
+        let len = lead_len(buf[i]);
+        match complete(&buf[i..], len, at_end) {
+            Err(()) => return i,
+            Ok(false) => {}
+            Ok(true) => {
+                if let ViewUnit::Char { cp, len } =
+                    classify_view_value(payload(&buf[i..], len), len)
+                {
+                    let mut tmp = [0u8; 8];
+                    if super::encode_disk(cp, &mut tmp).is_some_and(|n| n < len) {
+                        shrink(i);
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Which way a [`LengthCounter`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Disk bytes in, view length out (V).
+    DiskToView,
+    /// View bytes in, disk length out (W, for content W can store).
+    ViewToDisk,
+}
+
+/// Streaming length pass: feed chunks of any size, get the other side's
+/// length. Holds at most one undecided unit between chunks.
+///
+/// ```
+/// use cutf8fs::codec::length::{Direction, LengthCounter};
+/// let mut c = LengthCounter::new(Direction::DiskToView);
+/// c.push(&[0xDF]); // U+089F: two bytes on disk, three in the view
+/// c.push(&[0xBF, b'\n']);
+/// assert_eq!(c.finish(), 4);
+/// ```
+#[derive(Debug, Clone)]
+pub struct LengthCounter {
+    dir: Direction,
+    carry: [u8; 8],
+    clen: usize,
+    input: u64,
+    changed: u64,
+    exempt: u64,
+}
+
+impl LengthCounter {
+    pub fn new(dir: Direction) -> Self {
+        LengthCounter {
+            dir,
+            carry: [0; 8],
+            clen: 0,
+            input: 0,
+            changed: 0,
+            exempt: 0,
+        }
+    }
+
+    fn scan(&mut self, buf: &[u8], at_end: bool, only_first: bool) -> usize {
+        let (changed, exempt) = (&mut self.changed, &mut self.exempt);
+        match self.dir {
+            Direction::DiskToView => scan_disk(buf, at_end, |e| match e {
+                DiskEvent::Grow(p) if !only_first || p == 0 => *changed += 1,
+                DiskEvent::Exempt(p) if !only_first || p == 0 => *exempt += 1,
+                _ => {}
+            }),
+            Direction::ViewToDisk => scan_view(buf, at_end, |p| {
+                if !only_first || p == 0 {
+                    *changed += 1
+                }
+            }),
+        }
+    }
+
+    /// Count one more chunk.
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.input += chunk.len() as u64;
+        if self.clen > 0 {
+            // The carry is one undecided unit: its lead and continuation
+            // bytes. Decide it with the first few bytes of this chunk.
+            let k = chunk.len().min(8 - self.clen);
+            let mut tmp = [0u8; 16];
+            tmp[..self.clen].copy_from_slice(&self.carry[..self.clen]);
+            tmp[self.clen..self.clen + k].copy_from_slice(&chunk[..k]);
+            let n = self.clen + k;
+            if self.scan(&tmp[..n], false, true) == 0 {
+                self.carry[..n].copy_from_slice(&tmp[..n]);
+                self.clen = n;
+                return;
+            }
+            self.clen = 0;
+        }
+        // Continuation bytes of the carried unit are no candidates, so the
+        // chunk can be scanned from its start.
+        let done = self.scan(chunk, false, false);
+        let rest = &chunk[done..];
+        self.carry[..rest.len()].copy_from_slice(rest);
+        self.clen = rest.len();
+    }
+
+    /// Exempt units seen (disk direction only; see [`DiskEvent::Exempt`]).
+    pub fn exempt_units(&self) -> u64 {
+        self.exempt
+    }
+
+    /// The length of the other side of everything pushed.
+    pub fn finish(mut self) -> u64 {
+        if self.clen > 0 {
+            let carry = self.carry;
+            let n = self.clen;
+            self.scan(&carry[..n], true, true);
+        }
+        match self.dir {
+            Direction::DiskToView => self.input + self.changed,
+            Direction::ViewToDisk => self.input - self.changed,
+        }
+    }
+}
+
+/// View length of a whole buffer of Corrected UTF-8 (no magic handling).
+pub fn view_len(disk: &[u8]) -> u64 {
+    let mut grow = 0u64;
+    scan_disk(disk, true, |e| {
+        if let DiskEvent::Grow(_) = e {
+            grow += 1
+        }
+    });
+    disk.len() as u64 + grow
+}
+
+/// Disk length of a whole buffer of view bytes, for content W can store.
+pub fn disk_len(view: &[u8]) -> u64 {
+    let mut shrink = 0u64;
+    scan_view(view, true, |_| shrink += 1);
+    view.len() as u64 - shrink
+}
