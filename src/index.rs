@@ -1,1 +1,401 @@
-//! placeholder
+//! The offset index of one corrected file: view offset → disk offset.
+//!
+//! A corrected file's view (V of its disk bytes after the magic) is as long
+//! as the disk bytes plus one byte for every unit that grows (see
+//! [`crate::codec::length`]). The index records, per 4 KiB block of disk
+//! bytes, how many growing units start before the block — but only for blocks
+//! where that count changes, so a file whose text keeps its length (almost
+//! all text) costs a few words, and a dense one 16 bytes per 4 KiB block.
+//!
+//! Reading n view bytes at offset o then costs one binary search, a decode of
+//! at most one block plus one unit before o, and O(n): [`read_view_at`].
+//!
+//! The index knows nothing of FUSE or of when a file changed; the caller
+//! (`fs`) keys it by the backing file's identity and rebuilds it when that
+//! changes. Offsets here count from the first byte after the magic number.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+
+use crate::codec::length::{scan_disk, DiskEvent};
+use crate::codec::{decode_disk_unit, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
+
+/// Disk bytes per index block.
+const BLOCK: u64 = 4096;
+/// Longest disk unit minus one: how far back a unit covering a block start
+/// can begin.
+const BACK: u64 = 5;
+/// Disk bytes read per step when building or reading.
+const CHUNK: usize = 64 * 1024;
+
+/// View-offset map of one corrected file; see the module doc.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffsetIndex {
+    disk_len: u64,
+    /// Growing units in the whole file: view length − disk length.
+    growth: u64,
+    /// SPEC §2's exempt units (W would not give them back unchanged).
+    exempt: u64,
+    /// `(k, g)`: growing units that start before disk offset `k * BLOCK` is
+    /// `g`, for every block `k` from this entry up to the next one. An
+    /// implicit `(0, 0)` comes first; `k` and `g` strictly increase.
+    steps: Vec<(u64, u64)>,
+}
+
+impl OffsetIndex {
+    /// Build by one scan of the disk bytes (the reader is positioned just
+    /// after the magic number).
+    pub fn build(mut reader: impl Read) -> io::Result<OffsetIndex> {
+        let mut idx = OffsetIndex::default();
+        let mut buf = vec![0u8; CHUNK + 8];
+        // buf[..carry] holds an undecided unit from the previous chunk,
+        // which starts at disk offset `base`.
+        let mut carry = 0usize;
+        let mut base = 0u64;
+        loop {
+            let n = match reader.read(&mut buf[carry..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let end = carry + n;
+            let at_end = n == 0;
+            let done = scan_disk(&buf[..end], at_end, |e| idx.note(base, e));
+            if at_end {
+                idx.disk_len = base + end as u64;
+                idx.steps.shrink_to_fit();
+                return Ok(idx);
+            }
+            buf.copy_within(done..end, 0);
+            carry = end - done;
+            base += done as u64;
+        }
+    }
+
+    /// Build from disk bytes in memory (after the magic number).
+    pub fn from_bytes(disk: &[u8]) -> OffsetIndex {
+        match OffsetIndex::build(disk) {
+            Ok(idx) => idx,
+            // Reading a slice cannot fail.
+            Err(_) => OffsetIndex::default(),
+        }
+    }
+
+    fn note(&mut self, base: u64, e: DiskEvent) {
+        match e {
+            DiskEvent::Grow(p) => {
+                self.growth += 1;
+                let k = (base + p as u64) / BLOCK + 1;
+                match self.steps.last_mut() {
+                    Some(last) if last.0 == k => last.1 = self.growth,
+                    _ => self.steps.push((k, self.growth)),
+                }
+            }
+            DiskEvent::Exempt(_) => self.exempt += 1,
+        }
+    }
+
+    /// Length of the view (without the magic number).
+    pub fn view_len(&self) -> u64 {
+        self.disk_len + self.growth
+    }
+
+    /// Length of the disk bytes after the magic number.
+    pub fn disk_len(&self) -> u64 {
+        self.disk_len
+    }
+
+    /// False when the file holds a unit W would not write back unchanged
+    /// (SPEC §2 invariant 1's exception): serve it read-only.
+    pub fn lossless(&self) -> bool {
+        self.exempt == 0
+    }
+
+    /// Whether every unit keeps its length (view offset = disk offset).
+    pub fn is_identity(&self) -> bool {
+        self.growth == 0
+    }
+
+    /// Memory the index holds beyond its own struct.
+    pub fn heap_bytes(&self) -> usize {
+        self.steps.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+
+    /// The block to start decoding from for view offset `view_off`:
+    /// `(k, g)` with `k * BLOCK + g <= view_off` as large as possible, where
+    /// `g` counts growing units starting before disk offset `k * BLOCK`.
+    fn checkpoint(&self, view_off: u64) -> (u64, u64) {
+        let start = |&(k, g): &(u64, u64)| k * BLOCK + g;
+        // Entries whose block starts at or before view_off.
+        let j = self.steps.partition_point(|s| start(s) <= view_off);
+        let (k0, g, next) = match j {
+            0 => (0, 0, self.steps.first().map(|s| s.0)),
+            _ => {
+                let (k, g) = self.steps[j - 1];
+                (k, g, self.steps.get(j).map(|s| s.0))
+            }
+        };
+        let mut k = k0.max((view_off - g) / BLOCK);
+        if let Some(next) = next {
+            k = k.min(next - 1);
+        }
+        (k, g)
+    }
+}
+
+/// Whether the disk unit `cp` of `len` bytes is one byte longer in the view.
+fn grows(cp: u32, len: usize) -> bool {
+    let mut tmp = [0u8; 8];
+    crate::codec::encode_view(cp, &mut tmp) > len
+}
+
+/// Fill `buf` from `file` at `off`, short only at end of file.
+fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], off) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                off += k as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Read the view of a corrected file: V of its disk bytes from view offset
+/// `view_off`, into `buf`. `data_start` is where the disk bytes begin in
+/// `file` (8, after the magic). Returns fewer bytes than `buf.len()` only at
+/// the end of the view.
+pub fn read_view_at(
+    file: &File,
+    data_start: u64,
+    index: &OffsetIndex,
+    view_off: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let view_len = index.view_len();
+    if view_off >= view_len || buf.is_empty() {
+        return Ok(0);
+    }
+    let want = (buf.len() as u64).min(view_len - view_off) as usize;
+    let (k, g) = index.checkpoint(view_off);
+    let block = k * BLOCK;
+    let back = block.min(BACK);
+
+    let mut disk = vec![0u8; CHUNK];
+    let mut out = vec![0u8; max_view_len(CHUNK).max(MIN_DST)];
+    let mut pos = block - back;
+    let mut n = read_full_at(file, &mut disk, data_start + pos)?;
+    let mut at_end = pos + (n as u64) >= index.disk_len() || n < disk.len();
+
+    // Start at the block start, or at the lead of a complete unit that
+    // covers it: everything else decodes the same from any byte.
+    let rel = back as usize;
+    let (mut from, mut vpos) = (rel, block + g);
+    if rel < n && disk[rel] & 0xC0 == 0x80 {
+        if let Some(t) = disk[..rel].iter().rposition(|&b| b & 0xC0 != 0x80) {
+            if let DiskUnit::Char { cp, len } = decode_disk_unit(&disk[t..n], at_end) {
+                if t + len > rel {
+                    from = t;
+                    vpos = block - (rel - t) as u64 + g - grows(cp, len) as u64;
+                }
+            }
+        }
+    }
+
+    let mut skip = view_off - vpos;
+    let mut got = 0usize;
+    let mut dec = Decoder::lossless();
+    loop {
+        let mut src = &disk[from..n];
+        loop {
+            let (status, r, w) = dec.convert(src, &mut out, at_end);
+            src = &src[r..];
+            let mut produced = &out[..w];
+            let s = (skip as usize).min(produced.len());
+            skip -= s as u64;
+            produced = &produced[s..];
+            let take = produced.len().min(want - got);
+            buf[got..got + take].copy_from_slice(&produced[..take]);
+            got += take;
+            if got == want {
+                return Ok(got);
+            }
+            match status {
+                Status::OutputFull => continue,
+                _ => break,
+            }
+        }
+        if at_end {
+            return Ok(got);
+        }
+        pos += n as u64;
+        from = 0;
+        n = read_full_at(file, &mut disk, data_start + pos)?;
+        at_end = pos + (n as u64) >= index.disk_len() || n < disk.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_to_vec, encode_to_vec, MAGIC};
+    use rand::{Rng, SeedableRng};
+    use std::io::Write;
+
+    fn file_with(disk: &[u8]) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&MAGIC).unwrap();
+        f.write_all(disk).unwrap();
+        f
+    }
+
+    /// A text mixing unchanged and growing characters with the given
+    /// density of growing ones (per mille), plus ill-formed bytes.
+    fn corpus(seed: u64, chars: usize, dense: u32, junk: bool) -> Vec<u8> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut disk = Vec::new();
+        for _ in 0..chars {
+            let roll = rng.gen_range(0..1000);
+            let piece: Vec<u8> = if roll < dense {
+                let c = match rng.gen_range(0..4) {
+                    0 => rng.gen_range(0x800..=0x89F),
+                    1 => rng.gen_range(0x1_0000..=0x1_109F),
+                    2 => rng.gen_range(0x20_0000..=0x21_109F),
+                    _ => rng.gen_range(0x8000_0000..=0x8421_109F),
+                };
+                let mut b = [0u8; 8];
+                let n = crate::codec::encode_disk(c, &mut b).unwrap();
+                b[..n].to_vec()
+            } else if junk && roll < dense + 20 {
+                match rng.gen_range(0..4) {
+                    0 => vec![0x80],
+                    1 => vec![0xE4, 0x80],
+                    2 => vec![0xFF, 0x80, 0x81],
+                    _ => vec![0xFE, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80],
+                }
+            } else {
+                let s = ["a", "é", "ж", "中", "😀", "\n", "𐀀"][rng.gen_range(0..7)];
+                encode_to_vec(s.as_bytes(), true).unwrap()
+            };
+            disk.extend_from_slice(&piece);
+        }
+        disk
+    }
+
+    fn check_reads(disk: &[u8], seed: u64, reads: usize) {
+        let view = decode_to_vec(disk, false).unwrap();
+        let idx = OffsetIndex::from_bytes(disk);
+        assert_eq!(idx.view_len(), view.len() as u64);
+        assert_eq!(idx.disk_len(), disk.len() as u64);
+        let f = file_with(disk);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut buf = vec![0u8; 70_000];
+        for _ in 0..reads {
+            let off = rng.gen_range(0..=view.len() as u64 + 3);
+            let len = match rng.gen_range(0..3) {
+                0 => rng.gen_range(0..8),
+                1 => rng.gen_range(0..5000),
+                _ => rng.gen_range(0..70_000),
+            };
+            let got = read_view_at(&f, 8, &idx, off, &mut buf[..len]).unwrap();
+            let o = (off as usize).min(view.len());
+            let expect = &view[o..(o + len).min(view.len())];
+            assert_eq!(&buf[..got], expect, "off {off} len {len}");
+        }
+    }
+
+    #[test]
+    fn identity_text_costs_no_index_memory() {
+        let disk = encode_to_vec(
+            "plain ASCII, Ελληνικά, кириллица, 中文, 😀\n"
+                .repeat(5000)
+                .as_bytes(),
+            true,
+        )
+        .unwrap();
+        let idx = OffsetIndex::from_bytes(&disk);
+        assert!(idx.is_identity());
+        assert_eq!(idx.heap_bytes(), 0);
+        assert_eq!(idx.view_len(), idx.disk_len());
+        check_reads(&disk, 1, 300);
+    }
+
+    #[test]
+    fn dense_growth_reads_match_v() {
+        let disk = corpus(7, 60_000, 500, false);
+        let idx = OffsetIndex::from_bytes(&disk);
+        assert!(!idx.is_identity());
+        assert!(idx.heap_bytes() <= (disk.len() / BLOCK as usize + 2) * 16 * 2);
+        check_reads(&disk, 2, 2000);
+    }
+
+    #[test]
+    fn sparse_growth_and_junk_reads_match_v() {
+        for (seed, dense) in [(3, 1), (4, 10), (5, 200)] {
+            let disk = corpus(seed, 40_000, dense, true);
+            check_reads(&disk, seed, 800);
+        }
+    }
+
+    #[test]
+    fn exempt_units_make_the_file_lossy() {
+        let mut disk = b"ab".to_vec();
+        disk.extend_from_slice(&[0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80]);
+        assert!(!OffsetIndex::from_bytes(&disk).lossless());
+        disk[3] = 0x81; // value below U+80000000: not an extended form
+        assert!(OffsetIndex::from_bytes(&disk).lossless());
+    }
+
+    #[test]
+    fn growing_units_on_block_edges() {
+        // A growing unit at every offset around the first block boundaries.
+        for shift in 0..12usize {
+            let mut disk = vec![b'x'; BLOCK as usize - 6 + shift];
+            for _ in 0..3 {
+                disk.extend_from_slice(&[0xDF, 0xBF]); // U+089F grows
+                disk.extend_from_slice(&[0xEF, 0xBF, 0xBF]); // U+1109F grows
+                disk.extend(std::iter::repeat_n(b'y', BLOCK as usize - 5));
+            }
+            let view = decode_to_vec(&disk, false).unwrap();
+            let idx = OffsetIndex::from_bytes(&disk);
+            let f = file_with(&disk);
+            for off in 0..view.len() as u64 {
+                if off % 97 != 0 && !(off % BLOCK < 16 || off % BLOCK > BLOCK - 16) {
+                    continue;
+                }
+                let mut b = [0u8; 9];
+                let n = read_view_at(&f, 8, &idx, off, &mut b).unwrap();
+                let o = off as usize;
+                assert_eq!(
+                    &b[..n],
+                    &view[o..(o + 9).min(view.len())],
+                    "shift {shift} off {off}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn build_streams_through_small_reads() {
+        // A reader returning 1..7 bytes at a time gives the same index.
+        struct Trickle<'a>(&'a [u8], usize);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                self.1 = self.1 % 7 + 1;
+                let n = self.1.min(b.len()).min(self.0.len());
+                b[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let disk = corpus(9, 20_000, 100, true);
+        let whole = OffsetIndex::from_bytes(&disk);
+        assert_eq!(OffsetIndex::build(Trickle(&disk, 0)).unwrap(), whole);
+    }
+}
