@@ -1,0 +1,307 @@
+//! What a regular file holds, as the mount shows it: raw bytes, or the view
+//! (V, SPEC §2) of a corrected file, served through an offset index.
+//!
+//! * [`Stamp`] names one state of a backing file (device, inode, size,
+//!   mtime, ctime). Anything the mount knows about a file's content is kept
+//!   under the stamp it was learned from and is used only while a fresh
+//!   `fstat` gives the same stamp, so a change in BACKING behind the mount's
+//!   back is never served stale.
+//! * [`FileState`] is per inode, shared by every handle: the content lock
+//!   (readers share it; writers, issue 4, take it alone), the class of the
+//!   file (raw, or corrected with its view length) and, while the file is
+//!   open, its offset index.
+//! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
+//!   global memory bound (`-o index_cache=SIZE`), evicting the least
+//!   recently used; an evicted index is rebuilt by one scan when needed.
+//!
+//! The index itself (view offset → disk offset) and the conversion are the
+//! `index` and `codec` modules'; this one knows files and stamps, not bytes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::codec::MAGIC;
+use crate::index::{read_view_at, OffsetIndex};
+
+use super::error::{io, Result};
+
+/// Where the text starts in a corrected file.
+pub const DATA_START: u64 = MAGIC.len() as u64;
+
+/// One state of a backing file: equal stamps mean unchanged content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(st: &libc::stat) -> Stamp {
+        Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+/// What a regular file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// No magic number: bytes are shown as they are.
+    Raw,
+    /// Magic number: shown as V of the bytes after it.
+    Corrected {
+        view_len: u64,
+        /// False for SPEC invariant 1's exempt class: the view cannot be
+        /// written back, so the file is read-only through the mount.
+        lossless: bool,
+    },
+}
+
+/// The shared state of one open corrected file.
+#[derive(Default)]
+pub struct Content {
+    /// The index of the file's current content, while any handle is open.
+    pub view: Option<(Stamp, Arc<OffsetIndex>)>,
+    /// Open handles of the file.
+    pub open: usize,
+}
+
+/// Per-inode state, shared by all handles of a regular file.
+pub struct FileState {
+    /// The content lock. Reads hold it shared; anything that changes the
+    /// content or the index (issue 4's writes, a rebuild) holds it alone.
+    pub content: RwLock<Content>,
+    /// The class last learned, under its stamp.
+    class: Mutex<Option<(Stamp, Class)>>,
+    /// The stamp at the last open, to keep the kernel's page cache
+    /// (FOPEN_KEEP_CACHE) only while the backing file is unchanged.
+    last_open: Mutex<Option<Stamp>>,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Values behind these mutexes are replaced whole; poison carries no risk.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FileState {
+    pub fn new() -> FileState {
+        FileState {
+            content: RwLock::new(Content::default()),
+            class: Mutex::new(None),
+            last_open: Mutex::new(None),
+        }
+    }
+
+    /// The class known for exactly this stamp, if any.
+    pub fn known_class(&self, stamp: &Stamp) -> Option<Class> {
+        match *relock(&self.class) {
+            Some((s, c)) if s == *stamp => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn remember_class(&self, stamp: Stamp, class: Class) {
+        *relock(&self.class) = Some((stamp, class));
+    }
+
+    /// Records an open at `stamp`; true when the previous open saw the same
+    /// stamp (the kernel's cached pages are still right).
+    pub fn opened_at(&self, stamp: Stamp) -> bool {
+        let mut last = relock(&self.last_open);
+        let same = *last == Some(stamp);
+        *last = Some(stamp);
+        same
+    }
+
+    /// Forgets the last-open stamp (after the mount itself changed content).
+    pub fn content_changed(&self) {
+        *relock(&self.last_open) = None;
+        *relock(&self.class) = None;
+    }
+}
+
+impl Default for FileState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Reads a file from a position without moving any file offset.
+struct PosReader<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for PosReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Whether `file` begins with the magic number.
+pub fn has_magic(file: &File) -> io::Result<bool> {
+    let mut head = [0u8; MAGIC.len()];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) => return Ok(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(head == MAGIC)
+}
+
+/// Builds the index of a corrected file by one scan of its bytes.
+pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
+    let reader = io::BufReader::with_capacity(
+        1 << 20,
+        PosReader {
+            file,
+            pos: DATA_START,
+        },
+    );
+    OffsetIndex::build(reader)
+}
+
+fn index_cost(index: &OffsetIndex) -> usize {
+    index
+        .heap_bytes()
+        .saturating_add(std::mem::size_of::<OffsetIndex>() + 128)
+}
+
+struct CacheEntry {
+    index: Arc<OffsetIndex>,
+    cost: usize,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    map: HashMap<Stamp, CacheEntry>,
+    lru: BTreeMap<u64, Stamp>,
+    used: usize,
+    tick: u64,
+}
+
+/// Indexes of files by stamp, within a memory bound.
+pub struct IndexCache {
+    limit: usize,
+    inner: Mutex<CacheInner>,
+}
+
+impl IndexCache {
+    pub fn new(limit: usize) -> IndexCache {
+        IndexCache {
+            limit,
+            inner: Mutex::new(CacheInner::default()),
+        }
+    }
+
+    /// The cached index for this stamp (marked as recently used).
+    pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+        let mut c = relock(&self.inner);
+        c.tick += 1;
+        let tick = c.tick;
+        let e = c.map.get_mut(stamp)?;
+        let old = std::mem::replace(&mut e.tick, tick);
+        let index = e.index.clone();
+        c.lru.remove(&old);
+        c.lru.insert(tick, *stamp);
+        Some(index)
+    }
+
+    /// Keeps an index, evicting the least recently used ones to stay within
+    /// the bound. An index larger than the whole bound is not kept.
+    pub fn put(&self, stamp: Stamp, index: Arc<OffsetIndex>) {
+        let cost = index_cost(&index);
+        if cost > self.limit {
+            log::debug!("index of {cost} bytes exceeds the cache bound; not cached");
+            return;
+        }
+        let mut c = relock(&self.inner);
+        c.tick += 1;
+        let tick = c.tick;
+        if let Some(old) = c.map.insert(stamp, CacheEntry { index, cost, tick }) {
+            c.lru.remove(&old.tick);
+            c.used -= old.cost;
+        }
+        c.lru.insert(tick, stamp);
+        c.used += cost;
+        while c.used > self.limit {
+            let Some((_, victim)) = c.lru.pop_first() else {
+                break;
+            };
+            if let Some(e) = c.map.remove(&victim) {
+                c.used -= e.cost;
+            }
+        }
+    }
+}
+
+/// The index for `file` whose stamp (before reading) is `stamp`: from the
+/// cache, or built now and cached if the file did not change meanwhile.
+pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<OffsetIndex>> {
+    if let Some(index) = cache.get(&stamp) {
+        return Ok(index);
+    }
+    let index = Arc::new(build_index(file).map_err(io)?);
+    let after = super::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
+    if Stamp::of(&after) == stamp {
+        cache.put(stamp, index.clone());
+    }
+    Ok(index)
+}
+
+/// Reads up to `size` bytes of V at `offset`; short only at the view's end.
+pub fn read_view(file: &File, index: &OffsetIndex, offset: u64, size: usize) -> Result<Vec<u8>> {
+    let len = index.view_len().saturating_sub(offset);
+    let want = size.min(usize::try_from(len).unwrap_or(usize::MAX));
+    let mut buf = vec![0u8; want];
+    let mut got = 0;
+    while got < want {
+        match read_view_at(
+            file,
+            DATA_START,
+            index,
+            offset + got as u64,
+            &mut buf[got..],
+        ) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// Reads up to `size` raw bytes at `offset`; short only at end of file.
+pub fn read_raw(file: &File, offset: u64, size: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; size];
+    let mut got = 0;
+    while got < size {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}

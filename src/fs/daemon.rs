@@ -1,0 +1,306 @@
+//! The daemon's life: check the arguments, daemonize, mount, serve, and
+//! stop cleanly on SIGINT/SIGTERM or when unmounted from outside.
+//!
+//! Without `-f` the process forks before anything else (no threads exist
+//! yet); the parent waits on a pipe and exits 0 only once the child has
+//! mounted and completed the FUSE handshake, or prints the child's error
+//! and exits with its code. Logs go to syslog in the background and to
+//! stderr with `-f` (level info; debug with `-d`; `RUST_LOG` overrides).
+//!
+//! Exit codes (documented in man/cutf8fs.1): 0 mounted and later unmounted
+//! cleanly; 1 the mount could not be made or served (missing or non-empty
+//! directory, no /dev/fuse, no permission, …); 2 bad arguments or options.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use super::mount;
+use super::options::{self, Options};
+use super::CutFs;
+
+/// What the command line asked for (parsed by `src/bin/cutf8fs.rs`).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub backing: PathBuf,
+    pub mountpoint: PathBuf,
+    /// `-o` arguments, each a comma-separated list.
+    pub options: Vec<String>,
+    pub foreground: bool,
+    pub debug: bool,
+}
+
+/// Why the daemon could not do its job: a message naming the problem and
+/// the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(m: impl Into<String>) -> Failure {
+        Failure {
+            code: 2,
+            message: m.into(),
+        }
+    }
+
+    pub fn mount(m: impl Into<String>) -> Failure {
+        Failure {
+            code: 1,
+            message: m.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+struct Checked {
+    backing: PathBuf,
+    mountpoint: PathBuf,
+    opts: Options,
+}
+
+fn dir_of(p: &Path, what: &str) -> Result<PathBuf, Failure> {
+    let abs = std::fs::canonicalize(p)
+        .map_err(|e| Failure::mount(format!("{what} {}: {e}", p.display())))?;
+    if !abs.is_dir() {
+        return Err(Failure::mount(format!(
+            "{what} {}: not a directory",
+            p.display()
+        )));
+    }
+    Ok(abs)
+}
+
+/// Validates without touching anything.
+fn check(cfg: &Config) -> Result<Checked, Failure> {
+    let opts = options::parse(&cfg.options).map_err(Failure::usage)?;
+    let backing = dir_of(&cfg.backing, "BACKING")?;
+    let mountpoint = dir_of(&cfg.mountpoint, "MOUNTPOINT")?;
+    if mountpoint.starts_with(&backing) && mountpoint != backing {
+        return Err(Failure::mount(format!(
+            "MOUNTPOINT {} is inside BACKING {}: the mount would contain itself",
+            mountpoint.display(),
+            backing.display()
+        )));
+    }
+    if !opts.nonempty && mountpoint != backing {
+        let mut entries = std::fs::read_dir(&mountpoint)
+            .map_err(|e| Failure::mount(format!("MOUNTPOINT {}: {e}", mountpoint.display())))?;
+        if entries.next().is_some() {
+            return Err(Failure::mount(format!(
+                "MOUNTPOINT {} is not empty (use -o nonempty to mount over it)",
+                mountpoint.display()
+            )));
+        }
+    }
+    if !Path::new("/proc/self/fd").is_dir() {
+        return Err(Failure::mount(
+            "/proc is not mounted; cutf8fs needs /proc/self/fd",
+        ));
+    }
+    Ok(Checked {
+        backing,
+        mountpoint,
+        opts,
+    })
+}
+
+fn init_logging(cfg: &Config, background: bool) {
+    let level = if cfg.debug {
+        log::LevelFilter::Debug
+    } else {
+        log::LevelFilter::Info
+    };
+    if background && std::env::var_os("RUST_LOG").is_none() {
+        if syslog::init_unix(syslog::Facility::LOG_DAEMON, level).is_ok() {
+            return;
+        }
+    }
+    let mut b = env_logger::Builder::new();
+    b.filter_level(level).parse_default_env();
+    let _ = b.try_init();
+}
+
+/// The child's report to the waiting parent: code byte, then the message.
+struct Notify(Option<File>);
+
+impl Notify {
+    fn send(&mut self, code: u8, msg: &str) {
+        if let Some(mut f) = self.0.take() {
+            let _ = f.write_all(&[code]);
+            let _ = f.write_all(msg.as_bytes());
+        }
+    }
+}
+
+fn pipe() -> Result<(File, File), Failure> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(Failure::mount(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: both descriptors were just created and are owned by no one else.
+    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
+}
+
+/// Forks; returns in the child (with the pipe to report readiness on). The
+/// parent never returns: it exits with the child's verdict.
+fn daemonize() -> Result<Notify, Failure> {
+    let (mut r, w) = pipe()?;
+    // SAFETY: no other threads exist yet, so fork is safe.
+    match unsafe { libc::fork() } {
+        -1 => Err(Failure::mount(format!(
+            "fork: {}",
+            std::io::Error::last_os_error()
+        ))),
+        0 => {
+            drop(r);
+            // SAFETY: plain system calls in the fresh child.
+            unsafe {
+                libc::setsid();
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 {
+                    libc::dup2(null, 0);
+                    libc::dup2(null, 1);
+                    libc::dup2(null, 2);
+                    if null > 2 {
+                        libc::close(null);
+                    }
+                }
+            }
+            Ok(Notify(Some(w)))
+        }
+        _child => {
+            drop(w);
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            match buf.split_first() {
+                Some((0, _)) => std::process::exit(0),
+                Some((&code, msg)) => {
+                    eprintln!("cutf8fs: {}", String::from_utf8_lossy(msg));
+                    std::process::exit(i32::from(code));
+                }
+                None => {
+                    eprintln!("cutf8fs: the daemon exited before the mount was ready");
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+}
+
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set; pthread_sigmask on this
+    // thread only (threads spawned later inherit the mask).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn spawn_signal_thread(set: libc::sigset_t, mnt: PathBuf, fusermount: bool) {
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: `set` and `sig` are valid for the call.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                continue;
+            }
+            if sig == libc::SIGHUP {
+                log::info!("SIGHUP ignored");
+                continue;
+            }
+            log::info!("signal {sig}: unmounting {}", mnt.display());
+            if let Err(e) = mount::unmount(&mnt, fusermount) {
+                log::error!("unmount {} failed: {e}", mnt.display());
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start the signal thread: {e}");
+    }
+}
+
+/// Runs the daemon to the end. Returns once the filesystem is unmounted.
+pub fn run(cfg: Config) -> Result<(), Failure> {
+    let checked = check(&cfg)?;
+    let mut notify = if cfg.foreground {
+        Notify(None)
+    } else {
+        daemonize()?
+    };
+    init_logging(&cfg, !cfg.foreground);
+    let r = serve(&cfg, checked, &mut notify);
+    if let Err(f) = &r {
+        log::error!("{f}");
+        notify.send(u8::try_from(f.code).unwrap_or(1).max(1), &f.message);
+    }
+    r
+}
+
+fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
+    // New files get exactly the mode the kernel asks for (it applied the
+    // caller's umask already).
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0) };
+    let sigset = block_stop_signals();
+    let root: OwnedFd = CutFs::open_backing(&c.backing)
+        .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
+    let fs = CutFs::new(root, &c.opts)
+        .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
+    // SAFETY: geteuid cannot fail.
+    let root_user = unsafe { libc::geteuid() } == 0;
+    let allow_other = c.opts.allow_other.unwrap_or(root_user);
+    let source = c
+        .opts
+        .fsname
+        .clone()
+        .unwrap_or_else(|| c.backing.to_string_lossy().into_owned());
+    let m = mount::mount(&source, &c.mountpoint, &c.opts, allow_other)?;
+    let acl = if allow_other {
+        fuser::SessionACL::All
+    } else if c.opts.allow_root {
+        fuser::SessionACL::RootAndOwner
+    } else {
+        fuser::SessionACL::Owner
+    };
+    let mut fc = fuser::Config::default();
+    fc.n_threads = Some(c.opts.threads);
+    fc.clone_fd = true;
+    let session = match fuser::Session::from_fd(fs, m.dev, acl, fc) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = mount::unmount(&m.mountpoint, m.fusermount);
+            return Err(Failure::mount(format!("FUSE handshake failed: {e}")));
+        }
+    };
+    spawn_signal_thread(sigset, m.mountpoint.clone(), m.fusermount);
+    log::info!(
+        "serving {} on {} (cutf8fs {}, {} threads{})",
+        c.backing.display(),
+        m.mountpoint.display(),
+        env!("CARGO_PKG_VERSION"),
+        c.opts.threads,
+        if cfg.debug { ", debug" } else { "" }
+    );
+    notify.send(0, "");
+    let r = session.run();
+    log::info!("unmounted {}", m.mountpoint.display());
+    r.map_err(|e| Failure::mount(format!("FUSE session ended with an error: {e}")))
+}

@@ -1,0 +1,103 @@
+//! Open file and directory handles: FUSE `fh` numbers → open descriptors.
+//!
+//! A handle lives from open/create/opendir to release/releasedir. Numbers
+//! only grow and are never reused, so a stale number from the kernel can
+//! only miss (EBADF), never reach another file. A file handle holds its
+//! inode's entry (`Arc<Inode>`), so the per-file state it shares with the
+//! other handles of the same file (`content::FileState`) outlives it.
+//!
+//! This module only stores handles; what they mean is decided in `mod.rs`.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::error::{Errno, Result};
+use super::inodes::Inode;
+
+/// How a regular file is served through one handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Bytes as they are on disk.
+    Raw,
+    /// V of the bytes after the magic, through the file's index (kept in
+    /// the inode's `FileState`).
+    View,
+}
+
+pub struct FileHandle {
+    pub inode: Arc<Inode>,
+    pub file: File,
+    pub mode: Mode,
+    /// Open for writing (O_WRONLY/O_RDWR from the caller).
+    pub write: bool,
+}
+
+/// One directory entry as read at opendir (or at a rewind).
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: fuser::FileType,
+    pub name: OsString,
+}
+
+pub struct DirHandle {
+    pub inode: Arc<Inode>,
+    pub dir: File,
+    /// The listing served to readdir; offsets are positions in it plus one.
+    pub entries: Mutex<Vec<DirEntry>>,
+}
+
+impl DirHandle {
+    pub fn entries(&self) -> MutexGuard<'_, Vec<DirEntry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub enum Handle {
+    File(FileHandle),
+    Dir(DirHandle),
+}
+
+pub struct HandleTable {
+    next: AtomicU64,
+    map: Mutex<HashMap<u64, Arc<Handle>>>,
+}
+
+impl Default for HandleTable {
+    fn default() -> Self {
+        HandleTable {
+            next: AtomicU64::new(1),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl HandleTable {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(fh, Arc::new(h));
+        fh
+    }
+
+    pub fn get(&self, fh: u64) -> Result<Arc<Handle>> {
+        self.lock().get(&fh).cloned().ok_or(Errno::EBADF)
+    }
+
+    pub fn file(&self, fh: u64) -> Result<Arc<Handle>> {
+        let h = self.get(fh)?;
+        match *h {
+            Handle::File(_) => Ok(h),
+            Handle::Dir(_) => Err(Errno::EISDIR),
+        }
+    }
+
+    pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.lock().remove(&fh)
+    }
+}

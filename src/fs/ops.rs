@@ -1,0 +1,736 @@
+//! The operations, as plain functions returning `Result`: what each FUSE
+//! request does to BACKING. `mod.rs` wraps each in a thin trait method that
+//! only sends the reply.
+//!
+//! Symlink safety: every operation starts from inode entries (O_PATH
+//! descriptors) and one name component, and uses `sys`'s `*at` wrappers,
+//! which never follow a symlink; so a symlink in BACKING, or a rename there
+//! while a request runs, can never lead the daemon outside BACKING.
+//!
+//! Files are created as the caller (`sys::ActAs`: fsuid, fsgid and groups of
+//! the requesting process), so owners are right and a daemon running as root
+//! lends nobody its rights; everything else runs as the daemon after the
+//! kernel has checked permissions (`default_permissions` is always on).
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirEntryExt, FileExt};
+use std::sync::{Arc, PoisonError};
+
+use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
+
+use crate::codec::MAGIC;
+
+use super::attr;
+use super::content::{self, Class, Stamp};
+use super::error::{io, Errno, Result, READ_ONLY_VIEW};
+use super::handles::{DirEntry, DirHandle, FileHandle, Handle, Mode};
+use super::inodes::Inode;
+use super::sys::{self, ActAs, Identity};
+use super::CutFs;
+
+fn caller(req: &Request) -> Identity {
+    Identity::of(req.uid(), req.gid(), req.pid())
+}
+
+/// The first eight bytes a file would have after writing `data` at
+/// `offset` over `head` (its current first bytes); None if shorter than 8.
+fn head_after(head: &[u8], offset: u64, data: &[u8]) -> Option<[u8; 8]> {
+    let mut out = [0u8; 8];
+    let end = offset.saturating_add(data.len() as u64);
+    for (i, b) in out.iter_mut().enumerate() {
+        let i64 = i as u64;
+        if i64 >= offset && i64 < end {
+            *b = data[(i64 - offset) as usize];
+        } else if i < head.len() {
+            *b = head[i];
+        } else if i64 < offset {
+            *b = 0; // a hole before the write
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+impl CutFs {
+    /// The class of a regular file in state `st` (cached per stamp).
+    pub(super) fn class(&self, inode: &Inode, st: &libc::stat) -> Result<Class> {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < MAGIC.len() as u64 {
+            return Ok(Class::Raw);
+        }
+        let stamp = Stamp::of(st);
+        let state = inode.state();
+        if let Some(c) = state.known_class(&stamp) {
+            return Ok(c);
+        }
+        let file = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
+            .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
+            .map_err(io)?;
+        let class = if content::has_magic(&file).map_err(io)? {
+            let index = content::index_for(&self.cache, &file, stamp)?;
+            Class::Corrected {
+                view_len: index.view_len(),
+                lossless: index.lossless(),
+            }
+        } else {
+            Class::Raw
+        };
+        state.remember_class(stamp, class);
+        Ok(class)
+    }
+
+    /// The attributes every reply carries: the view's size for corrected
+    /// files, everything else as in BACKING.
+    pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
+        let size = match self.class(inode, st)? {
+            Class::Raw => st.st_size as u64,
+            Class::Corrected { view_len, .. } => view_len,
+        };
+        let mut a = attr::from_stat(inode.ino, st, size);
+        if inode.ino == super::inodes::ROOT {
+            a.ino = fuser::INodeNo(super::inodes::ROOT);
+        }
+        Ok(a)
+    }
+
+    pub(super) fn getattr(&self, ino: u64) -> Result<FileAttr> {
+        let inode = self.inodes.get(ino)?;
+        let st = inode.stat()?;
+        self.attr(&inode, &st)
+    }
+
+    /// An entry for the kernel: counts one lookup, which is given back if
+    /// the attributes cannot be had.
+    fn entry(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<FileAttr> {
+        self.attr(&inode, st)
+            .inspect_err(|_| self.inodes.forget(inode.ino, 1))
+    }
+
+    pub(super) fn lookup(&self, parent: u64, name: &OsStr) -> Result<FileAttr> {
+        let dir = self.inodes.get(parent)?;
+        let name = sys::component(name).map_err(io)?;
+        let (inode, st) = self.inodes.lookup(&dir, &name)?;
+        self.entry(inode, &st)
+    }
+
+    pub(super) fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+
+    /// Creates `name` in `parent` as the caller with `make`, then enters it.
+    fn make(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        make: impl FnOnce(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr) -> std::io::Result<()>,
+    ) -> Result<FileAttr> {
+        let dir = self.inodes.get(parent)?;
+        let cname = sys::component(name).map_err(io)?;
+        {
+            let _as = ActAs::new(&caller(req)).map_err(io)?;
+            make(dir.fd(), &cname).map_err(io)?;
+        }
+        let (inode, st) = self.inodes.lookup(&dir, &cname)?;
+        self.entry(inode, &st)
+    }
+
+    pub(super) fn mkdir(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr> {
+        self.make(req, parent, name, |d, n| {
+            sys::mkdirat(d, n, mode & !umask & 0o7777)
+        })
+    }
+
+    pub(super) fn mknod(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<FileAttr> {
+        let mode = (mode & libc::S_IFMT) | (mode & !umask & 0o7777);
+        self.make(req, parent, name, |d, n| {
+            sys::mknodat(d, n, mode, libc::dev_t::from(rdev))
+        })
+    }
+
+    pub(super) fn symlink(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        target: &std::path::Path,
+    ) -> Result<FileAttr> {
+        let target = sys::cstring(target.as_os_str().as_bytes()).map_err(io)?;
+        self.make(req, parent, name, |d, n| sys::symlinkat(&target, d, n))
+    }
+
+    pub(super) fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<FileAttr> {
+        let inode = self.inodes.get(ino)?;
+        let dir = self.inodes.get(newparent)?;
+        let cname = sys::component(newname).map_err(io)?;
+        sys::linkat(inode.fd(), dir.fd(), &cname).map_err(io)?;
+        let (inode, st) = self.inodes.lookup(&dir, &cname)?;
+        self.entry(inode, &st)
+    }
+
+    pub(super) fn unlink(&self, parent: u64, name: &OsStr, flags: libc::c_int) -> Result<()> {
+        let dir = self.inodes.get(parent)?;
+        let cname = sys::component(name).map_err(io)?;
+        sys::unlinkat(dir.fd(), &cname, flags).map_err(io)
+    }
+
+    pub(super) fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        let from = self.inodes.get(parent)?;
+        let to = self.inodes.get(newparent)?;
+        let old = sys::component(name).map_err(io)?;
+        let new = sys::component(newname).map_err(io)?;
+        sys::renameat2(from.fd(), &old, to.fd(), &new, flags).map_err(io)
+    }
+
+    pub(super) fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let inode = self.inodes.get(ino)?;
+        sys::readlink(inode.fd()).map_err(io)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        fh: Option<u64>,
+    ) -> Result<FileAttr> {
+        let inode = self.inodes.get(ino)?;
+        if uid.is_some() || gid.is_some() {
+            sys::chown(inode.fd(), uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX)).map_err(io)?;
+        }
+        if let Some(mode) = mode {
+            if inode.fmt == libc::S_IFLNK {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            sys::chmod(inode.fd(), mode & 0o7777).map_err(io)?;
+        }
+        if let Some(size) = size {
+            self.truncate(&inode, size, fh)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            sys::utimens(inode.fd(), &[attr::timespec(atime), attr::timespec(mtime)])
+                .map_err(io)?;
+        }
+        let st = inode.stat()?;
+        self.attr(&inode, &st)
+    }
+
+    fn truncate(&self, inode: &Inode, size: u64, fh: Option<u64>) -> Result<()> {
+        if !inode.is_reg() {
+            return Err(if inode.is_dir() {
+                Errno::EISDIR
+            } else {
+                Errno::EINVAL
+            });
+        }
+        let state = inode.state().clone();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let st = inode.stat()?;
+        // Emptying a corrected file stores exactly its new view (nothing);
+        // any other size change of a view is a write (issue 4).
+        if size != 0 && matches!(self.class(inode, &st)?, Class::Corrected { .. }) {
+            return Err(READ_ONLY_VIEW);
+        }
+        let handle = fh.and_then(|fh| self.handles.file(fh).ok());
+        match handle.as_deref() {
+            Some(Handle::File(h)) if h.write => sys::ftruncate(h.file.as_raw_fd(), size),
+            _ => sys::truncate(inode.fd(), size),
+        }
+        .map_err(io)?;
+        content.view = None;
+        state.content_changed();
+        Ok(())
+    }
+
+    /// Opens a regular file; `file` is the descriptor when `create` made it.
+    pub(super) fn open(&self, ino: u64, flags: i32) -> Result<(u64, FopenFlags)> {
+        let inode = self.inodes.get(ino)?;
+        if !inode.is_reg() {
+            // Devices, fifos and sockets are opened by the kernel itself;
+            // anything else reaching here is not a file we serve.
+            return Err(if inode.is_dir() {
+                Errno::EISDIR
+            } else {
+                Errno::EINVAL
+            });
+        }
+        let file = self.open_file(&inode, flags)?;
+        self.new_file_handle(inode, file, flags)
+    }
+
+    fn open_file(&self, inode: &Inode, flags: i32) -> Result<std::fs::File> {
+        let strip =
+            libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT | libc::O_NOFOLLOW;
+        let flags = flags & !strip;
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            // A readable descriptor lets the view (and issue 4) read too.
+            let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            if let Ok(f) = sys::reopen(inode.fd(), rw) {
+                return Ok(f);
+            }
+        }
+        sys::reopen(inode.fd(), flags).map_err(io)
+    }
+
+    fn new_file_handle(
+        &self,
+        inode: Arc<Inode>,
+        file: std::fs::File,
+        flags: i32,
+    ) -> Result<(u64, FopenFlags)> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let state = inode.state().clone();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let stamp = Stamp::of(&st);
+        let corrected = (st.st_size as u64) >= MAGIC.len() as u64
+            && match content::has_magic(&file) {
+                Ok(m) => m,
+                // Write-only descriptor: look through a second one.
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    let r = sys::reopen(inode.fd(), libc::O_RDONLY).map_err(io)?;
+                    content::has_magic(&r).map_err(io)?
+                }
+                Err(e) => return Err(io(e)),
+            };
+        let mode = if corrected {
+            let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
+            if !fresh {
+                let index = content::index_for(&self.cache, &file, stamp)?;
+                state.remember_class(
+                    stamp,
+                    Class::Corrected {
+                        view_len: index.view_len(),
+                        lossless: index.lossless(),
+                    },
+                );
+                content.view = Some((stamp, index));
+            }
+            Mode::View
+        } else {
+            Mode::Raw
+        };
+        content.open += 1;
+        let keep = state.opened_at(stamp);
+        drop(content);
+        let fh = self.handles.insert(Handle::File(FileHandle {
+            inode,
+            file,
+            mode,
+            write,
+        }));
+        let flags = if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        Ok((fh, flags))
+    }
+
+    pub(super) fn create(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(FileAttr, u64, FopenFlags)> {
+        let dir = self.inodes.get(parent)?;
+        let cname = sys::component(name).map_err(io)?;
+        let strip = libc::O_NOCTTY | libc::O_DIRECT;
+        let mut oflags = (flags & !strip) | libc::O_CREAT | libc::O_NOFOLLOW;
+        if oflags & libc::O_ACCMODE == libc::O_WRONLY {
+            oflags = (oflags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
+        let fd = {
+            let _as = ActAs::new(&caller(req)).map_err(io)?;
+            sys::openat(dir.fd(), &cname, oflags, mode & !umask & 0o7777).map_err(io)?
+        };
+        let file = std::fs::File::from(fd);
+        let path_fd = sys::reopen(file.as_fd(), libc::O_PATH).map_err(io)?;
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let inode = self.inodes.insert(path_fd.into(), &st);
+        let ino = inode.ino;
+        let attr = self.entry(inode.clone(), &st)?;
+        match self.new_file_handle(inode, file, flags) {
+            Ok((fh, fl)) => Ok((attr, fh, fl)),
+            Err(e) => {
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Errno::EISDIR);
+        };
+        let state = h.inode.state();
+        let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
+        match h.mode {
+            Mode::Raw => content::read_raw(&h.file, offset, size as usize),
+            Mode::View => match &content.view {
+                Some((_, index)) => content::read_view(&h.file, index, offset, size as usize),
+                None => Err(Errno::EIO),
+            },
+        }
+    }
+
+    /// Refuses a change that would make a raw file begin with the magic
+    /// number (SPEC §3: it would read back as something else).
+    fn guard_magic(h: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
+        if offset >= MAGIC.len() as u64 {
+            return Ok(());
+        }
+        let head = content::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
+            let r = sys::reopen(h.inode.fd(), libc::O_RDONLY).map_err(io)?;
+            content::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
+        })?;
+        match head_after(&head, offset, data) {
+            Some(h) if h == MAGIC => Err(Errno::EILSEQ),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Errno::EISDIR);
+        };
+        if h.mode == Mode::View {
+            return Err(READ_ONLY_VIEW);
+        }
+        let state = h.inode.state();
+        let _content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        Self::guard_magic(h, offset, data)?;
+        let mut done = 0;
+        while done < data.len() {
+            match h.file.write_at(&data[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if done > 0 => {
+                    log::debug!("short write after {done} bytes: {e}");
+                    break;
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Ok(u32::try_from(done).unwrap_or(u32::MAX))
+    }
+
+    pub(super) fn release(&self, fh: u64) {
+        if let Some(h) = self.handles.remove(fh) {
+            if let Handle::File(h) = &*h {
+                let state = h.inode.state();
+                let mut content = state
+                    .content
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner);
+                content.open = content.open.saturating_sub(1);
+                if content.open == 0 {
+                    // The cache keeps it (within its bound) for the next open.
+                    content.view = None;
+                }
+            }
+        }
+    }
+
+    pub(super) fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
+        let h = self.handles.get(fh)?;
+        let fd = match &*h {
+            Handle::File(f) => f.file.as_raw_fd(),
+            Handle::Dir(d) => d.dir.as_raw_fd(),
+        };
+        sys::fsync(fd, datasync).map_err(io)
+    }
+
+    pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Errno::EISDIR);
+        };
+        if h.mode == Mode::View {
+            return Err(READ_ONLY_VIEW);
+        }
+        let state = h.inode.state();
+        let _content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+            let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
+            Self::guard_magic(h, offset, &zeros)?;
+        }
+        sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)
+    }
+
+    pub(super) fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Errno::EISDIR);
+        };
+        match h.mode {
+            Mode::Raw => sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io),
+            Mode::View => {
+                let state = h.inode.state();
+                let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
+                let len = match &content.view {
+                    Some((_, index)) => i64::try_from(index.view_len()).unwrap_or(i64::MAX),
+                    None => return Err(Errno::EIO),
+                };
+                // A view has no holes.
+                match whence {
+                    _ if offset < 0 => Err(Errno::EINVAL),
+                    _ if offset >= len => Err(Errno::ENXIO),
+                    libc::SEEK_DATA => Ok(offset),
+                    libc::SEEK_HOLE => Ok(len),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+        }
+    }
+
+    pub(super) fn opendir(&self, ino: u64) -> Result<u64> {
+        let inode = self.inodes.get(ino)?;
+        let dir = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
+        Ok(self.handles.insert(Handle::Dir(DirHandle {
+            inode,
+            dir,
+            entries: Default::default(),
+        })))
+    }
+
+    /// Reads the directory listing afresh (at offset 0: opendir or rewind).
+    fn list(h: &DirHandle) -> Result<Vec<DirEntry>> {
+        let path = sys::proc_path(h.dir.as_fd());
+        let path = std::path::Path::new(OsStr::from_bytes(path.as_bytes()));
+        let mut out = vec![
+            DirEntry {
+                ino: h.inode.ino,
+                kind: FileType::Directory,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: h.inode.ino,
+                kind: FileType::Directory,
+                name: "..".into(),
+            },
+        ];
+        for e in std::fs::read_dir(path).map_err(io)? {
+            let e = e.map_err(io)?;
+            let kind = match e.file_type() {
+                Ok(t) => FileType::from_std(t).unwrap_or(FileType::RegularFile),
+                Err(_) => FileType::RegularFile,
+            };
+            out.push(DirEntry {
+                ino: e.ino(),
+                kind,
+                name: e.file_name(),
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn dir_handle(&self, fh: u64) -> Result<Arc<Handle>> {
+        let h = self.handles.get(fh)?;
+        match &*h {
+            Handle::Dir(_) => Ok(h),
+            Handle::File(_) => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// Calls `add(offset_of_next, entry)` from `offset` on until it says
+    /// the reply is full.
+    pub(super) fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(u64, &DirEntry) -> bool,
+    ) -> Result<()> {
+        let h = self.dir_handle(fh)?;
+        let Handle::Dir(d) = &*h else {
+            return Err(Errno::ENOTDIR);
+        };
+        let mut entries = d.entries();
+        if offset == 0 {
+            *entries = Self::list(d)?;
+        }
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, e) in entries.iter().enumerate().skip(start) {
+            if add(i as u64 + 1, e) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// For readdirplus: the entry for `name` in the handle's directory
+    /// (counting one lookup), or None for "." / "..", which the kernel
+    /// does not enter.
+    pub(super) fn plus_entry(&self, dir: &Inode, e: &DirEntry) -> Option<Result<FileAttr>> {
+        let b = e.name.as_bytes();
+        if b == b"." || b == b".." {
+            return None;
+        }
+        let name = match sys::component(&e.name) {
+            Ok(n) => n,
+            Err(err) => return Some(Err(io(err))),
+        };
+        Some(
+            self.inodes
+                .lookup(dir, &name)
+                .and_then(|(inode, st)| self.entry(inode, &st)),
+        )
+    }
+
+    pub(super) fn dir_attr(&self, dir: &Inode) -> Result<FileAttr> {
+        let st = dir.stat()?;
+        self.attr(dir, &st)
+    }
+
+    pub(super) fn releasedir(&self, fh: u64) {
+        self.handles.remove(fh);
+    }
+
+    pub(super) fn statfs(&self) -> Result<libc::statvfs> {
+        let root = self.inodes.get(super::inodes::ROOT)?;
+        sys::fstatvfs(root.fd()).map_err(io)
+    }
+
+    pub(super) fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        let name = sys::cstring(name.as_bytes()).map_err(io)?;
+        sys::setxattr(inode.fd(), &name, value, flags).map_err(io)
+    }
+
+    /// getxattr/listxattr protocol: size 0 asks for the length.
+    fn xattr_reply(
+        size: u32,
+        mut call: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+    ) -> Result<XattrReply> {
+        if size == 0 {
+            let n = call(&mut []).map_err(io)?;
+            return Ok(XattrReply::Size(
+                u32::try_from(n).map_err(|_| Errno::E2BIG)?,
+            ));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = call(&mut buf).map_err(io)?;
+        buf.truncate(n);
+        Ok(XattrReply::Data(buf))
+    }
+
+    pub(super) fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply> {
+        let inode = self.inodes.get(ino)?;
+        let name = sys::cstring(name.as_bytes()).map_err(io)?;
+        Self::xattr_reply(size, |buf| sys::getxattr(inode.fd(), &name, buf))
+    }
+
+    pub(super) fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply> {
+        let inode = self.inodes.get(ino)?;
+        Self::xattr_reply(size, |buf| sys::listxattr(inode.fd(), buf))
+    }
+
+    pub(super) fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        let name = sys::cstring(name.as_bytes()).map_err(io)?;
+        sys::removexattr(inode.fd(), &name).map_err(io)
+    }
+
+    /// access(2) by mode bits (the kernel normally checks itself, since
+    /// `default_permissions` is always on).
+    pub(super) fn access(&self, req: &Request, ino: u64, mask: i32) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        let st = inode.stat()?;
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let mode = st.st_mode;
+        let want = (mask & 7) as u32;
+        if req.uid() == 0 {
+            let exec_ok =
+                mask & libc::X_OK == 0 || mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
+            return if exec_ok { Ok(()) } else { Err(Errno::EACCES) };
+        }
+        let bits = if st.st_uid == req.uid() {
+            (mode >> 6) & 7
+        } else if st.st_gid == req.gid() || caller(req).has_group(st.st_gid) {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        if bits & want == want {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+}
+
+pub(super) enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_after_writes() {
+        let m = MAGIC;
+        assert_eq!(head_after(&[], 0, &m), Some(m));
+        assert_eq!(head_after(&m[..4], 4, &m[4..]), Some(m));
+        assert_eq!(
+            head_after(&m[..4], 5, &m[5..]),
+            None.or(Some({
+                let mut x = m;
+                x[4] = 0;
+                x
+            }))
+        );
+        assert_eq!(head_after(b"abc", 1, b"x"), None);
+        assert_eq!(head_after(b"abcdefghij", 2, b"XY"), Some(*b"abXYefgh"));
+    }
+}

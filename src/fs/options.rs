@@ -1,0 +1,258 @@
+//! `-o` options: FUSE's and the kernel's, mount(8)'s and ours.
+//!
+//! Parsing only validates; nothing here touches the system. The result says
+//! what to pass to the kernel (mount flags, `allow_other`, `max_read`), how
+//! the mount shows in the mount table (`fsname`), and how the daemon serves
+//! (`index_cache=`, `attr_timeout=`, `entry_timeout=`, `newfiles=`,
+//! `threads=`). Options that only mean something to mount(8), fstab or
+//! libfuse-based programs (`defaults`, `nofail`, `_netdev`, `auto`,
+//! `user`, `x-*`, `kernel_cache`, …) are accepted and ignored, so an fstab
+//! line written for bindfs or sshfs works. Anything else is an error, named.
+
+use std::time::Duration;
+
+/// What content a file that holds none (new, or emptied) takes on its first
+/// write (SPEC §3; used by issue 4's write path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewFiles {
+    /// Corrected when what is written is UTF-8 text W can store.
+    Auto,
+    /// Always raw.
+    Raw,
+}
+
+/// Parsed options, with their defaults.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `allow_other`: other users may use the mount (as root this is the
+    /// default, as for bindfs; `noallow_other` turns it off). Permission
+    /// checks are always on (`default_permissions`).
+    pub allow_other: Option<bool>,
+    /// `allow_root`: only the mounting user and root.
+    pub allow_root: bool,
+    /// Kernel mount flags (MS_*). Default: nosuid, nodev.
+    pub flags: libc::c_ulong,
+    /// Source shown by `mount` and `df`; default: BACKING's absolute path.
+    pub fsname: Option<String>,
+    /// `max_read=N`, passed to the kernel.
+    pub max_read: Option<u32>,
+    /// Memory bound of the index cache in bytes (default 64 MiB).
+    pub index_cache: usize,
+    /// How long the kernel may cache attributes (default 1 s).
+    pub attr_timeout: Duration,
+    /// How long the kernel may cache names (default 1 s).
+    pub entry_timeout: Duration,
+    pub newfiles: NewFiles,
+    /// Worker threads (default: twice the CPUs, 4 to 16).
+    pub threads: usize,
+    /// Mount over a non-empty directory.
+    pub nonempty: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Options {
+            allow_other: None,
+            allow_root: false,
+            flags: libc::MS_NOSUID | libc::MS_NODEV,
+            fsname: None,
+            max_read: None,
+            index_cache: 64 << 20,
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            newfiles: NewFiles::Auto,
+            threads: (cpus * 2).clamp(4, 16),
+            nonempty: false,
+        }
+    }
+}
+
+impl Options {
+    pub fn read_only(&self) -> bool {
+        self.flags & libc::MS_RDONLY != 0
+    }
+}
+
+/// Accepted and ignored: meaningful only to mount(8), fstab or libfuse.
+const IGNORED: &[&str] = &[
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "nofail",
+    "_netdev",
+    "default_permissions",
+    "kernel_cache",
+    "auto_cache",
+    "noauto_cache",
+    "big_writes",
+    "use_ino",
+    "readdir_ino",
+    "hard_remove",
+    "atomic_o_trunc",
+    "splice_read",
+    "splice_write",
+    "splice_move",
+    "auto_unmount",
+    "lazytime",
+    "nolazytime",
+    "loud",
+    "silent",
+];
+
+/// A size such as `64M`, `1G`, `512k`, `4096` (binary units).
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1usize << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+fn parse_secs(s: &str) -> Option<Duration> {
+    let v: f64 = s.parse().ok()?;
+    (v.is_finite() && v >= 0.0 && v < 1e9).then(|| Duration::from_secs_f64(v))
+}
+
+/// Parses every `-o` argument (each a comma-separated list) in order; later
+/// options win. The error names the offending option.
+pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Options, String> {
+    let mut o = Options::default();
+    for arg in args {
+        for opt in arg.as_ref().split(',').filter(|s| !s.is_empty()) {
+            apply(&mut o, opt)?;
+        }
+    }
+    Ok(o)
+}
+
+fn set(o: &mut Options, flag: libc::c_ulong, on: bool) {
+    if on {
+        o.flags |= flag;
+    } else {
+        o.flags &= !flag;
+    }
+}
+
+fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
+    let (key, value) = match opt.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (opt, None),
+    };
+    let bad = || format!("bad value in option '{opt}'");
+    match (key, value) {
+        ("allow_other", None) => o.allow_other = Some(true),
+        ("noallow_other", None) => o.allow_other = Some(false),
+        ("allow_root", None) => o.allow_root = true,
+        ("ro", None) => set(o, libc::MS_RDONLY, true),
+        ("rw", None) => set(o, libc::MS_RDONLY, false),
+        ("nosuid", None) => set(o, libc::MS_NOSUID, true),
+        ("suid", None) => set(o, libc::MS_NOSUID, false),
+        ("nodev", None) => set(o, libc::MS_NODEV, true),
+        ("dev", None) => set(o, libc::MS_NODEV, false),
+        ("noexec", None) => set(o, libc::MS_NOEXEC, true),
+        ("exec", None) => set(o, libc::MS_NOEXEC, false),
+        ("noatime", None) => set(o, libc::MS_NOATIME, true),
+        ("atime", None) => set(o, libc::MS_NOATIME, false),
+        ("nodiratime", None) => set(o, libc::MS_NODIRATIME, true),
+        ("diratime", None) => set(o, libc::MS_NODIRATIME, false),
+        ("relatime", None) => set(o, libc::MS_RELATIME, true),
+        ("norelatime", None) => set(o, libc::MS_RELATIME, false),
+        ("strictatime", None) => set(o, libc::MS_STRICTATIME, true),
+        ("sync", None) => set(o, libc::MS_SYNCHRONOUS, true),
+        ("async", None) => set(o, libc::MS_SYNCHRONOUS, false),
+        ("dirsync", None) => set(o, libc::MS_DIRSYNC, true),
+        ("nonempty", None) => o.nonempty = true,
+        ("fsname", Some(v)) if !v.is_empty() && !v.contains(['\n', '\0']) => {
+            o.fsname = Some(v.to_owned())
+        }
+        ("subtype", Some(v)) if v == "cutf8fs" => {}
+        ("subtype", Some(_)) => {
+            return Err(format!("option '{opt}': the subtype is always cutf8fs"))
+        }
+        ("max_read", Some(v)) => o.max_read = Some(v.parse().map_err(|_| bad())?),
+        ("index_cache", Some(v)) => o.index_cache = parse_size(v).ok_or_else(bad)?,
+        ("attr_timeout", Some(v)) => o.attr_timeout = parse_secs(v).ok_or_else(bad)?,
+        ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
+        ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
+        ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
+        ("threads", Some(v)) => {
+            o.threads = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=256).contains(n))
+                .ok_or_else(bad)?
+        }
+        (k, _) if IGNORED.contains(&k) => {}
+        (k, _) if k.starts_with("x-") || k == "comment" => {}
+        // mount(8)'s helper convention passes these through; harmless.
+        (
+            "uid" | "gid" | "setuid" | "context" | "fscontext" | "defcontext" | "rootcontext",
+            Some(_),
+        ) => {
+            log::warn!("option '{opt}' is ignored");
+        }
+        _ => return Err(format!("unknown option '{opt}'")),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let o = parse::<&str>(&[]).unwrap();
+        assert_eq!(o.index_cache, 64 << 20);
+        assert_eq!(o.attr_timeout, Duration::from_secs(1));
+        assert_eq!(o.flags, libc::MS_NOSUID | libc::MS_NODEV);
+        assert_eq!(o.allow_other, None);
+        assert!(!o.read_only());
+    }
+
+    #[test]
+    fn fuse_fstab_and_ours() {
+        let o = parse(&[
+            "defaults,nofail,_netdev,ro,allow_other",
+            "index_cache=16M,attr_timeout=0.5,newfiles=raw,fsname=/srv/a,x-systemd.automount",
+        ])
+        .unwrap();
+        assert!(o.read_only());
+        assert_eq!(o.allow_other, Some(true));
+        assert_eq!(o.index_cache, 16 << 20);
+        assert_eq!(o.attr_timeout, Duration::from_millis(500));
+        assert_eq!(o.newfiles, NewFiles::Raw);
+        assert_eq!(o.fsname.as_deref(), Some("/srv/a"));
+        let o = parse(&["ro,rw,dev,suid"]).unwrap();
+        assert_eq!(o.flags, 0);
+    }
+
+    #[test]
+    fn errors_name_the_option() {
+        assert!(parse(&["bogus"]).unwrap_err().contains("'bogus'"));
+        assert!(parse(&["index_cache=lots"])
+            .unwrap_err()
+            .contains("index_cache=lots"));
+        assert!(parse(&["attr_timeout=-1"]).is_err());
+        assert!(parse(&["newfiles=maybe"]).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("512k"), Some(512 << 10));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+    }
+}
