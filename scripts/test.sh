@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test: installs what they need (scripts/setup.sh), then format,
+# lint, and `cargo test` (unit, property, CLI, real-mount, editor and peer
+# suite tests). `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo fmt --check
+cargo clippy --all-targets -- -D warnings
+cargo test --release --all-targets
+cargo test --release --doc
