@@ -1,1 +1,480 @@
-//! placeholder
+//! `cutf8 check`: lint Corrected UTF-8 files against SPEC §1's document
+//! rules, one finding per line in the form compilers use.
+//!
+//! A file is read in fixed-size chunks through the strict [`Decoder`], which
+//! reports every malformed unit and goes on after it; the decoded text is
+//! scanned for the characters the rules name. Memory stays constant whatever
+//! the file size. Positions are those of `cutf8 decode`: lines and columns
+//! (in characters) from 1 in the text after the magic number, each malformed
+//! unit counting as one character.
+//!
+//! The rules and their default levels ([`Rule::default_level`]):
+//!
+//! | rule | default | finding |
+//! |---|---|---|
+//! | `missing-magic` | warning | the file does not begin with the magic number |
+//! | `nul` | error | U+0000 outside the magic number |
+//! | `no-final-newline` | warning | the last character is not U+000A |
+//! | `carriage-return` | warning | U+000D |
+//! | `tab` | warning | U+0009 (a C0 control, but often wanted: its own rule) |
+//! | `control` | warning | any other C0 control (U+0001–U+001F but TAB, LF, CR) |
+//! | `line-separator` | warning | U+2028 |
+//! | `paragraph-separator` | warning | U+2029 |
+//! | `stray-byte` | error | a continuation byte where no sequence is open |
+//! | `truncated-sequence` | error | a lead byte without all its continuation bytes |
+//! | `reserved-unit` | warning | FE/FF and its continuation bytes: valid (reserved for future use), but without a standard UTF-8 form |
+//! | `beyond-unicode` | warning | a code point above U+10FFFF: valid, but without a standard UTF-8 form |
+//!
+//! Only the first [`CheckOptions::max_per_rule`] findings of each rule in a
+//! file are printed; a note then says how many more there were, and the
+//! summary counts them all.
+//!
+//! The module knows nothing of argument parsing; the `cutf8` binary builds
+//! [`CheckOptions`] and prints what [`run`] hands to its callbacks.
+
+use std::io::Read;
+
+use crate::codec::{Decoder, Problem, Status, MAGIC, MIN_DST};
+use crate::convert::{
+    count_chars, io_message, read_chunk, read_prefix, Direction, Input, Tracker,
+    DEFAULT_BUFFER_SIZE,
+};
+
+/// One document rule of SPEC §1 (or a malformation of §1's format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Rule {
+    /// The file does not begin with the magic number (default: warning).
+    MissingMagic,
+    /// U+0000 outside the magic number (default: error).
+    Nul,
+    /// The last character is not U+000A (default: warning).
+    NoFinalNewline,
+    /// U+000D, CARRIAGE RETURN (default: warning).
+    CarriageReturn,
+    /// U+0009, TAB (default: warning).
+    Tab,
+    /// A C0 control other than TAB, LF and CR (default: warning).
+    Control,
+    /// U+2028, LINE SEPARATOR (default: warning).
+    LineSeparator,
+    /// U+2029, PARAGRAPH SEPARATOR (default: warning).
+    ParagraphSeparator,
+    /// A continuation byte where no sequence is open (default: error).
+    StrayByte,
+    /// A lead byte without all its continuation bytes (default: error).
+    TruncatedSequence,
+    /// A reserved FE/FF unit: valid, but no UTF-8 form (default: warning).
+    ReservedUnit,
+    /// A code point above U+10FFFF: valid, but no UTF-8 form (default: warning).
+    BeyondUnicode,
+}
+
+impl Rule {
+    /// Every rule, in the order of the table in the module doc.
+    pub const ALL: [Rule; 12] = [
+        Rule::MissingMagic,
+        Rule::Nul,
+        Rule::NoFinalNewline,
+        Rule::CarriageReturn,
+        Rule::Tab,
+        Rule::Control,
+        Rule::LineSeparator,
+        Rule::ParagraphSeparator,
+        Rule::StrayByte,
+        Rule::TruncatedSequence,
+        Rule::ReservedUnit,
+        Rule::BeyondUnicode,
+    ];
+
+    /// The name used in output and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::MissingMagic => "missing-magic",
+            Rule::Nul => "nul",
+            Rule::NoFinalNewline => "no-final-newline",
+            Rule::CarriageReturn => "carriage-return",
+            Rule::Tab => "tab",
+            Rule::Control => "control",
+            Rule::LineSeparator => "line-separator",
+            Rule::ParagraphSeparator => "paragraph-separator",
+            Rule::StrayByte => "stray-byte",
+            Rule::TruncatedSequence => "truncated-sequence",
+            Rule::ReservedUnit => "reserved-unit",
+            Rule::BeyondUnicode => "beyond-unicode",
+        }
+    }
+
+    /// MUST rules and malformed bytes are errors, SHOULD rules warnings.
+    pub fn default_level(self) -> Level {
+        match self {
+            Rule::Nul | Rule::StrayByte | Rule::TruncatedSequence => Level::Error,
+            _ => Level::Warning,
+        }
+    }
+
+    fn index(self) -> usize {
+        Rule::ALL.iter().position(|&r| r == self).unwrap_or(0)
+    }
+}
+
+/// How a rule's findings count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Not reported.
+    Allow,
+    /// Reported; does not change the exit status.
+    Warning,
+    /// Reported; exit status 1.
+    Error,
+}
+
+/// What `cutf8 check` was asked to do.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    levels: [Level; Rule::ALL.len()],
+    /// Findings printed per rule per file (default 20; 0 = no limit).
+    pub max_per_rule: u64,
+    /// Input chunk size (default [`DEFAULT_BUFFER_SIZE`]).
+    pub buffer_size: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            levels: Rule::ALL.map(Rule::default_level),
+            max_per_rule: 20,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+        }
+    }
+}
+
+impl CheckOptions {
+    /// Set one rule's level.
+    pub fn set(&mut self, rule: Rule, level: Level) {
+        self.levels[rule.index()] = level;
+    }
+
+    /// Turn every warning into an error (`--deny-warnings`).
+    pub fn deny_warnings(&mut self) {
+        for l in &mut self.levels {
+            if *l == Level::Warning {
+                *l = Level::Error;
+            }
+        }
+    }
+
+    pub fn level(&self, rule: Rule) -> Level {
+        self.levels[rule.index()]
+    }
+}
+
+/// One finding, printed as `file:line:col: level: message [rule]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub file: String,
+    pub line: u64,
+    pub column: u64,
+    pub level: Level,
+    pub rule: Rule,
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let level = if self.level == Level::Error {
+            "error"
+        } else {
+            "warning"
+        };
+        write!(
+            f,
+            "{}:{}:{}: {level}: {} [{}]",
+            self.file,
+            self.line,
+            self.column,
+            self.message,
+            self.rule.name()
+        )
+    }
+}
+
+/// Totals over all files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckSummary {
+    pub files: usize,
+    pub errors: u64,
+    pub warnings: u64,
+    /// Files that could not be read.
+    pub unreadable: usize,
+}
+
+impl std::fmt::Display for CheckSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+        write!(
+            f,
+            "checked {}: {}, {}",
+            plural(self.files as u64, "file"),
+            plural(self.errors, "error"),
+            plural(self.warnings, "warning")
+        )?;
+        if self.unreadable > 0 {
+            write!(f, ", {} unreadable", self.unreadable)?;
+        }
+        Ok(())
+    }
+}
+
+/// Check `inputs` in order. Each printed line (finding or note) goes to
+/// `out`; read errors go to `diag`.
+pub fn run(
+    opts: &CheckOptions,
+    inputs: &[Input],
+    out: &mut dyn FnMut(&str),
+    diag: &mut dyn FnMut(&str),
+) -> CheckSummary {
+    let mut summary = CheckSummary::default();
+    let mut input_buf = vec![0u8; opts.buffer_size.max(1)];
+    let mut output_buf = vec![0u8; crate::codec::max_view_len(input_buf.len()).max(MIN_DST)];
+    for input in inputs {
+        let name = input.name();
+        let mut file = FileCheck::new(opts, name.clone(), out);
+        let result = input
+            .open()
+            .and_then(|mut r| file.scan(&mut r, &mut input_buf, &mut output_buf));
+        let (errors, warnings) = file.finish();
+        summary.errors += errors;
+        summary.warnings += warnings;
+        match result {
+            Ok(()) => summary.files += 1,
+            Err(e) => {
+                diag(&format!("{name}: {}", io_message(&e)));
+                summary.unreadable += 1;
+            }
+        }
+    }
+    summary
+}
+
+/// The state of checking one file.
+struct FileCheck<'a> {
+    opts: &'a CheckOptions,
+    name: String,
+    out: &'a mut dyn FnMut(&str),
+    /// Byte offsets and the bytes of malformed units (input side).
+    pos: Tracker,
+    /// Line and column (from 1) of the next character of the text, counted
+    /// on the decoded side so a sequence cut by a chunk edge counts once.
+    line: u64,
+    column: u64,
+    /// Findings per rule, reported or not.
+    counts: [u64; Rule::ALL.len()],
+    /// Whether any character (or malformed unit) was seen, and whether the
+    /// last one was U+000A.
+    any_text: bool,
+    ends_with_newline: bool,
+}
+
+impl<'a> FileCheck<'a> {
+    fn new(opts: &'a CheckOptions, name: String, out: &'a mut dyn FnMut(&str)) -> Self {
+        FileCheck {
+            opts,
+            name,
+            out,
+            pos: Tracker::default(),
+            line: 1,
+            column: 1,
+            counts: [0; Rule::ALL.len()],
+            any_text: false,
+            ends_with_newline: false,
+        }
+    }
+
+    fn report(&mut self, rule: Rule, line: u64, column: u64, message: impl FnOnce() -> String) {
+        let level = self.opts.level(rule);
+        if level == Level::Allow {
+            return;
+        }
+        let k = rule.index();
+        self.counts[k] += 1;
+        if self.opts.max_per_rule == 0 || self.counts[k] <= self.opts.max_per_rule {
+            let f = Finding {
+                file: self.name.clone(),
+                line,
+                column,
+                level,
+                rule,
+                message: message(),
+            };
+            (self.out)(&f.to_string());
+        }
+    }
+
+    fn scan(
+        &mut self,
+        r: &mut dyn Read,
+        input: &mut [u8],
+        output: &mut [u8],
+    ) -> std::io::Result<()> {
+        let mut dec = Decoder::strict();
+        let mut prefix = [0u8; 8];
+        let n = read_prefix(r, &mut prefix, input.len())?;
+        let mut eof = n < MAGIC.len();
+        if prefix[..n] == MAGIC {
+            self.pos.skip_magic();
+        } else {
+            self.report(Rule::MissingMagic, 1, 1, || {
+                "no Corrected UTF-8 magic number at the start".to_string()
+            });
+            self.feed(&mut dec, &prefix[..n], eof, output);
+        }
+        while !eof {
+            let n = read_chunk(r, input)?;
+            eof = n == 0;
+            self.feed(&mut dec, &input[..n], eof, output);
+        }
+        if self.any_text && !self.ends_with_newline {
+            let (line, col) = (self.line, self.column);
+            self.report(Rule::NoFinalNewline, line, col, || {
+                "no newline (U+000A) at the end of the file".to_string()
+            });
+        }
+        Ok(())
+    }
+
+    fn feed(&mut self, dec: &mut Decoder, src: &[u8], last: bool, dst: &mut [u8]) {
+        let mut i = 0;
+        loop {
+            let (status, read, written) = dec.convert(&src[i..], dst, last);
+            self.text(&dst[..written]);
+            let consumed = &src[i..i + read];
+            i += read;
+            match status {
+                Status::InputEmpty => {
+                    self.pos.advance(consumed);
+                    return;
+                }
+                Status::OutputFull => self.pos.advance(consumed),
+                Status::Malformed(m) => {
+                    let at = self.pos.locate(consumed, m);
+                    let rule = match m.problem {
+                        Problem::StrayContinuation(_) => Rule::StrayByte,
+                        Problem::Truncated { .. } => Rule::TruncatedSequence,
+                        Problem::Reserved(_) => Rule::ReservedUnit,
+                        _ => Rule::BeyondUnicode,
+                    };
+                    let (line, col) = (self.line, self.column);
+                    self.report(rule, line, col, || {
+                        format!(
+                            "{} (byte offset {})",
+                            at.describe(Direction::Decode),
+                            at.offset
+                        )
+                    });
+                    // The unit itself: one character, never a newline.
+                    self.column += 1;
+                    self.any_text = true;
+                    self.ends_with_newline = false;
+                }
+            }
+        }
+    }
+
+    /// Look at decoded text for the characters the rules name, counting
+    /// lines and columns. The decoder never splits a character between two
+    /// outputs.
+    fn text(&mut self, text: &[u8]) {
+        if text.is_empty() {
+            return;
+        }
+        self.any_text = true;
+        self.ends_with_newline = text[text.len() - 1] == b'\n';
+        let (mut line, mut col) = (self.line, self.column);
+        let mut k = 0;
+        while k < text.len() {
+            let Some(j) = text[k..].iter().position(|&b| b < 0x20 || b == 0xE2) else {
+                break;
+            };
+            col += count_chars(&text[k..k + j]);
+            k += j;
+            let b = text[k];
+            let found = match b {
+                b'\n' => {
+                    line += 1;
+                    col = 1;
+                    k += 1;
+                    continue;
+                }
+                0x00 => Some((
+                    Rule::Nul,
+                    "U+0000 (NUL) outside the magic number".to_string(),
+                )),
+                b'\t' => Some((Rule::Tab, "tab (U+0009)".to_string())),
+                b'\r' => Some((Rule::CarriageReturn, "carriage return (U+000D)".to_string())),
+                0xE2 if text[k + 1..].starts_with(&[0x80, 0xA8]) => {
+                    Some((Rule::LineSeparator, "line separator (U+2028)".to_string()))
+                }
+                0xE2 if text[k + 1..].starts_with(&[0x80, 0xA9]) => Some((
+                    Rule::ParagraphSeparator,
+                    "paragraph separator (U+2029)".to_string(),
+                )),
+                0xE2 => None,
+                _ => Some((Rule::Control, format!("C0 control U+{b:04X}"))),
+            };
+            if let Some((rule, message)) = found {
+                self.report(rule, line, col, || message);
+            }
+            col += 1;
+            k += 1;
+        }
+        col += count_chars(&text[k..]);
+        self.line = line;
+        self.column = col;
+    }
+
+    /// Print the notes for capped rules; return (errors, warnings).
+    fn finish(self) -> (u64, u64) {
+        let (mut errors, mut warnings) = (0, 0);
+        for rule in Rule::ALL {
+            let n = self.counts[rule.index()];
+            match self.opts.level(rule) {
+                Level::Error => errors += n,
+                Level::Warning => warnings += n,
+                Level::Allow => {}
+            }
+            if self.opts.max_per_rule > 0 && n > self.opts.max_per_rule {
+                (self.out)(&format!(
+                    "{}: note: {} more [{}] findings not shown",
+                    self.name,
+                    n - self.opts.max_per_rule,
+                    rule.name()
+                ));
+            }
+        }
+        (errors, warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_names_are_the_clap_names() {
+        use clap::ValueEnum;
+        for rule in Rule::ALL {
+            let pv = rule.to_possible_value().expect("visible");
+            assert_eq!(pv.get_name(), rule.name());
+        }
+        assert_eq!(Rule::value_variants().len(), Rule::ALL.len());
+    }
+
+    #[test]
+    fn deny_warnings_leaves_allowed_rules_alone() {
+        let mut o = CheckOptions::default();
+        o.set(Rule::Tab, Level::Allow);
+        o.deny_warnings();
+        assert_eq!(o.level(Rule::Tab), Level::Allow);
+        assert_eq!(o.level(Rule::CarriageReturn), Level::Error);
+    }
+}

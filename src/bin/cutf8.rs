@@ -1,0 +1,403 @@
+//! `cutf8`, the converter: argument parsing and exit status, nothing else.
+//!
+//! clap's definitions below are the single source for `--help` and for the
+//! man page (`cutf8 --generate-man`, hidden; `scripts/gen-man.sh` writes it
+//! to man/cutf8.1). The work is done by `cutf8fs::convert` (encode, decode)
+//! and `cutf8fs::check`; `main` runs one fallible function and turns its
+//! result into the exit status: 0 success, 1 the input had problems
+//! (conversion errors, check errors), 2 usage errors and I/O trouble.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::builder::TypedValueParser;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use cutf8fs::check::{self, CheckOptions, Level, Rule};
+use cutf8fs::convert::{self, Direction, Fatal, Input, Options, DEFAULT_BUFFER_SIZE};
+
+/// Exit statuses, for --help and the man page.
+const EXIT_STATUS: &[(&str, &str)] = &[
+    ("0", "Everything converted; check found no errors."),
+    (
+        "1",
+        "Some input could not be converted (each such input is named with line, \
+         column and byte offset), or check found errors.",
+    ),
+    (
+        "2",
+        "Usage error, or an input could not be read or the output could not be written.",
+    ),
+];
+
+/// Examples, for --help and the man page: (command, what it does).
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "cutf8 encode notes.txt -o notes.cu8",
+        "Convert UTF-8 to Corrected UTF-8, magic number first.",
+    ),
+    (
+        "cutf8 decode notes.cu8 | less",
+        "Read a Corrected UTF-8 file as UTF-8.",
+    ),
+    (
+        "cutf8 encode --lossless < blob > blob.cu8",
+        "Convert as the mount does: ill-formed bytes pass through unchanged.",
+    ),
+    (
+        "cutf8 check --allow tab --deny-warnings *.cu8",
+        "Lint files, allowing TAB and failing on any other warning.",
+    ),
+];
+
+const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: SPEC.md, section 1.";
+
+const ABOUT: &str = "Convert between UTF-8 and Corrected UTF-8, and check Corrected UTF-8 files";
+
+const LONG_ABOUT: &str = "\
+Convert between standard UTF-8 and Corrected UTF-8, and check Corrected UTF-8 files.
+
+Corrected UTF-8 keeps UTF-8's byte structure but adds an offset to every \
+multi-byte sequence, so that each code point has exactly one encoding: no \
+overlong forms, no C1 controls, no surrogates. A Corrected UTF-8 file begins \
+with the magic number EF B7 9D ED B2 AE 00 0A, which is not part of the text.
+
+Positions in messages: lines and columns count from 1 in the text (after the \
+magic number), columns in characters; byte offsets count from 0 in the input \
+as it is, magic number included. Each input stops at its first error: nothing \
+is dropped or replaced. A closed pipe on standard output ends cutf8 quietly.";
+
+fn after_long_help() -> String {
+    let mut s = String::from("Exit status:\n");
+    for (code, what) in EXIT_STATUS {
+        s.push_str(&format!("  {code}  {what}\n"));
+    }
+    s.push_str("\nExamples:\n");
+    for (cmd, what) in EXAMPLES {
+        s.push_str(&format!("  {cmd}\n      {what}\n"));
+    }
+    s.push_str(&format!("\nSee also: {SEE_ALSO}"));
+    s
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cutf8",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = after_long_help(),
+    arg_required_else_help = true,
+    propagate_version = true
+)]
+struct Cli {
+    /// Print the man page (roff) made from these definitions and exit.
+    #[arg(long, hide = true, exclusive = true)]
+    generate_man: bool,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Convert UTF-8 to Corrected UTF-8 (stdin to stdout without FILE).
+    #[command(long_about = "\
+Convert UTF-8 to Corrected UTF-8, standard input to standard output when no \
+FILE is named (\"-\" is standard input). The output begins with the magic number \
+(once, however many inputs) unless --no-magic is given.
+
+By default an input that has no faithful Corrected UTF-8 form is an error: \
+ill-formed UTF-8 (stray continuation bytes, truncated sequences, FE/FF bytes), \
+overlong forms, encoded surrogates, C1 controls (U+0080-U+009F) and extended \
+forms above U+10FFFF. NUL, CR and TAB convert (judging them is check's job). \
+An input that already begins with the magic number is refused.")]
+    Encode(EncodeArgs),
+
+    /// Convert Corrected UTF-8 to UTF-8 (stdin to stdout without FILE).
+    #[command(long_about = "\
+Convert Corrected UTF-8 to UTF-8, standard input to standard output when no \
+FILE is named (\"-\" is standard input). The magic number is dropped from each \
+input that begins with it.
+
+By default an input that has no faithful UTF-8 form is an error: stray \
+continuation bytes, truncated sequences, reserved units (FE or FF and the \
+continuation bytes after it) and code points above U+10FFFF.")]
+    Decode(DecodeArgs),
+
+    /// Lint Corrected UTF-8 files against the document rules.
+    #[command(long_about = "\
+Lint Corrected UTF-8 files against the document rules, one finding per line \
+on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE], and a \
+summary line on standard error. Exit status 1 when any finding is an error.
+
+Rules (default level): missing-magic (warning), nul (error; U+0000 outside the \
+magic number), no-final-newline (warning), carriage-return (warning; U+000D), \
+tab (warning; U+0009), control (warning; other C0 controls), line-separator \
+(warning; U+2028), paragraph-separator (warning; U+2029), stray-byte (error), \
+truncated-sequence (error), reserved-unit (warning: reserved units are valid \
+Corrected UTF-8 but have no UTF-8 form), beyond-unicode (warning: code points \
+above U+10FFFF, likewise).
+
+When a rule is named by several of --allow, --warn and --error, --error wins \
+over --warn, which wins over --allow; --deny-warnings applies last.")]
+    Check(CheckArgs),
+    // ---- migrate: another engineer adds its variant here, as
+    //      `Migrate(cutf8fs::migrate::MigrateArgs)`, and its arm in `run`. ----
+}
+
+/// Options shared by encode and decode.
+#[derive(Args, Debug)]
+struct ConvertArgs {
+    /// Input files, converted in order into one output ("-" is stdin).
+    #[arg(value_name = "FILE")]
+    files: Vec<PathBuf>,
+
+    /// Write to OUT instead of stdout. OUT is replaced only when every input
+    /// converted, atomically (it may name an input).
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+
+    /// Convert exactly as the cutf8fs mount does (SPEC section 2): ill-formed
+    /// bytes and reserved units pass through unchanged. C1 controls, overlong
+    /// forms and encoded surrogates are still errors when encoding.
+    #[arg(long)]
+    lossless: bool,
+
+    /// Input buffer size in bytes (for tests).
+    #[arg(long, hide = true, default_value_t = DEFAULT_BUFFER_SIZE,
+          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    buffer_size: usize,
+}
+
+#[derive(Args, Debug)]
+struct EncodeArgs {
+    #[command(flatten)]
+    common: ConvertArgs,
+
+    /// Do not write the magic number at the start of the output.
+    #[arg(long)]
+    no_magic: bool,
+}
+
+#[derive(Args, Debug)]
+struct DecodeArgs {
+    #[command(flatten)]
+    common: ConvertArgs,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Files to check ("-" is stdin).
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<PathBuf>,
+
+    /// Report RULE as an error (repeatable, or comma-separated).
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    error: Vec<Rule>,
+
+    /// Report RULE as a warning.
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    warn: Vec<Rule>,
+
+    /// Do not report RULE.
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    allow: Vec<Rule>,
+
+    /// Treat every warning as an error.
+    #[arg(long)]
+    deny_warnings: bool,
+
+    /// Print at most N findings per rule per file (0: no limit); a note
+    /// counts the rest.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    max_per_rule: u64,
+
+    /// Input buffer size in bytes (for tests).
+    #[arg(long, hide = true, default_value_t = DEFAULT_BUFFER_SIZE,
+          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    buffer_size: usize,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(Fatal::BrokenPipe) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cutf8: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Do what `cli` asks; the exit status, or what stopped everything.
+fn run(cli: Cli) -> Result<u8, Fatal> {
+    if cli.generate_man {
+        let mut out = std::io::stdout().lock();
+        return match man_page().and_then(|page| out.write_all(&page)) {
+            Ok(()) => Ok(0),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Fatal::BrokenPipe),
+            Err(e) => Err(Fatal::Output(e.to_string())),
+        };
+    }
+    match cli.command {
+        Some(Command::Encode(a)) => {
+            let mut opts = convert_options(Direction::Encode, &a.common);
+            opts.magic = !a.no_magic;
+            run_convert(&opts, &a.common)
+        }
+        Some(Command::Decode(a)) => {
+            let opts = convert_options(Direction::Decode, &a.common);
+            run_convert(&opts, &a.common)
+        }
+        Some(Command::Check(a)) => Ok(run_check(&a)),
+        // ---- migrate: dispatch goes here. ----
+        None => {
+            // arg_required_else_help makes this unreachable from the shell.
+            let _ = Cli::command().print_help();
+            Ok(2)
+        }
+    }
+}
+
+fn convert_options(direction: Direction, a: &ConvertArgs) -> Options {
+    let mut opts = Options::new(direction);
+    opts.lossless = a.lossless;
+    opts.buffer_size = a.buffer_size;
+    opts
+}
+
+fn run_convert(opts: &Options, a: &ConvertArgs) -> Result<u8, Fatal> {
+    let inputs: Vec<Input> = a.files.iter().map(|f| Input::from_arg(f)).collect();
+    let summary = convert::run(opts, &inputs, a.output.as_deref(), &mut |m| {
+        eprintln!("cutf8: {m}")
+    })?;
+    Ok(if summary.unreadable > 0 {
+        2
+    } else if summary.malformed > 0 {
+        1
+    } else {
+        0
+    })
+}
+
+fn run_check(a: &CheckArgs) -> u8 {
+    let mut opts = CheckOptions::default();
+    for (rules, level) in [
+        (&a.allow, Level::Allow),
+        (&a.warn, Level::Warning),
+        (&a.error, Level::Error),
+    ] {
+        for &rule in rules {
+            opts.set(rule, level);
+        }
+    }
+    if a.deny_warnings {
+        opts.deny_warnings();
+    }
+    opts.max_per_rule = a.max_per_rule;
+    opts.buffer_size = a.buffer_size;
+    let inputs: Vec<Input> = a.files.iter().map(|f| Input::from_arg(f)).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut broken = false;
+    let summary = check::run(
+        &opts,
+        &inputs,
+        &mut |line| {
+            if !broken && writeln!(out, "{line}").is_err() {
+                broken = true;
+            }
+        },
+        &mut |m| eprintln!("cutf8: {m}"),
+    );
+    let _ = out.flush();
+    eprintln!("cutf8: {summary}");
+    if summary.unreadable > 0 {
+        2
+    } else if summary.errors > 0 {
+        1
+    } else {
+        0
+    }
+}
+
+/// The man page: clap_mangen's sections for the top command, one section
+/// per subcommand (synopsis, description, options), then EXIT STATUS,
+/// EXAMPLES and SEE ALSO from the same constants as --help.
+fn man_page() -> std::io::Result<Vec<u8>> {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut w = Vec::new();
+    man.render_title(&mut w)?;
+    man.render_name_section(&mut w)?;
+    man.render_synopsis_section(&mut w)?;
+    man.render_description_section(&mut w)?;
+    man.render_options_section(&mut w)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = sub.get_name().to_uppercase();
+        let sub_man = clap_mangen::Man::new(sub.clone());
+        for (section, render) in [
+            (
+                "SYNOPSIS",
+                clap_mangen::Man::render_synopsis_section as Render,
+            ),
+            ("DESCRIPTION", clap_mangen::Man::render_description_section),
+            ("OPTIONS", clap_mangen::Man::render_options_section),
+        ] {
+            let mut part = Vec::new();
+            render(&sub_man, &mut part)?;
+            // Each of the subcommand's sections becomes a subsection of one
+            // section named after it; clap_mangen's per-call preamble (the
+            // Aq string) is already in the page.
+            if section == "SYNOPSIS" {
+                writeln!(w, ".SH \"CUTF8 {name}\"")?;
+            } else {
+                writeln!(
+                    w,
+                    ".SS {}",
+                    section[..1].to_string() + &section[1..].to_lowercase()
+                )?;
+            }
+            for line in String::from_utf8_lossy(&part).lines() {
+                if !(line.starts_with(".SH ") || line.contains(".ds Aq ")) {
+                    writeln!(w, "{line}")?;
+                }
+            }
+        }
+    }
+    writeln!(w, ".SH \"EXIT STATUS\"")?;
+    for (code, what) in EXIT_STATUS {
+        writeln!(w, ".TP\n{code}\n{}", roff_text(what))?;
+    }
+    writeln!(w, ".SH EXAMPLES")?;
+    for (example, what) in EXAMPLES {
+        writeln!(
+            w,
+            ".TP\n\\fB{}\\fR\n{}",
+            roff_text(example),
+            roff_text(what)
+        )?;
+    }
+    writeln!(w, ".SH \"SEE ALSO\"\n{}", roff_text(SEE_ALSO))?;
+    man.render_version_section(&mut w)?;
+    Ok(w)
+}
+
+type Render = fn(&clap_mangen::Man, &mut dyn Write) -> std::io::Result<()>;
+
+/// Escape text for roff: backslashes and hyphens, and a leading dot or
+/// quote that would start a request.
+fn roff_text(s: &str) -> String {
+    let s = s.replace('\\', "\\e").replace('-', "\\-");
+    if s.starts_with('.') || s.starts_with('\'') {
+        format!("\\&{s}")
+    } else {
+        s
+    }
+}
