@@ -1,0 +1,335 @@
+//! What happened to each path, said three ways: one JSON line per path for
+//! machines (`--report FILE`), one human line per path on request, and the
+//! summary at the end. Knows nothing of how files are converted.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fmt;
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::codec::Problem;
+
+/// Where in a file a problem starts: lines and columns count from 1,
+/// columns in characters, the byte offset from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub line: u64,
+    pub col: u64,
+    pub offset: u64,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{} (byte {})", self.line, self.col, self.offset)
+    }
+}
+
+/// Why a path was left alone. Every variant leaves its file byte for byte
+/// as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// A NUL byte in the first 8000 bytes (git's rule).
+    Binary,
+    /// A NUL byte later on: text W could store, but not a text file.
+    Nul(Position),
+    /// A C1 control (U+0080–U+009F), which Corrected UTF-8 cannot encode.
+    C1Control(u32, Position),
+    /// Not well-formed UTF-8 (overlong forms and surrogates included).
+    InvalidUtf8(Problem, Position),
+    /// Begins with the magic number already (`--to cutf8`).
+    AlreadyCorrected,
+    /// No content: nothing to convert.
+    Empty,
+    /// A fifo, socket or device.
+    Special(&'static str),
+    /// A symbolic link: never followed.
+    Symlink,
+    /// The file or its directory cannot be read or written by this user.
+    PermissionDenied(String),
+    /// No magic number (`--to utf8`).
+    NotCorrected,
+    /// Corrected text with no standard UTF-8 form (`--to utf8`).
+    NotConvertible(Problem, Position),
+    /// Matched an `--exclude` glob.
+    Excluded,
+    /// A directory on another filesystem (`--one-file-system`, the default).
+    OtherFilesystem,
+    /// Another shard's file (`--shard K/N`); never reported per path.
+    OtherShard,
+}
+
+impl Reason {
+    /// A short, stable name for scripts (the report's `code` field and the
+    /// summary's keys).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Reason::Binary => "binary",
+            Reason::Nul(_) => "contains-nul",
+            Reason::C1Control(..) => "c1-control",
+            Reason::InvalidUtf8(..) => "invalid-utf8",
+            Reason::AlreadyCorrected => "already-corrected",
+            Reason::Empty => "empty",
+            Reason::Special(_) => "special-file",
+            Reason::Symlink => "symlink",
+            Reason::PermissionDenied(_) => "permission-denied",
+            Reason::NotCorrected => "not-corrected",
+            Reason::NotConvertible(..) => "not-convertible",
+            Reason::Excluded => "excluded",
+            Reason::OtherFilesystem => "other-filesystem",
+            Reason::OtherShard => "other-shard",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Binary => write!(f, "binary (NUL byte in the first 8000 bytes)"),
+            Reason::Nul(p) => write!(f, "contains NUL at {p}"),
+            Reason::C1Control(cp, p) => write!(f, "C1 control U+{cp:04X} at {p}"),
+            Reason::InvalidUtf8(problem, p) => write!(f, "invalid UTF-8 at {p}: {problem}"),
+            Reason::AlreadyCorrected => write!(f, "already corrected"),
+            Reason::Empty => write!(f, "empty"),
+            Reason::Special(kind) => write!(f, "special file ({kind})"),
+            Reason::Symlink => write!(f, "symbolic link (not followed)"),
+            Reason::PermissionDenied(what) => write!(f, "permission denied ({what})"),
+            Reason::NotCorrected => write!(f, "not corrected (no magic number)"),
+            Reason::NotConvertible(problem, p) => {
+                write!(f, "not convertible to UTF-8 at {p}: {problem}")
+            }
+            Reason::Excluded => write!(f, "excluded"),
+            Reason::OtherFilesystem => write!(f, "on another filesystem"),
+            Reason::OtherShard => write!(f, "another shard's file"),
+        }
+    }
+}
+
+/// What happened to one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Replaced by its verified conversion.
+    Converted { before: u64, after: u64 },
+    /// `--dry-run`: would have been converted to `after` bytes.
+    WouldConvert { before: u64, after: u64 },
+    /// Left alone.
+    Skipped(Reason),
+    /// Something went wrong; the file is as it was.
+    Failed(String),
+    /// A stray temporary file of a killed run, removed.
+    Cleaned,
+    /// A journal of a killed run, rolled back: the file is as it was before
+    /// that run (and is converted again now).
+    RolledBack,
+}
+
+impl Outcome {
+    /// The report's `action` field.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Outcome::Converted { .. } => "converted",
+            Outcome::WouldConvert { .. } => "would-convert",
+            Outcome::Skipped(_) => "skipped",
+            Outcome::Failed(_) => "failed",
+            Outcome::Cleaned => "cleaned",
+            Outcome::RolledBack => "rolled-back",
+        }
+    }
+}
+
+/// `path` as a human reads it: UTF-8 as is; any byte that is not part of
+/// valid UTF-8 as `\xNN` (and then a literal backslash as `\\`, so the
+/// escaping can be undone).
+pub fn display_path(path: &Path) -> String {
+    let bytes = path.as_os_str().as_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => {
+            let mut out = String::new();
+            for chunk in bytes.utf8_chunks() {
+                out.push_str(&chunk.valid().replace('\\', "\\\\"));
+                for b in chunk.invalid() {
+                    out.push_str(&format!("\\x{b:02X}"));
+                }
+            }
+            out
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One line of `--report`.
+#[derive(Serialize)]
+struct Line<'a> {
+    path: String,
+    /// Present only when the path is not UTF-8: its exact bytes in hex.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_hex: Option<String>,
+    action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    col: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+    bytes_before: Option<u64>,
+    bytes_after: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    same_inode_as: Option<&'a str>,
+}
+
+fn position(reason: &Reason) -> Option<Position> {
+    match reason {
+        Reason::Nul(p)
+        | Reason::C1Control(_, p)
+        | Reason::InvalidUtf8(_, p)
+        | Reason::NotConvertible(_, p) => Some(*p),
+        _ => None,
+    }
+}
+
+/// One JSON object (no newline) describing `outcome` for `path`.
+/// `size` is the file's size when the outcome carries none.
+pub fn json_line(
+    path: &Path,
+    outcome: &Outcome,
+    size: Option<u64>,
+    link_of: Option<&str>,
+) -> String {
+    let utf8 = std::str::from_utf8(path.as_os_str().as_bytes()).is_ok();
+    let (before, after) = match *outcome {
+        Outcome::Converted { before, after } | Outcome::WouldConvert { before, after } => {
+            (Some(before), Some(after))
+        }
+        Outcome::Skipped(_) | Outcome::Failed(_) => (size, size),
+        Outcome::Cleaned | Outcome::RolledBack => (size, None),
+    };
+    let (code, reason) = match outcome {
+        Outcome::Skipped(r) => (Some(r.code()), Some(r.to_string())),
+        Outcome::Failed(msg) => (None, Some(msg.clone())),
+        _ => (None, None),
+    };
+    let pos = match outcome {
+        Outcome::Skipped(r) => position(r),
+        _ => None,
+    };
+    let line = Line {
+        path: display_path(path),
+        path_hex: (!utf8).then(|| hex(path.as_os_str().as_bytes())),
+        action: outcome.action(),
+        code,
+        reason,
+        line: pos.map(|p| p.line),
+        col: pos.map(|p| p.col),
+        offset: pos.map(|p| p.offset),
+        bytes_before: before,
+        bytes_after: after,
+        same_inode_as: link_of,
+    };
+    serde_json::to_string(&line).expect("a report line always serializes")
+}
+
+/// Totals for the summary.
+#[derive(Debug, Default, Clone)]
+pub struct Summary {
+    pub converted: u64,
+    pub would_convert: u64,
+    pub failed: u64,
+    pub cleaned: u64,
+    pub rolled_back: u64,
+    /// Skipped paths by [`Reason::code`].
+    pub skipped: BTreeMap<&'static str, u64>,
+    /// Sizes of the converted (or to-be-converted) files, each inode once.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+impl Summary {
+    /// Count one path's outcome. `primary` is false for the further names
+    /// of an inode already counted, whose bytes must not count twice.
+    pub fn add(&mut self, outcome: &Outcome, primary: bool) {
+        match outcome {
+            Outcome::Converted { before, after } | Outcome::WouldConvert { before, after } => {
+                if matches!(outcome, Outcome::Converted { .. }) {
+                    self.converted += 1;
+                } else {
+                    self.would_convert += 1;
+                }
+                if primary {
+                    self.bytes_before += before;
+                    self.bytes_after += after;
+                }
+            }
+            Outcome::Skipped(r) => *self.skipped.entry(r.code()).or_default() += 1,
+            Outcome::Failed(_) => self.failed += 1,
+            Outcome::Cleaned => self.cleaned += 1,
+            Outcome::RolledBack => self.rolled_back += 1,
+        }
+    }
+
+    /// The human summary, several lines.
+    pub fn write(&self, out: &mut impl Write, elapsed: Duration, dry_run: bool) -> io::Result<()> {
+        let skipped: u64 = self.skipped.values().sum();
+        if dry_run {
+            writeln!(
+                out,
+                "dry run: {} files would be converted",
+                self.would_convert
+            )?;
+        } else {
+            writeln!(out, "converted: {} files", self.converted)?;
+        }
+        writeln!(out, "skipped:   {skipped} paths")?;
+        for (code, n) in &self.skipped {
+            writeln!(out, "  {code}: {n}")?;
+        }
+        writeln!(out, "failed:    {} files", self.failed)?;
+        if self.cleaned > 0 || self.rolled_back > 0 {
+            writeln!(
+                out,
+                "recovered from an earlier run: {} temporary files removed, {} journals rolled back",
+                self.cleaned, self.rolled_back
+            )?;
+        }
+        writeln!(
+            out,
+            "bytes:     {} before, {} after",
+            self.bytes_before, self.bytes_after
+        )?;
+        writeln!(out, "time:      {:.3} s", elapsed.as_secs_f64())
+    }
+}
+
+/// Whether `name` is one of migrate's own working files.
+pub fn is_own_name(name: &OsStr) -> bool {
+    let b = name.as_bytes();
+    b.starts_with(super::TMP_PREFIX.as_bytes()) || b.starts_with(super::JOURNAL_PREFIX.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn non_utf8_paths_are_escaped_reversibly() {
+        let p = Path::new(OsStr::from_bytes(b"a\\b\xFFc"));
+        assert_eq!(display_path(p), "a\\\\b\\xFFc");
+        assert_eq!(display_path(Path::new("a\\b")), "a\\b");
+        let line = json_line(p, &Outcome::Skipped(Reason::Empty), Some(0), None);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["path_hex"], "615c62ff63");
+        assert_eq!(v["code"], "empty");
+    }
+}

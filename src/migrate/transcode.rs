@@ -1,0 +1,451 @@
+//! Classify and convert one byte stream, in constant memory: the strict
+//! codec plus the few rules of SPEC §4 that are migrate's own (magic number,
+//! NUL, binary). Works on a region of an open file through positioned
+//! reads, writes into any [`Sink`]; knows nothing of paths, temp files or
+//! journals.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use crate::codec::{has_magic, Decoder, Encoder, Malformed, Problem, Status, MAGIC};
+
+use super::report::{Position, Reason};
+
+/// Which way a run converts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Standard UTF-8 → Corrected UTF-8 with the magic number (W).
+    ToCutf8,
+    /// Corrected UTF-8 → standard UTF-8, magic number dropped (V).
+    ToUtf8,
+}
+
+/// Bytes read (and converted) per step.
+pub const CHUNK: usize = 256 * 1024;
+/// A NUL byte in this many leading bytes makes a file binary (git's rule).
+pub const BINARY_WINDOW: usize = 8000;
+
+/// Per-worker buffers, reused across files.
+pub struct Buffers {
+    inp: Vec<u8>,
+    out: Vec<u8>,
+    cmp: Vec<u8>,
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers {
+            inp: vec![0; CHUNK],
+            out: vec![0; crate::codec::max_view_len(CHUNK)],
+            cmp: vec![0; crate::codec::max_view_len(CHUNK)],
+        }
+    }
+}
+
+/// Why a conversion stopped early.
+#[derive(Debug)]
+pub enum Stop {
+    /// The content is not for this direction; nothing was changed.
+    Skip(Reason),
+    Io(io::Error),
+}
+
+impl From<io::Error> for Stop {
+    fn from(e: io::Error) -> Self {
+        Stop::Io(e)
+    }
+}
+
+/// Where converted bytes go.
+pub trait Sink {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()>;
+}
+
+/// Counts bytes, keeps none (classification and `--dry-run`).
+pub struct Count(pub u64);
+
+impl Sink for Count {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0 += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// Writes at increasing offsets of a file, from `pos`.
+pub struct At<'a> {
+    pub file: &'a File,
+    pub pos: u64,
+}
+
+impl Sink for At<'_> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(bytes, self.pos)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// A region of a file: from `start` up to `end` (or its end of file).
+#[derive(Clone, Copy)]
+pub struct Region<'a> {
+    pub file: &'a File,
+    pub start: u64,
+    pub end: Option<u64>,
+}
+
+impl<'a> Region<'a> {
+    pub fn whole(file: &'a File) -> Self {
+        Region {
+            file,
+            start: 0,
+            end: None,
+        }
+    }
+
+    /// Fill `buf` from region offset `at` as far as it goes; fewer bytes
+    /// only at the region's end.
+    fn read(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let want = match self.end {
+            Some(end) => buf.len().min(end.saturating_sub(self.start + at) as usize),
+            None => buf.len(),
+        };
+        let mut got = 0;
+        while got < want {
+            match self
+                .file
+                .read_at(&mut buf[got..want], self.start + at + got as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+}
+
+/// Line and column of region offset `offset`: re-reads the region up to
+/// there (only on this rare path, so the main loop keeps no line state).
+/// Lines count from `text_start` (after the magic number, for `--to
+/// utf8`, since the magic number is not part of the text); the offset stays
+/// the file's.
+fn position(src: Region, text_start: u64, offset: u64) -> io::Result<Position> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut line, mut col) = (1u64, 1u64);
+    let mut at = text_start;
+    while at < offset {
+        let want = buf.len().min((offset - at) as usize);
+        let n = src.read(at, &mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                line += 1;
+                col = 1;
+            } else if b & 0xC0 != 0x80 {
+                col += 1;
+            }
+        }
+        at += n as u64;
+    }
+    Ok(Position { line, col, offset })
+}
+
+fn reason(dir: Direction, problem: Problem, pos: Position) -> Reason {
+    match (dir, problem) {
+        (Direction::ToCutf8, Problem::C1Control(cp)) => Reason::C1Control(cp, pos),
+        (Direction::ToCutf8, p) => Reason::InvalidUtf8(p, pos),
+        (Direction::ToUtf8, p) => Reason::NotConvertible(p, pos),
+    }
+}
+
+/// The checks that need only the first chunk: empty, magic number, binary.
+/// Cheap, so that files to skip never get a temporary file.
+pub fn precheck(dir: Direction, src: Region, bufs: &mut Buffers) -> Result<(), Stop> {
+    let n = src.read(0, &mut bufs.inp[..])?;
+    let head = &bufs.inp[..n];
+    if n == 0 {
+        return Err(Stop::Skip(Reason::Empty));
+    }
+    match dir {
+        Direction::ToCutf8 if has_magic(head) => Err(Stop::Skip(Reason::AlreadyCorrected)),
+        Direction::ToCutf8 if memchr::memchr(0, &head[..n.min(BINARY_WINDOW)]).is_some() => {
+            Err(Stop::Skip(Reason::Binary))
+        }
+        Direction::ToUtf8 if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
+        _ => Ok(()),
+    }
+}
+
+enum Codec {
+    W(Encoder),
+    V(Decoder),
+}
+
+impl Codec {
+    fn strict(to_disk: bool) -> Self {
+        if to_disk {
+            Codec::W(Encoder::strict())
+        } else {
+            Codec::V(Decoder::strict())
+        }
+    }
+
+    fn convert(&mut self, src: &[u8], dst: &mut [u8], last: bool) -> (Status, usize, usize) {
+        match self {
+            Codec::W(e) => e.convert(src, dst, last),
+            Codec::V(d) => d.convert(src, dst, last),
+        }
+    }
+}
+
+/// Push `input` (which ends at region offset `end`) through `codec` into
+/// `sink`. `Err(m)` when a unit is malformed: the bad unit ends at region
+/// offset `end - input.len() + consumed`, which is returned alongside.
+fn pump(
+    codec: &mut Codec,
+    input: &[u8],
+    last: bool,
+    out: &mut [u8],
+    sink: &mut dyn Sink,
+) -> io::Result<Result<(), (Malformed, usize)>> {
+    let mut i = 0;
+    loop {
+        let (status, r, w) = codec.convert(&input[i..], out, last);
+        sink.put(&out[..w])?;
+        i += r;
+        match status {
+            Status::InputEmpty => return Ok(Ok(())),
+            Status::OutputFull => {}
+            Status::Malformed(m) => return Ok(Err((m, i))),
+        }
+    }
+}
+
+/// Convert the region into `sink` (magic number handled), failing on the
+/// first unit with no faithful form in the target. Returns the number of
+/// bytes written. Call [`precheck`] first.
+pub fn convert(
+    dir: Direction,
+    src: Region,
+    sink: &mut dyn Sink,
+    bufs: &mut Buffers,
+) -> Result<u64, Stop> {
+    let Buffers { inp, out, .. } = bufs;
+    let mut written = Count(0);
+    let mut both = Tee(sink, &mut written);
+    let (mut codec, mut at) = match dir {
+        Direction::ToCutf8 => {
+            both.put(&MAGIC)?;
+            (Codec::strict(true), 0u64)
+        }
+        Direction::ToUtf8 => (Codec::strict(false), MAGIC.len() as u64),
+    };
+    let text_start = at;
+    loop {
+        let n = src.read(at, inp)?;
+        let last = n < inp.len();
+        let chunk = &inp[..n];
+        // U+0000 is text to the codec but makes the file not a text file.
+        let nul = match dir {
+            Direction::ToCutf8 => memchr::memchr(0, chunk),
+            Direction::ToUtf8 => None,
+        };
+        let feed = nul.map_or(chunk, |z| &chunk[..=z]);
+        let last_feed = last && nul.is_none();
+        if let Err((m, used)) = pump(&mut codec, feed, last_feed, out, &mut both)? {
+            let end = at + used as u64;
+            let pos = position(src, text_start, end - m.len as u64)?;
+            return Err(Stop::Skip(reason(dir, m.problem, pos)));
+        }
+        if let Some(z) = nul {
+            let pos = position(src, text_start, at + z as u64)?;
+            return Err(Stop::Skip(Reason::Nul(pos)));
+        }
+        at += n as u64;
+        if last {
+            return Ok(written.0);
+        }
+    }
+}
+
+struct Tee<'a>(&'a mut dyn Sink, &'a mut Count);
+
+impl Sink for Tee<'_> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.put(bytes)?;
+        self.1.put(bytes)
+    }
+}
+
+/// Check that `converted` converts back, strictly, to exactly `original`:
+/// the proof a file may be replaced. Errors say what differs.
+pub fn verify(
+    dir: Direction,
+    original: Region,
+    converted: Region,
+    bufs: &mut Buffers,
+) -> Result<(), String> {
+    let io_err = |e: io::Error| format!("verification: cannot read back: {e}");
+    let Buffers { inp, out, cmp } = bufs;
+    // Going back: the inverse codec, from the converted side's text start,
+    // compared with the original side's text.
+    let (mut codec, mut conv_at, mut orig_at) = match dir {
+        Direction::ToCutf8 => {
+            let mut head = [0u8; 8];
+            let n = converted.read(0, &mut head).map_err(io_err)?;
+            if n < 8 || !has_magic(&head) {
+                return Err("verification: converted file lacks the magic number".into());
+            }
+            (Codec::strict(false), MAGIC.len() as u64, 0u64)
+        }
+        Direction::ToUtf8 => (Codec::strict(true), 0, MAGIC.len() as u64),
+    };
+    loop {
+        let n = converted.read(conv_at, inp).map_err(io_err)?;
+        let last = n < inp.len();
+        let mut i = 0;
+        loop {
+            let (status, r, w) = codec.convert(&inp[i..n], out, last);
+            i += r;
+            let got = original.read(orig_at, &mut cmp[..w]).map_err(io_err)?;
+            if got != w || out[..w] != cmp[..w] {
+                return Err(format!(
+                    "verification: converting back differs from the original near byte {orig_at}"
+                ));
+            }
+            orig_at += w as u64;
+            match status {
+                Status::InputEmpty => break,
+                Status::OutputFull => {}
+                Status::Malformed(m) => {
+                    return Err(format!(
+                        "verification: converted file does not convert back: {}",
+                        m.problem
+                    ))
+                }
+            }
+        }
+        conv_at += n as u64;
+        if last {
+            break;
+        }
+    }
+    let mut probe = [0u8; 1];
+    if original.read(orig_at, &mut probe).map_err(io_err)? != 0 {
+        return Err(format!(
+            "verification: converting back gives only the first {orig_at} bytes of the original"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(bytes: &[u8]) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    fn to_cutf8(bytes: &[u8]) -> Result<Vec<u8>, Reason> {
+        let f = file(bytes);
+        let mut bufs = Buffers::default();
+        let src = Region::whole(&f);
+        let skip = |s: Stop| match s {
+            Stop::Skip(r) => r,
+            Stop::Io(e) => panic!("{e}"),
+        };
+        precheck(Direction::ToCutf8, src, &mut bufs).map_err(skip)?;
+        let out = tempfile::tempfile().unwrap();
+        let n = convert(
+            Direction::ToCutf8,
+            src,
+            &mut At { file: &out, pos: 0 },
+            &mut bufs,
+        )
+        .map_err(skip)?;
+        let mut v = vec![0; n as usize];
+        out.read_exact_at(&mut v, 0).unwrap();
+        verify(Direction::ToCutf8, src, Region::whole(&out), &mut bufs).unwrap();
+        Ok(v)
+    }
+
+    #[test]
+    fn converts_with_magic_and_reports_positions() {
+        let v = to_cutf8("aÏ\n".as_bytes()).unwrap();
+        assert_eq!(&v[..8], &MAGIC);
+        assert_eq!(&v[8..], &[b'a', 0xC0, 0xAF, b'\n']);
+        assert_eq!(to_cutf8(b""), Err(Reason::Empty));
+        assert_eq!(to_cutf8(b"ab\0c"), Err(Reason::Binary));
+        let p = |line, col, offset| Position { line, col, offset };
+        match to_cutf8("x\nyé\u{85}".as_bytes()) {
+            Err(Reason::C1Control(0x85, pos)) => assert_eq!(pos, p(2, 3, 5)),
+            other => panic!("{other:?}"),
+        }
+        match to_cutf8(b"ab\ncd\xC0\xAF") {
+            Err(Reason::InvalidUtf8(_, pos)) => assert_eq!(pos, p(2, 3, 5)),
+            other => panic!("{other:?}"),
+        }
+        let mut late_nul = vec![b'a'; BINARY_WINDOW + 3];
+        late_nul[BINARY_WINDOW + 1] = 0;
+        match to_cutf8(&late_nul) {
+            Err(Reason::Nul(pos)) => {
+                assert_eq!(
+                    pos,
+                    p(1, BINARY_WINDOW as u64 + 2, BINARY_WINDOW as u64 + 1)
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn units_cut_by_chunk_edges_convert() {
+        // Three-byte characters straddle every chunk edge.
+        let text: String = "€".repeat(CHUNK);
+        let v = to_cutf8(text.as_bytes()).unwrap();
+        assert_eq!(
+            crate::codec::decode_to_vec(&v[8..], true).unwrap(),
+            text.as_bytes()
+        );
+        // A truncated sequence at the very end is found at its offset.
+        let mut bad = text.into_bytes();
+        bad.pop();
+        let len = bad.len() as u64;
+        match to_cutf8(&bad) {
+            Err(Reason::InvalidUtf8(_, pos)) => assert_eq!(pos.offset, len - 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn verify_catches_a_difference() {
+        let orig = file("héllo\n".as_bytes());
+        let mut wrong = MAGIC.to_vec();
+        wrong.extend_from_slice(&crate::codec::encode_to_vec("hallo\n".as_bytes(), true).unwrap());
+        let conv = file(&wrong);
+        let mut bufs = Buffers::default();
+        let r = verify(
+            Direction::ToCutf8,
+            Region::whole(&orig),
+            Region::whole(&conv),
+            &mut bufs,
+        );
+        assert!(r.is_err());
+        let short = file(&wrong[..10]);
+        assert!(verify(
+            Direction::ToCutf8,
+            Region::whole(&orig),
+            Region::whole(&short),
+            &mut bufs
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,390 @@
+//! Find the files a run (or its shard) converts.
+//!
+//! Walks each named path without following symlinks, without leaving it
+//! and, unless asked, without crossing into another filesystem. Skips
+//! decided from the directory entry alone (symlinks, special files,
+//! `--exclude`, other filesystems, unreadable directories) are reported
+//! right here; regular files are returned, each inode once with all its
+//! names. Before a directory's files are looked at, what a killed run left
+//! in it is dealt with: journals rolled back, temporary files removed.
+//!
+//! Sharding: every path has a key, a hash of its path relative to the
+//! named root (or, for a multiply linked file, of its inode number, so that
+//! all its names land in one shard); shard K of N takes the keys with
+//! `key % N == K - 1`. The key depends on nothing but the tree, so it is
+//! the same on every machine.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::Metadata;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use globset::GlobSet;
+
+use super::file::key_of;
+use super::journal::{self, Recovered};
+use super::report::{Outcome, Reason};
+use super::sys;
+
+/// `--shard K/N`, 1 ≤ K ≤ N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub k: u64,
+    pub n: u64,
+}
+
+impl Shard {
+    pub const ALL: Shard = Shard { k: 1, n: 1 };
+
+    pub fn owns(&self, key: u64) -> bool {
+        key % self.n == self.k - 1
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (k, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("expected K/N, e.g. 3/8, got {s:?}"))?;
+        let k: u64 = k.trim().parse().map_err(|_| format!("bad K in {s:?}"))?;
+        let n: u64 = n.trim().parse().map_err(|_| format!("bad N in {s:?}"))?;
+        if n == 0 || k == 0 || k > n {
+            return Err(format!("need 1 <= K <= N, got {k}/{n}"));
+        }
+        Ok(Shard { k, n })
+    }
+}
+
+/// 64-bit finalizer (splitmix64): spreads FNV's output over all bits.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The shard key of a path relative to its named root.
+pub fn path_key(rel: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in rel {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(h)
+}
+
+/// The shard key of a multiply linked file.
+pub fn inode_key(ino: u64) -> u64 {
+    mix(ino ^ 0x6c69_6e6b_6564_2121)
+}
+
+/// A regular file to convert.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The path as the user would write it (named root joined with the
+    /// names below it).
+    pub path: PathBuf,
+    /// Its directory, and that directory's (dev, ino) at walk time.
+    pub dir: PathBuf,
+    pub dir_id: (u64, u64),
+    pub name: OsString,
+    pub size: u64,
+    pub key: u64,
+    /// Further names of the same inode (hard links) found in the walk.
+    pub links: Vec<PathBuf>,
+}
+
+/// How to walk.
+pub struct WalkOptions<'a> {
+    pub exclude: &'a GlobSet,
+    pub shard: Shard,
+    pub one_file_system: bool,
+    /// Leave what a killed run left behind alone (`--dry-run`).
+    pub dry_run: bool,
+}
+
+/// Reports per-path outcomes decided during the walk: (path, outcome, size).
+pub type Emit<'e> = dyn FnMut(&Path, Outcome, Option<u64>) + 'e;
+
+/// The walk's state across named roots.
+pub struct Walker<'a, 'e> {
+    opts: WalkOptions<'a>,
+    emit: &'e mut Emit<'e>,
+    pub files: Vec<Entry>,
+    /// (dev, ino) of multiply linked files → index in `files`.
+    inodes: HashMap<(u64, u64), usize>,
+}
+
+fn join_rel(rel: &[u8], name: &OsStr) -> Vec<u8> {
+    let mut r = rel.to_vec();
+    if !r.is_empty() {
+        r.push(b'/');
+    }
+    r.extend_from_slice(name.as_bytes());
+    r
+}
+
+fn is_denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+}
+
+impl<'a, 'e> Walker<'a, 'e> {
+    pub fn new(opts: WalkOptions<'a>, emit: &'e mut Emit<'e>) -> Self {
+        Walker {
+            opts,
+            emit,
+            files: Vec::new(),
+            inodes: HashMap::new(),
+        }
+    }
+
+    fn excluded(&self, rel: &[u8], name: &OsStr) -> bool {
+        !self.opts.exclude.is_empty()
+            && (self
+                .opts
+                .exclude
+                .is_match(Path::new(OsStr::from_bytes(rel)))
+                || self.opts.exclude.is_match(Path::new(name)))
+    }
+
+    /// Report `outcome` for a path with key `rel`, if this shard owns it.
+    fn report(&mut self, path: &Path, rel: &[u8], outcome: Outcome, size: Option<u64>) {
+        if self.opts.shard.owns(path_key(rel)) {
+            (self.emit)(path, outcome, size);
+        }
+    }
+
+    /// Walk one named path.
+    pub fn root(&mut self, root: &Path) {
+        let md = match std::fs::symlink_metadata(root) {
+            Ok(md) => md,
+            Err(e) if is_denied(&e) => {
+                let r = Reason::PermissionDenied("cannot stat".into());
+                (self.emit)(root, Outcome::Skipped(r), None);
+                return;
+            }
+            Err(e) => {
+                (self.emit)(root, Outcome::Failed(e.to_string()), None);
+                return;
+            }
+        };
+        if md.is_dir() {
+            self.dir(root.to_path_buf(), Vec::new(), md.dev());
+            return;
+        }
+        // A named file: its key is its name, its directory its parent.
+        let name = match root.file_name() {
+            Some(n) => n.to_owned(),
+            None => {
+                (self.emit)(root, Outcome::Failed("not a file name".into()), None);
+                return;
+            }
+        };
+        let parent = match root.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let dir_id = match std::fs::metadata(&parent) {
+            Ok(d) => (d.dev(), d.ino()),
+            Err(e) => {
+                (self.emit)(root, Outcome::Failed(format!("its directory: {e}")), None);
+                return;
+            }
+        };
+        let rel = name.as_bytes().to_vec();
+        self.entry(root.to_path_buf(), &parent, dir_id, name, rel, md);
+    }
+
+    /// A non-directory entry.
+    fn entry(
+        &mut self,
+        path: PathBuf,
+        dir: &Path,
+        dir_id: (u64, u64),
+        name: OsString,
+        rel: Vec<u8>,
+        md: Metadata,
+    ) {
+        let t = md.file_type();
+        let kind = if t.is_symlink() {
+            Some(Reason::Symlink)
+        } else if t.is_fifo() {
+            Some(Reason::Special("fifo"))
+        } else if t.is_socket() {
+            Some(Reason::Special("socket"))
+        } else if t.is_block_device() {
+            Some(Reason::Special("block device"))
+        } else if t.is_char_device() {
+            Some(Reason::Special("character device"))
+        } else {
+            None
+        };
+        if let Some(reason) = kind {
+            self.report(&path, &rel, Outcome::Skipped(reason), None);
+            return;
+        }
+        let multiply = md.nlink() > 1;
+        let key = if multiply {
+            inode_key(md.ino())
+        } else {
+            path_key(&rel)
+        };
+        if !self.opts.shard.owns(key) {
+            return;
+        }
+        if multiply {
+            if let Some(&i) = self.inodes.get(&(md.dev(), md.ino())) {
+                self.files[i].links.push(path);
+                return;
+            }
+            self.inodes.insert((md.dev(), md.ino()), self.files.len());
+        }
+        self.files.push(Entry {
+            path,
+            dir: dir.to_path_buf(),
+            dir_id,
+            name,
+            size: md.len(),
+            key,
+            links: Vec::new(),
+        });
+    }
+
+    /// Walk a directory tree, depth first, without recursion.
+    fn dir(&mut self, top: PathBuf, top_rel: Vec<u8>, dev: u64) {
+        let mut stack = vec![(top, top_rel)];
+        while let Some((path, rel)) = stack.pop() {
+            let dir_md = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.report(&path, &rel, Outcome::Failed(e.to_string()), None);
+                    continue;
+                }
+            };
+            let dir_id = (dir_md.dev(), dir_md.ino());
+            let mut names: Vec<OsString> = match std::fs::read_dir(&path) {
+                Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
+                Err(e) if is_denied(&e) => {
+                    let r = Reason::PermissionDenied("cannot list the directory".into());
+                    self.report(&path, &rel, Outcome::Skipped(r), None);
+                    continue;
+                }
+                Err(e) => {
+                    let msg = format!("cannot list the directory: {e}");
+                    self.report(&path, &rel, Outcome::Failed(msg), None);
+                    continue;
+                }
+            };
+            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            names.retain(|n| !self.leftover(&path, &rel, n));
+            let mut subdirs = Vec::new();
+            for name in names {
+                let child = path.join(&name);
+                let crel = join_rel(&rel, &name);
+                if self.excluded(&crel, &name) {
+                    self.report(&child, &crel, Outcome::Skipped(Reason::Excluded), None);
+                    continue;
+                }
+                let md = match std::fs::symlink_metadata(&child) {
+                    Ok(m) => m,
+                    Err(e) if is_denied(&e) => {
+                        let r = Reason::PermissionDenied("cannot stat".into());
+                        self.report(&child, &crel, Outcome::Skipped(r), None);
+                        continue;
+                    }
+                    // Gone since listed.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        self.report(&child, &crel, Outcome::Failed(e.to_string()), None);
+                        continue;
+                    }
+                };
+                if md.is_dir() {
+                    if self.opts.one_file_system && md.dev() != dev {
+                        let r = Outcome::Skipped(Reason::OtherFilesystem);
+                        self.report(&child, &crel, r, None);
+                    } else {
+                        subdirs.push((child, crel));
+                    }
+                } else {
+                    self.entry(child, &path, dir_id, name, crel, md);
+                }
+            }
+            // Pop in name order.
+            stack.extend(subdirs.into_iter().rev());
+        }
+    }
+
+    /// Whether `name` in `dir` is a killed run's journal or temporary file;
+    /// if this shard owns it and this is no dry run, deal with it.
+    fn leftover(&mut self, dir: &Path, rel: &[u8], name: &OsStr) -> bool {
+        let (jkey, tkey) = (
+            key_of(name, super::JOURNAL_PREFIX),
+            key_of(name, super::TMP_PREFIX),
+        );
+        let key = match jkey.or(tkey) {
+            Some(k) => k,
+            None => return false,
+        };
+        if self.opts.dry_run || !self.opts.shard.owns(key) {
+            return true;
+        }
+        let path = dir.join(name);
+        let dirf = match sys::open_dir(dir) {
+            Ok(d) => d,
+            Err(e) => {
+                let msg = format!("cannot open its directory to clean up: {e}");
+                (self.emit)(&path, Outcome::Failed(msg), None);
+                return true;
+            }
+        };
+        let _ = rel;
+        if jkey.is_some() {
+            match journal::recover(&dirf, name) {
+                Ok(Recovered::Incomplete) => (self.emit)(&path, Outcome::Cleaned, None),
+                Ok(Recovered::RolledBack(target)) => {
+                    (self.emit)(&dir.join(target), Outcome::RolledBack, None)
+                }
+                Err(e) => (self.emit)(&path, Outcome::Failed(e.to_string()), None),
+            }
+        } else {
+            match sys::unlink_at(&dirf, name) {
+                Ok(()) => (self.emit)(&path, Outcome::Cleaned, None),
+                Err(e) => (self.emit)(&path, Outcome::Failed(format!("cannot remove: {e}")), None),
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_the_keys() {
+        let keys: Vec<u64> = (0..1000)
+            .map(|i| path_key(format!("d/{i}").as_bytes()))
+            .collect();
+        for n in 1..6 {
+            let mut total = 0;
+            for k in 1..=n {
+                let s = Shard { k, n };
+                total += keys.iter().filter(|&&key| s.owns(key)).count();
+            }
+            assert_eq!(total, keys.len());
+        }
+        // Stable across machines and versions: the hash is part of the
+        // interface (shards of one archive may run different builds).
+        assert_eq!(path_key(b""), mix(0xcbf2_9ce4_8422_2325));
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { k: 2, n: 3 }));
+        assert!("0/3".parse::<Shard>().is_err());
+        assert!("4/3".parse::<Shard>().is_err());
+        assert!("3".parse::<Shard>().is_err());
+    }
+}
