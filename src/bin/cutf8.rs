@@ -144,6 +144,8 @@ over --warn, which wins over --allow; --deny-warnings applies last.")]
     Check(CheckArgs),
     // ---- migrate: another engineer adds its variant here, as
     //      `Migrate(cutf8fs::migrate::MigrateArgs)`, and its arm in `run`. ----
+    /// Convert text files in place to Corrected UTF-8, or back with --to utf8.
+    Migrate(cutf8fs::migrate::MigrateArgs),
 }
 
 /// Options shared by encode and decode.
@@ -256,6 +258,7 @@ fn run(cli: Cli) -> Result<u8, Fatal> {
         }
         Some(Command::Check(a)) => Ok(run_check(&a)),
         // ---- migrate: dispatch goes here. ----
+        Some(Command::Migrate(a)) => Ok(cutf8fs::migrate::run_cli(&a) as u8),
         None => {
             // arg_required_else_help makes this unreachable from the shell.
             let _ = Cli::command().print_help();
