@@ -205,7 +205,7 @@ impl Decoder {
                     break;
                 }
                 // Hot cases first: complete 2- and 3-byte sequences.
-                if b < 0xE0 && b >= 0xC0 {
+                if (0xC0..0xE0).contains(&b) {
                     if let Some(&[_, c1]) = src.get(i..i + 2) {
                         if is_cont(c1) {
                             let cp = ((b as u32 & 0x1F) << 6 | (c1 as u32 & 0x3F)) + 160;

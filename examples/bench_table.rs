@@ -1,0 +1,27 @@
+//! The codec benchmark as one table (run by `scripts/bench-codec.sh`):
+//! decode, encode and the length passes on four corpora of at least 64 MiB,
+//! beside memcpy, `std::str::from_utf8`, simdutf8 and encoding_rs's
+//! UTF-8 → UTF-16 on the same buffers in the same run. Medians of repeated
+//! runs, timed with `std::time::Instant`; it reports and never asserts a
+//! speed.
+//!
+//! `cargo run --release --example bench_table -- [MIB] [REPEATS]`
+//! (defaults: 64 MiB, 9 repeats).
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
+    let repeats: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
+    let cs = support::corpora(mib << 20);
+    let mut buf = support::Buffers::for_corpora(&cs);
+    print!("{}", support::describe(&cs));
+    println!(
+        "codec SIMD path: {}; median of {repeats} runs; GB/s = 1e9 input bytes/s\n",
+        support::simd_path()
+    );
+    let medians = support::measure(&cs, &mut buf, repeats);
+    print!("{}", support::table(&cs, &medians));
+}

@@ -1,0 +1,11 @@
+#!/bin/sh
+# Codec throughput table: corpus × operation, GB/s (median of repeats) and the
+# ratio to memcpy, std::str::from_utf8, simdutf8 and encoding_rs UTF-8→UTF-16,
+# all measured on the same buffers in the same run. Reports, never asserts.
+#
+#   scripts/bench-codec.sh [MIB] [REPEATS]     (defaults: 64 MiB, 9 repeats)
+#
+# `cargo bench --bench codec` gives the same operations through criterion.
+set -eu
+cd "$(dirname "$0")/.."
+exec cargo run --quiet --release --example bench_table -- "$@"
