@@ -1,0 +1,605 @@
+//! Real-mount tests of `cutf8fs` (issue 3): the mirror and the read path.
+//!
+//! Each test mounts a fresh temporary BACKING with the built daemon (see
+//! `support_mount::Mount`), checks what the mount shows against what the
+//! codec says it must show (computed without the mount), and unmounts. They
+//! need root and FUSE; without FUSE they fail.
+
+mod support_mount;
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use support_mount::*;
+
+fn write(path: &Path, bytes: &[u8]) {
+    fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+#[test]
+fn views_of_every_kind_of_corrected_file_equal_v() {
+    let mut disk = every_kind();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("every-kind.txt", corrected(&disk)),
+        ("random.txt", corrected(&random_disk(200_000, 7))),
+        ("empty", vec![]),
+        ("magic-only", corrected(b"")),
+        ("near-magic-7", cutf8fs::codec::MAGIC[..7].to_vec()),
+        ("near-magic-8", {
+            let mut m = cutf8fs::codec::MAGIC.to_vec();
+            m[7] = b'X';
+            m
+        }),
+        ("magic-then-one", corrected(b"x")),
+        ("ends-truncated", corrected(&[b'a', 0xF7, 0xBF])),
+        (
+            "raw-utf8.txt",
+            "plain UTF-8, not corrected: é ࠀ 😀\n".as_bytes().to_vec(),
+        ),
+    ];
+    disk.truncate(0);
+    let m = Mount::new(&[], |b| {
+        for (name, bytes) in &cases {
+            write(&b.join(name), bytes);
+        }
+    });
+    for (name, bytes) in &cases {
+        let want = expected_view(bytes);
+        let got = fs::read(m.m(name)).unwrap();
+        assert!(
+            got == want,
+            "{name}: view differs from V ({} vs {} bytes)",
+            got.len(),
+            want.len()
+        );
+        let meta = fs::metadata(m.m(name)).unwrap();
+        assert_eq!(
+            meta.len(),
+            want.len() as u64,
+            "{name}: st_size is not the view length"
+        );
+        // Read in odd chunk sizes too (offsets inside characters).
+        for chunk in [1usize, 7, 4093] {
+            let mut f = fs::File::open(m.m(name)).unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; chunk];
+            loop {
+                let n = f.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == want, "{name}: chunked ({chunk}) read differs");
+        }
+    }
+    // The backing files are untouched.
+    for (name, bytes) in &cases {
+        assert!(
+            fs::read(m.b(name)).unwrap() == *bytes,
+            "{name}: backing changed"
+        );
+    }
+}
+
+#[test]
+fn thousands_of_random_preads_equal_slices_of_v() {
+    let file = corrected(&random_disk(3 << 20, 42));
+    let want = expected_view(&file);
+    assert!(want.len() > file.len(), "test text must change length");
+    // A tiny index cache forces eviction and rebuilds along the way.
+    let m = Mount::new(&["index_cache=64k", "attr_timeout=0"], |b| {
+        write(&b.join("big.txt"), &file);
+        write(&b.join("other.txt"), &corrected(&random_disk(300_000, 9)));
+    });
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..4 {
+        // Close and reopen (the index comes from the cache or a rebuild).
+        let f = fs::File::open(m.m("big.txt")).unwrap();
+        let _ = fs::read(m.m("other.txt")).unwrap();
+        for _ in 0..1500 {
+            let off = rnd(want.len() as u64 + 100);
+            let span = if rnd(4) == 0 { 300_000 } else { 9000 };
+            let len = 1 + rnd(span) as usize;
+            let mut buf = vec![0u8; len];
+            let mut got = 0;
+            while got < len {
+                let n = f.read_at(&mut buf[got..], off + got as u64).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            let s = (off as usize).min(want.len());
+            let e = (s + len).min(want.len());
+            assert!(
+                buf[..got] == want[s..e],
+                "round {round}: pread({off}, {len}) differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn mmap_reads_the_view() {
+    let file = corrected(&random_disk(500_000, 3));
+    let want = expected_view(&file);
+    let m = Mount::new(&[], |b| write(&b.join("t.txt"), &file));
+    let f = fs::File::open(m.m("t.txt")).unwrap();
+    // SAFETY: the file is not modified while mapped.
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    assert_eq!(map.len(), want.len());
+    assert!(map[..] == want[..], "mmap differs from V");
+}
+
+#[test]
+fn grep_find_and_stat_over_the_mount() {
+    let mut expect_hits = 0;
+    let mut files = Vec::new();
+    for i in 0..300u64 {
+        let mut disk = random_disk(2000 + (i as usize * 37) % 5000, i + 1);
+        if i % 3 == 0 {
+            // U+0800: C0 A0 on disk in a corrected file, E0 A0 80 in a raw one.
+            if i % 2 == 0 {
+                disk.extend(enc(0x0800));
+            } else {
+                disk.extend_from_slice("\u{800}".as_bytes());
+            }
+            disk.extend_from_slice(b" needle \n");
+        }
+        let bytes = if i % 2 == 0 {
+            corrected(&disk)
+        } else {
+            disk.clone()
+        };
+        if i % 3 == 0 {
+            expect_hits += 1;
+        }
+        files.push((format!("d{}/f{i}.txt", i % 7), bytes));
+    }
+    let m = Mount::new(&[], |b| {
+        for (name, bytes) in &files {
+            let p = b.join(name);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            write(&p, bytes);
+        }
+    });
+    // grep sees the view: the corrected U+0800 is E0 A0 80 before " needle".
+    let out = Command::new("grep")
+        .args(["-rl", "--binary-files=text", "-P", "\\xE0\\xA0\\x80 needle"])
+        .arg(&m.mnt)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(
+        listed, expect_hits,
+        "grep -r found {listed} files, expected {expect_hits}"
+    );
+    let out = Command::new("find")
+        .arg(&m.mnt)
+        .args(["-type", "f"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        files.len()
+    );
+    for (name, bytes) in &files {
+        let meta = fs::symlink_metadata(m.m(name)).unwrap();
+        let back = fs::symlink_metadata(m.b(name)).unwrap();
+        assert_eq!(
+            meta.len(),
+            expected_view(bytes).len() as u64,
+            "{name}: size"
+        );
+        assert_eq!(meta.ino(), back.ino(), "{name}: inode number");
+        assert_eq!(meta.mode(), back.mode(), "{name}: mode");
+        assert_eq!(meta.mtime(), back.mtime(), "{name}: mtime");
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (back.uid(), back.gid()),
+            "{name}: owner"
+        );
+    }
+}
+
+#[test]
+fn change_in_backing_is_seen_on_next_open() {
+    let v1 = corrected(&every_kind());
+    let m = Mount::new(&["attr_timeout=0.2"], |b| write(&b.join("t.txt"), &v1));
+    assert!(fs::read(m.m("t.txt")).unwrap() == expected_view(&v1));
+    // Same length, different content, written behind the mount's back.
+    let mut v2 = v1.clone();
+    let at = v2.len() / 2;
+    v2[at..at + 4].copy_from_slice(b"ABCD");
+    write(&m.b("t.txt"), &v2);
+    assert!(
+        fs::read(m.m("t.txt")).unwrap() == expected_view(&v2),
+        "same-size change not seen"
+    );
+    // Different length: content on next open, size once attributes expire.
+    let v3 = corrected(&random_disk(70_000, 5));
+    write(&m.b("t.txt"), &v3);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(
+        fs::metadata(m.m("t.txt")).unwrap().len(),
+        expected_view(&v3).len() as u64
+    );
+    assert!(
+        fs::read(m.m("t.txt")).unwrap() == expected_view(&v3),
+        "new content not seen"
+    );
+    // Corrected → raw behind the mount's back.
+    write(&m.b("t.txt"), b"now raw\n");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(fs::read(m.m("t.txt")).unwrap(), b"now raw\n");
+}
+
+#[test]
+fn raw_files_symlinks_hard_links_and_xattrs_pass_through() {
+    let binary: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let m = Mount::new(&[], |b| {
+        write(&b.join("bin"), &binary);
+        fs::set_permissions(b.join("bin"), fs::Permissions::from_mode(0o751)).unwrap();
+        write(&b.join("c.txt"), &corrected(&every_kind()));
+        std::os::unix::fs::symlink("c.txt", b.join("link")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", b.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../../outside", b.join("up")).unwrap();
+        fs::hard_link(b.join("c.txt"), b.join("hard.txt")).unwrap();
+        assert!(Command::new("setfattr")
+            .args(["-n", "user.k", "-v", "v1"])
+            .arg(b.join("bin"))
+            .status()
+            .unwrap()
+            .success());
+    });
+    assert!(fs::read(m.m("bin")).unwrap() == binary);
+    assert_eq!(fs::metadata(m.m("bin")).unwrap().mode() & 0o7777, 0o751);
+    // Symlinks are shown, never followed by the daemon.
+    assert_eq!(fs::read_link(m.m("link")).unwrap(), Path::new("c.txt"));
+    assert_eq!(fs::read_link(m.m("abs")).unwrap(), Path::new("/etc/passwd"));
+    assert_eq!(
+        fs::read_link(m.m("up")).unwrap(),
+        Path::new("../../outside")
+    );
+    assert!(fs::read(m.m("link")).unwrap() == expected_view(&fs::read(m.b("c.txt")).unwrap()));
+    // Hard links are one inode.
+    let a = fs::metadata(m.m("c.txt")).unwrap();
+    let h = fs::metadata(m.m("hard.txt")).unwrap();
+    assert_eq!((a.ino(), a.nlink()), (h.ino(), 2));
+    fs::hard_link(m.m("bin"), m.m("bin2")).unwrap();
+    assert_eq!(fs::metadata(m.m("bin")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.b("bin2")).unwrap().ino(),
+        fs::metadata(m.b("bin")).unwrap().ino()
+    );
+    // Xattrs both ways.
+    let out = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.k"])
+        .arg(m.m("bin"))
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"v1");
+    assert!(Command::new("setfattr")
+        .args(["-n", "user.n", "-v", "v2"])
+        .arg(m.m("bin"))
+        .status()
+        .unwrap()
+        .success());
+    let out = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.n"])
+        .arg(m.b("bin"))
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"v2");
+    // Raw files are read-write; appends and overwrites land as they are.
+    {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(m.m("bin"))
+            .unwrap();
+        f.write_all(b"tail").unwrap();
+    }
+    let mut want = binary.clone();
+    want.extend_from_slice(b"tail");
+    assert!(fs::read(m.b("bin")).unwrap() == want);
+    {
+        let mut f = fs::OpenOptions::new().write(true).open(m.m("bin")).unwrap();
+        f.seek(SeekFrom::Start(10)).unwrap();
+        f.write_all(b"XYZ").unwrap();
+    }
+    want[10..13].copy_from_slice(b"XYZ");
+    assert!(fs::read(m.b("bin")).unwrap() == want);
+    assert!(fs::read(m.m("bin")).unwrap() == want);
+    // mkdir, rename, unlink through the mount reach BACKING.
+    fs::create_dir(m.m("newdir")).unwrap();
+    fs::rename(m.m("bin2"), m.m("newdir/bin3")).unwrap();
+    assert!(m.b("newdir/bin3").exists());
+    fs::remove_file(m.m("newdir/bin3")).unwrap();
+    assert!(!m.b("newdir/bin3").exists());
+}
+
+#[test]
+fn writes_to_corrected_files_and_magic_in_raw_files_are_refused() {
+    let text = corrected(&every_kind());
+    let m = Mount::new(&[], |b| {
+        write(&b.join("c.txt"), &text);
+        write(&b.join("raw.txt"), b"12345678rest");
+    });
+    // Corrected files are read-only until writes land (issue 4).
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.m("c.txt"))
+        .unwrap();
+    let e = f.write_at(b"x", 0).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EROFS),
+        "write to a corrected file: {e}"
+    );
+    assert!(
+        fs::read(m.b("c.txt")).unwrap() == text,
+        "corrected file changed"
+    );
+    // A raw file may not come to begin with the magic number.
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.m("raw.txt"))
+        .unwrap();
+    let e = f.write_at(&cutf8fs::codec::MAGIC, 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
+    // Five of the eight bytes are harmless alone ...
+    f.write_at(&cutf8fs::codec::MAGIC[3..], 3).unwrap();
+    let mut want = b"123".to_vec();
+    want.extend_from_slice(&cutf8fs::codec::MAGIC[3..]);
+    want.extend_from_slice(b"rest");
+    assert_eq!(fs::read(m.b("raw.txt")).unwrap(), want);
+    // ... but not together with the other three.
+    let e = f.write_at(&cutf8fs::codec::MAGIC[..3], 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
+    assert_eq!(fs::read(m.b("raw.txt")).unwrap(), want);
+    let e = fs::write(m.m("new.bin"), cutf8fs::codec::MAGIC).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
+    assert_eq!(fs::read(m.b("new.bin")).unwrap(), b"");
+    // Emptying a corrected file is fine (it then holds no content).
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.m("c.txt"))
+        .unwrap();
+    assert_eq!(fs::read(m.b("c.txt")).unwrap(), b"");
+}
+
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args)
+        .output()
+        .expect("setpriv")
+}
+
+#[test]
+fn other_users_get_exactly_what_the_modes_allow() {
+    let m = Mount::new(&[], |b| {
+        write(&b.join("secret"), b"root only\n");
+        fs::set_permissions(b.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+        write(&b.join("public"), &corrected(b"for all\n"));
+        fs::set_permissions(b.join("public"), fs::Permissions::from_mode(0o644)).unwrap();
+        fs::create_dir(b.join("shared")).unwrap();
+        fs::set_permissions(b.join("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+        fs::create_dir(b.join("closed")).unwrap();
+        fs::set_permissions(b.join("closed"), fs::Permissions::from_mode(0o700)).unwrap();
+    });
+    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let s = |p: &str| m.m(p).to_string_lossy().into_owned();
+    let out = as_nobody(&["cat", &s("secret")]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+    let out = as_nobody(&["cat", &s("public")]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"for all\n");
+    let out = as_nobody(&["sh", "-c", &format!("echo hi > {}", s("public"))]);
+    assert!(!out.status.success(), "nobody wrote a 0644 root file");
+    let out = as_nobody(&["ls", &s("closed")]);
+    assert!(!out.status.success(), "nobody listed a 0700 root dir");
+    let out = as_nobody(&[
+        "sh",
+        "-c",
+        &format!("echo mine > {}/n && mkdir {}/d", s("shared"), s("shared")),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    for name in ["shared/n", "shared/d"] {
+        let meta = fs::metadata(m.b(name)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (65534, 65534),
+            "{name}: created as the caller"
+        );
+    }
+}
+
+#[test]
+fn statfs_readdir_and_mount_table() {
+    let m = Mount::new(&[], |b| {
+        for i in 0..500 {
+            write(&b.join(format!("file-{i:04}")), b"x");
+        }
+    });
+    let mut names: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 500);
+    assert_eq!(names[0], "file-0000");
+    let out = Command::new("ls").arg("-a").arg(&m.mnt).output().unwrap();
+    let ls = String::from_utf8_lossy(&out.stdout);
+    assert!(ls.lines().any(|l| l == ".") && ls.lines().any(|l| l == ".."));
+    let out = Command::new("df").arg("-T").arg(&m.mnt).output().unwrap();
+    let df = String::from_utf8_lossy(&out.stdout);
+    assert!(df.contains("fuse.cutf8fs"), "df: {df}");
+    let out = Command::new("mount").output().unwrap();
+    let line = format!(
+        "{} on {} type fuse.cutf8fs",
+        m.backing.display(),
+        m.mnt.display()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&line),
+        "mount does not show {line}"
+    );
+}
+
+#[test]
+fn sigterm_unmounts_and_exits_zero() {
+    let mut m = Mount::new(&[], |_| {});
+    let mut child = m.take_child().unwrap();
+    // SAFETY: plain kill(2) of our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut status = None;
+    assert!(wait_for(10.0, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }));
+    assert!(status.unwrap().success(), "exit status {status:?}");
+    assert!(!is_mounted(&m.mnt));
+    // No "Transport endpoint is not connected" left behind.
+    fs::read_dir(&m.mnt).unwrap();
+}
+
+#[test]
+fn fusermount_u_ends_the_daemon() {
+    let mut m = Mount::new(&[], |_| {});
+    let mut child = m.take_child().unwrap();
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&m.mnt)
+        .status()
+        .unwrap()
+        .success());
+    let mut status = None;
+    assert!(wait_for(10.0, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }));
+    assert!(status.unwrap().success());
+}
+
+fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let b = d.path().join("b");
+    let m = d.path().join("m");
+    fs::create_dir(&b).unwrap();
+    fs::create_dir(&m).unwrap();
+    (d, b, m)
+}
+
+#[test]
+fn daemonizes_and_exits_zero_only_once_mounted() {
+    let (_d, b, mnt) = dirs();
+    write(&b.join("x"), b"x");
+    let st = Command::new(BIN).arg(&b).arg(&mnt).status().unwrap();
+    assert!(st.success());
+    // Ready the moment the parent exits.
+    let ok = fs::read(mnt.join("x")).map(|v| v == b"x").unwrap_or(false);
+    let mounted = is_mounted(&mnt);
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    assert!(mounted && ok, "not ready when the parent exited");
+    assert!(wait_for(5.0, || !is_mounted(&mnt)));
+}
+
+#[test]
+fn errors_name_the_problem_with_documented_exit_codes() {
+    let (d, b, mnt) = dirs();
+    let run = |args: &[&Path], opts: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(args);
+        for o in opts {
+            c.arg("-o").arg(o);
+        }
+        c.output().unwrap()
+    };
+    let missing = d.path().join("missing");
+    let out = run(&[&b, &missing], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
+    let out = run(&[&b, &mnt], &["no_such_option"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_option"));
+    write(&mnt.join("occupied"), b"");
+    let out = run(&[&b, &mnt], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+    fs::remove_file(mnt.join("occupied")).unwrap();
+    let inner = b.join("inner");
+    fs::create_dir(&inner).unwrap();
+    let out = run(&[&b, &inner], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = Command::new(BIN).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn mount_t_fuse_cutf8fs_and_fstab_options() {
+    let (d, b, mnt) = dirs();
+    write(&b.join("c.txt"), &corrected(&every_kind()));
+    // mount(8) runs /sbin/mount.fuse.cutf8fs (or mount.fuse3, which runs
+    // `cutf8fs` from a fixed PATH); install the helper for this test if none
+    // is installed, and remove it afterwards.
+    let _ = &d;
+    let helper = Path::new("/sbin/mount.fuse.cutf8fs");
+    let installed = if helper.exists() {
+        None
+    } else {
+        std::os::unix::fs::symlink(BIN, helper).expect("install /sbin/mount.fuse.cutf8fs");
+        Some(HelperGuard(helper))
+    };
+    let out = Command::new("mount")
+        .args([
+            "-t",
+            "fuse.cutf8fs",
+            "-o",
+            "defaults,nofail,_netdev,ro,attr_timeout=2",
+        ])
+        .arg(&b)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let mounted = is_mounted(&mnt);
+    let view = fs::read(mnt.join("c.txt")).ok();
+    let ro = fs::write(mnt.join("new"), b"x").is_err();
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert!(
+        out.status.success(),
+        "mount -t fuse.cutf8fs failed: {out:?}"
+    );
+    assert!(mounted);
+    assert!(view.as_deref() == Some(&expected_view(&fs::read(b.join("c.txt")).unwrap())[..]));
+    assert!(ro, "-o ro not honoured");
+    assert!(wait_for(5.0, || !is_mounted(&mnt)));
+    drop(installed);
+}
+
+struct HelperGuard(&'static Path);
+
+impl Drop for HelperGuard {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(self.0);
+    }
+}

@@ -1,0 +1,270 @@
+//! Test helpers for real mounts: a [`Mount`] guard that starts the built
+//! `cutf8fs` in the foreground on fresh temporary directories, waits until
+//! the kernel lists the mount, unmounts on drop, and prints the daemon's log
+//! when the test failed. FUSE missing is a failure, never a skip.
+//!
+//! Also: writing corrected files and computing their expected view with the
+//! codec's one-shot functions (never through the mount).
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cutf8fs::codec;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cutf8fs");
+
+/// Whether `mnt` is listed as a cutf8fs mount in /proc/self/mountinfo.
+pub fn is_mounted(mnt: &Path) -> bool {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = mnt.to_string_lossy().replace(' ', "\\040");
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 4 && f[4] == want && l.contains(" - fuse.cutf8fs ")
+    })
+}
+
+/// Waits up to `secs` for `cond`.
+pub fn wait_for(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running cutf8fs over a temporary BACKING.
+pub struct Mount {
+    pub dir: tempfile::TempDir,
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mount {
+    /// Fresh BACKING, filled by `setup` before mounting with `opts`.
+    pub fn new(opts: &[&str], setup: impl FnOnce(&Path)) -> Mount {
+        Self::new_in(&std::env::temp_dir(), opts, setup)
+    }
+
+    pub fn new_in(parent: &Path, opts: &[&str], setup: impl FnOnce(&Path)) -> Mount {
+        let dir = tempfile::Builder::new()
+            .prefix("cutf8fs-test-")
+            .tempdir_in(parent)
+            .expect("temp dir");
+        let backing = dir.path().join("backing");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&backing).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        setup(&backing);
+        let mut m = Mount {
+            log: dir.path().join("daemon.log"),
+            dir,
+            backing,
+            mnt,
+            child: None,
+        };
+        m.start(opts);
+        m
+    }
+
+    fn start(&mut self, opts: &[&str]) {
+        let log = fs::File::create(&self.log).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("-f").arg(&self.backing).arg(&self.mnt);
+        for o in opts {
+            cmd.arg("-o").arg(o);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start cutf8fs");
+        self.child = Some(child);
+        let mnt = self.mnt.clone();
+        let mut exited = None;
+        let up = wait_for(20.0, || {
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                exited = Some(st);
+                return true;
+            }
+            is_mounted(&mnt)
+        });
+        if let Some(st) = exited {
+            self.child = None;
+            panic!(
+                "cutf8fs exited before mounting ({st}); is FUSE available? log:\n{}",
+                self.log_text()
+            );
+        }
+        assert!(
+            up,
+            "cutf8fs did not mount within 20 s; log:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Path inside the mount.
+    pub fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Path inside BACKING.
+    pub fn b(&self, rel: &str) -> PathBuf {
+        self.backing.join(rel)
+    }
+
+    /// Unmounts and waits for the daemon; returns its exit status.
+    pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
+        if is_mounted(&self.mnt) {
+            let ok = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+        let mut child = self.child.take()?;
+        let mut status = None;
+        wait_for(10.0, || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if status.is_none() {
+            let _ = child.kill();
+            status = child.wait().ok();
+            eprintln!("cutf8fs did not exit after unmount; killed");
+        }
+        status
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// Lets the test drive the daemon's end itself.
+    pub fn take_child(&mut self) -> Option<Child> {
+        self.child.take()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let status = self.unmount();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- cutf8fs log ({}; exit {status:?}) ---\n{}--- end of log ---",
+                self.mnt.display(),
+                self.log_text()
+            );
+        }
+    }
+}
+
+/// `MAGIC` followed by `disk`.
+pub fn corrected(disk: &[u8]) -> Vec<u8> {
+    let mut v = codec::MAGIC.to_vec();
+    v.extend_from_slice(disk);
+    v
+}
+
+/// The view the mount must show for a backing file's bytes.
+pub fn expected_view(file: &[u8]) -> Vec<u8> {
+    if codec::has_magic(file) {
+        codec::decode_to_vec(&file[codec::MAGIC.len()..], false).expect("lossless V never fails")
+    } else {
+        file.to_vec()
+    }
+}
+
+/// Corrected UTF-8 for a code point (panics on the unencodable).
+pub fn enc(cp: u32) -> Vec<u8> {
+    let mut buf = [0u8; 8];
+    let n = codec::encode_disk(cp, &mut buf).expect("encodable code point");
+    buf[..n].to_vec()
+}
+
+/// Disk bytes holding every kind of unit: ASCII, each length-changing
+/// range, code points above U+10FFFF, and ill-formed bytes.
+pub fn every_kind() -> Vec<u8> {
+    let mut d = b"ASCII line\n".to_vec();
+    for cp in (0xA0..0x0900).step_by(7).chain([0x0800, 0x089F]) {
+        d.extend(enc(cp)); // two bytes on disk; three in the view from U+0800
+    }
+    d.push(b'\n');
+    for cp in [0x08A0, 0x3042, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF] {
+        d.extend(enc(cp));
+    }
+    for cp in (0x10000..0x110A0).step_by(97).chain([0x10000, 0x1109F]) {
+        d.extend(enc(cp)); // three bytes on disk, four in the view
+    }
+    d.push(b'\n');
+    for cp in [
+        0x110A0,
+        0x10FFFF,
+        0x110000,
+        0x1F600,
+        0x21109F,
+        0x2110A0,
+        0x421109F,
+        0x42110A0,
+        0x7FFF_FFFF,
+        0x8000_0000,
+        0x8421_109F,
+    ] {
+        d.extend(enc(cp));
+    }
+    d.push(b'\n');
+    // Ill-formed: stray continuation, truncated sequences, reserved units.
+    d.extend_from_slice(&[
+        0x80, b'a', 0xC0, b'b', 0xE0, 0x80, b'c', 0xFE, 0x80, 0x81, b'd', 0xFF,
+    ]);
+    d.extend_from_slice(&[0xF0, 0x80, 0x80]);
+    d
+}
+
+/// Pseudo-random bytes (xorshift), biased towards multi-byte structure.
+pub fn random_disk(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut d = Vec::with_capacity(len + 8);
+    while d.len() < len {
+        let r = next();
+        match r % 10 {
+            0..=3 => d.push(b'a' + (r >> 8) as u8 % 26),
+            4 => d.push(b'\n'),
+            5 => d.extend(enc(0x0800 + ((r >> 8) as u32 % 0xA0))),
+            6 => d.extend(enc(0x10000 + ((r >> 8) as u32 % 0x10A0))),
+            7 => d.extend(enc(0x00A0 + ((r >> 8) as u32 % 0x700))),
+            8 => d.extend(enc(0x110A0 + ((r >> 8) as u32 % 0x200000))),
+            _ => d.push((r >> 16) as u8),
+        }
+    }
+    d
+}
