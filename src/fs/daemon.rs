@@ -119,7 +119,15 @@ fn init_logging(cfg: &Config, background: bool) {
     } else {
         log::LevelFilter::Info
     };
-    if background && std::env::var_os("RUST_LOG").is_none() {
+    if background {
+        // syslog takes one level: RUST_LOG asking for debug or trace
+        // anywhere counts as -d.
+        let env = std::env::var("RUST_LOG").unwrap_or_default();
+        let level = if env.contains("debug") || env.contains("trace") {
+            log::LevelFilter::Debug
+        } else {
+            level
+        };
         if syslog::init_unix(syslog::Facility::LOG_DAEMON, level).is_ok() {
             return;
         }

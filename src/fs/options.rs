@@ -120,7 +120,7 @@ pub fn parse_size(s: &str) -> Option<usize> {
 
 fn parse_secs(s: &str) -> Option<Duration> {
     let v: f64 = s.parse().ok()?;
-    (v.is_finite() && v >= 0.0 && v < 1e9).then(|| Duration::from_secs_f64(v))
+    (v.is_finite() && (0.0..1e9).contains(&v)).then(|| Duration::from_secs_f64(v))
 }
 
 /// Parses every `-o` argument (each a comma-separated list) in order; later
@@ -175,7 +175,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("fsname", Some(v)) if !v.is_empty() && !v.contains(['\n', '\0']) => {
             o.fsname = Some(v.to_owned())
         }
-        ("subtype", Some(v)) if v == "cutf8fs" => {}
+        ("subtype", Some("cutf8fs")) => {}
         ("subtype", Some(_)) => {
             return Err(format!("option '{opt}': the subtype is always cutf8fs"))
         }
