@@ -144,6 +144,145 @@ impl OffsetIndex {
     }
 }
 
+impl OffsetIndex {
+    /// Growing units that start before disk offset `k * BLOCK`.
+    fn growth_before_block(&self, k: u64) -> u64 {
+        let j = self.steps.partition_point(|s| s.0 <= k);
+        if j == 0 {
+            0
+        } else {
+            self.steps[j - 1].1
+        }
+    }
+
+    /// A unit boundary at or before view offset `view_off`, at most one
+    /// block plus one unit before it: `(disk offset, view offset)`.
+    pub fn unit_start_before(
+        &self,
+        file: &File,
+        data_start: u64,
+        view_off: u64,
+    ) -> io::Result<(u64, u64)> {
+        let (k, g) = self.checkpoint(view_off.min(self.view_len()));
+        let block = k * BLOCK;
+        let back = block.min(BACK);
+        let mut head = [0u8; 16];
+        let n = read_full_at(
+            file,
+            &mut head[..(back + 8) as usize],
+            data_start + block - back,
+        )?;
+        let at_end = block - back + n as u64 >= self.disk_len;
+        Ok(unit_start_near(&head[..n], back as usize, block, g, at_end))
+    }
+
+    /// Brings the index up to date after the disk bytes from `from` changed.
+    /// `changed_to` is where the change ends in the new content; when it is
+    /// less than `new_disk_len`, everything after it is the same bytes at the
+    /// same offsets as before (an in-place patch) and only the touched blocks
+    /// are rescanned; otherwise everything from `from` on is.
+    pub fn rescan(
+        &mut self,
+        file: &File,
+        data_start: u64,
+        from: u64,
+        changed_to: u64,
+        new_disk_len: u64,
+    ) -> io::Result<()> {
+        let k1 = from / BLOCK;
+        let g1 = self.growth_before_block(k1);
+        if changed_to >= new_disk_len {
+            self.steps.retain(|s| s.0 <= k1);
+            let mut reader = PosRead {
+                file,
+                pos: data_start + k1 * BLOCK,
+                end: data_start + new_disk_len,
+            };
+            let tail = OffsetIndex::build(&mut reader)?;
+            self.disk_len = new_disk_len;
+            // W never writes an exempt unit, and the mount does not write to
+            // files that hold one: a rescan can only find none or count them.
+            self.exempt += tail.exempt;
+            for (k, g) in tail.steps {
+                self.steps.push((k1 + k, g1 + g));
+            }
+            self.growth = g1 + tail.growth;
+            return Ok(());
+        }
+        // In place: recount blocks k1..=k2, shift the rest by the delta.
+        let k2 = (changed_to.max(from + 1) - 1) / BLOCK;
+        let g_after = self.growth_before_block(k2 + 1);
+        let span_end = ((k2 + 1) * BLOCK).min(new_disk_len);
+        let mut buf = vec![0u8; (span_end - k1 * BLOCK) as usize + 8];
+        let n = read_full_at(file, &mut buf, data_start + k1 * BLOCK)?;
+        let at_end = k1 * BLOCK + n as u64 >= new_disk_len;
+        let limit = (span_end - k1 * BLOCK) as usize;
+        let mut counts = vec![0u64; (k2 - k1 + 1) as usize];
+        let mut exempt_new = 0u64;
+        crate::codec::length::scan_disk(&buf[..n], at_end, |e| match e {
+            DiskEvent::Grow(p) if p < limit => counts[p / BLOCK as usize] += 1,
+            DiskEvent::Exempt(p) if p < limit => exempt_new += 1,
+            _ => {}
+        });
+        let new_total: u64 = counts.iter().sum();
+        let old_total = g_after - g1;
+        let mut steps: Vec<(u64, u64)> = self.steps.iter().copied().filter(|s| s.0 <= k1).collect();
+        let mut g = g1;
+        for (i, c) in counts.iter().enumerate() {
+            if *c > 0 {
+                g += c;
+                steps.push((k1 + i as u64 + 1, g));
+            }
+        }
+        let delta = new_total as i64 - old_total as i64;
+        for &(k, og) in self.steps.iter().filter(|s| s.0 > k2 + 1) {
+            steps.push((k, (og as i64 + delta) as u64));
+        }
+        // Keep the invariant: strictly increasing k and g, first g > 0.
+        steps.dedup_by(|b, a| b.1 == a.1);
+        steps.retain(|s| s.1 > 0);
+        self.steps = steps;
+        self.growth = (self.growth as i64 + delta) as u64;
+        self.disk_len = new_disk_len;
+        self.exempt += exempt_new;
+        Ok(())
+    }
+}
+
+/// Reads `file[pos..end)`.
+struct PosRead<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for PosRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = (buf.len() as u64).min(self.end.saturating_sub(self.pos)) as usize;
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Given disk bytes `head` where `head[rel]` is at disk offset `block` and
+/// `g` growing units start before `block`: the unit boundary to decode from,
+/// `(disk offset, view offset)` — `block` itself, or the lead of a complete
+/// unit that covers it (everything else decodes the same from any byte).
+fn unit_start_near(head: &[u8], rel: usize, block: u64, g: u64, at_end: bool) -> (u64, u64) {
+    if rel < head.len() && head[rel] & 0xC0 == 0x80 {
+        if let Some(t) = head[..rel].iter().rposition(|&b| b & 0xC0 != 0x80) {
+            if let DiskUnit::Char { cp, len } = decode_disk_unit(&head[t..], at_end) {
+                if t + len > rel {
+                    let d = block - (rel - t) as u64;
+                    return (d, d + g - grows(cp, len) as u64);
+                }
+            }
+        }
+    }
+    (block, block + g)
+}
+
 /// Whether the disk unit `cp` of `len` bytes is one byte longer in the view.
 fn grows(cp: u32, len: usize) -> bool {
     let mut tmp = [0u8; 8];
@@ -193,20 +332,9 @@ pub fn read_view_at(
     let mut n = read_full_at(file, &mut disk, data_start + pos)?;
     let mut at_end = pos + (n as u64) >= index.disk_len() || n < disk.len();
 
-    // Start at the block start, or at the lead of a complete unit that
-    // covers it: everything else decodes the same from any byte.
     let rel = back as usize;
-    let (mut from, mut vpos) = (rel, block + g);
-    if rel < n && disk[rel] & 0xC0 == 0x80 {
-        if let Some(t) = disk[..rel].iter().rposition(|&b| b & 0xC0 != 0x80) {
-            if let DiskUnit::Char { cp, len } = decode_disk_unit(&disk[t..n], at_end) {
-                if t + len > rel {
-                    from = t;
-                    vpos = block - (rel - t) as u64 + g - grows(cp, len) as u64;
-                }
-            }
-        }
-    }
+    let (dstart, vpos) = unit_start_near(&disk[..n], rel, block, g, at_end);
+    let mut from = (dstart - pos) as usize;
 
     let mut skip = view_off - vpos;
     let mut got = 0usize;

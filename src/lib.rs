@@ -6,7 +6,8 @@
 //!   [`convert`] (encode/decode), [`check`] (the document linter) and
 //!   [`migrate`] (in-place conversion of whole trees).
 //! * `cutf8fs` (the FUSE mount, `src/bin/cutf8fs.rs`) parses arguments and
-//!   calls [`fs`], which serves corrected files through an offset [`index`].
+//!   calls [`fs`], which serves corrected files through an offset [`index`]
+//!   and writes to them through [`edit`] (in-place patches and a journal).
 //! * Everything above stands on [`codec`]: pure conversion between Corrected
 //!   UTF-8 (on disk) and standard UTF-8 (the view), with no I/O.
 //!
@@ -15,6 +16,7 @@
 pub mod check;
 pub mod codec;
 pub mod convert;
+pub mod edit;
 pub mod fs;
 pub mod index;
 pub mod migrate;

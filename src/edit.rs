@@ -1,0 +1,843 @@
+//! Writes to a corrected file, in view terms: the mount's write path below
+//! FUSE. Knows backing files (pread/pwrite/ftruncate) and the journal; knows
+//! nothing of inodes, handles or the kernel.
+//!
+//! A write of `data` at view offset `o` changes the disk bytes of only a
+//! small window: W (SPEC §2) restarts at every byte that is not a
+//! continuation byte, so the window runs from the last such byte before `o`
+//! (when `data` could extend the unit it starts) to the first such byte at or
+//! after `o + data.len()` (at most seven bytes on each side). The window's new
+//! disk bytes then go back:
+//!
+//! * in place, when they are as long as the old ones (almost all edits of
+//!   almost all text): one `pwrite`, O(k);
+//! * at the end, when the window reaches the end of the file (appends):
+//!   one `pwrite` that extends the file, O(k);
+//! * otherwise through the [`Journal`]: the new tail of the file (window plus
+//!   everything after it) is written to the journal and made durable, then
+//!   copied over the file in place and the journal entry removed. A kill at
+//!   any point leaves the old content or, after [`Journal::recover`], the new.
+//!
+//! Every change happens in one syscall or under the journal, so a killed
+//! daemon never leaves a file half-converted (SPEC §3). The inode is always
+//! the same one: hard links, owner, mode and xattrs survive.
+//!
+//! Content W cannot store (C1 controls, overlong forms, surrogates) makes the
+//! caller turn the file raw with [`to_raw`], under the journal as well.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::codec::{decode_disk_unit, encode_view, DiskUnit, Encoder, Malformed, Status, MAGIC};
+use crate::index::{read_view_at, OffsetIndex};
+
+/// Where the text starts in a corrected file.
+pub const DATA_START: u64 = MAGIC.len() as u64;
+
+/// The name of the journal directory at the root of BACKING. The mount hides
+/// it.
+pub const JOURNAL_DIR: &str = ".cutf8fs-journal";
+
+/// Longest unit minus one, in either encoding: how far a write can reach
+/// into its neighbours.
+const REACH: u64 = 7;
+
+/// Bytes copied per step when streaming a tail.
+const CHUNK: usize = 1 << 20;
+
+/// What became of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written; the index is updated.
+    Written,
+    /// W cannot store the new content (e.g. a C1 control): nothing was
+    /// changed; the caller turns the file raw with [`to_raw`].
+    Unstorable(Malformed),
+}
+
+fn is_cont(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+/// Reads view bytes `[from, to)` (clamped to the view) of a corrected file.
+fn view_range(file: &File, index: &OffsetIndex, from: u64, to: u64) -> io::Result<Vec<u8>> {
+    let to = to.min(index.view_len());
+    if from >= to {
+        return Ok(Vec::new());
+    }
+    let mut v = vec![0u8; (to - from) as usize];
+    let n = read_view_at(file, DATA_START, index, from, &mut v)?;
+    v.truncate(n);
+    Ok(v)
+}
+
+/// Disk offset (after the magic) of the unit that starts at view offset
+/// `view_off`, which must be a unit boundary of the current content (a byte
+/// that is not a continuation byte, a continuation byte beyond the reach of
+/// any lead, or the end).
+fn disk_offset_of(file: &File, index: &OffsetIndex, view_off: u64) -> io::Result<u64> {
+    if view_off >= index.view_len() {
+        return Ok(index.disk_len());
+    }
+    if index.is_identity() {
+        return Ok(view_off);
+    }
+    // Walk units from the index's checkpoint (at most one block away).
+    let (disk0, view0) = index.unit_start_before(file, DATA_START, view_off)?;
+    let (mut d, mut v) = (disk0, view0);
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = read_at_most(file, &mut buf, DATA_START + d)?;
+        let at_end = d + n as u64 >= index.disk_len();
+        let mut i = 0;
+        while i < n {
+            if v >= view_off {
+                return Ok(d + i as u64);
+            }
+            let (dl, vl) = match decode_disk_unit(&buf[i..n], at_end) {
+                DiskUnit::Char { cp, len } => {
+                    let mut tmp = [0u8; 8];
+                    (len, encode_view(cp, &mut tmp))
+                }
+                DiskUnit::Truncated { len, .. } => (len, len),
+                DiskUnit::Stray | DiskUnit::ReservedLead => (1, 1),
+                DiskUnit::Incomplete => break,
+            };
+            i += dl;
+            v += vl as u64;
+        }
+        if v >= view_off {
+            return Ok(d + i as u64);
+        }
+        if n == 0 || at_end && i >= n {
+            return Ok(d + i as u64);
+        }
+        d += i as u64;
+    }
+}
+
+fn read_at_most(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], off) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                off += k as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn write_all_at(file: &File, buf: &[u8], off: u64) -> io::Result<()> {
+    file.write_all_at(buf, off)
+}
+
+/// W of a whole window (`last`: nothing follows that could extend its last
+/// unit).
+fn encode_window(view: &[u8]) -> Result<Vec<u8>, Malformed> {
+    let mut out = vec![0u8; view.len() + 16];
+    let mut e = Encoder::lossless();
+    let (mut r, mut w) = (0, 0);
+    loop {
+        let (status, rr, ww) = e.convert(&view[r..], &mut out[w..], true);
+        r += rr;
+        w += ww;
+        match status {
+            Status::InputEmpty => {
+                out.truncate(w);
+                return Ok(out);
+            }
+            Status::OutputFull => out.resize(out.len() * 2, 0),
+            Status::Malformed(m) => return Err(m),
+        }
+    }
+}
+
+/// Writes `data` at view offset `view_off` of the corrected `file` (opened
+/// read-write, not O_APPEND), updating `index`. Writing past the end fills
+/// the gap with zeros, as a native file would read.
+pub fn write_at(
+    file: &File,
+    index: &mut OffsetIndex,
+    journal: &Journal,
+    view_off: u64,
+    data: &[u8],
+) -> io::Result<Outcome> {
+    let vlen = index.view_len();
+    if view_off > vlen {
+        let mut filled = vec![0u8; (view_off - vlen) as usize];
+        filled.extend_from_slice(data);
+        return write_at(file, index, journal, vlen, &filled);
+    }
+    if data.is_empty() {
+        return Ok(Outcome::Written);
+    }
+    let end = view_off + data.len() as u64;
+
+    // Left edge: back to the last non-continuation byte within reach when
+    // `data` starts with a continuation byte (it may complete that unit) or
+    // when `view_off` is inside a unit.
+    let before = view_range(file, index, view_off.saturating_sub(REACH), view_off + 1)?;
+    let base = view_off.saturating_sub(REACH);
+    let at = (view_off - base) as usize;
+    let need_back = is_cont(data[0]) || before.get(at).is_some_and(|&b| is_cont(b));
+    let mut u = view_off;
+    if need_back {
+        if let Some(t) = before[..at].iter().rposition(|&b| !is_cont(b)) {
+            u = base + t as u64;
+        }
+    }
+    // Right edge: forward to the first non-continuation byte (or the end, or
+    // past every lead's reach).
+    let after = view_range(file, index, end, end + REACH + 1)?;
+    let p = end
+        + after
+            .iter()
+            .position(|&b| !is_cont(b))
+            .unwrap_or(after.len().min(REACH as usize)) as u64;
+
+    let mut window = view_range(file, index, u, view_off)?;
+    window.extend_from_slice(data);
+    window.extend_from_slice(&after[..(p - end) as usize]);
+    let new_disk = match encode_window(&window) {
+        Ok(d) => d,
+        Err(m) => return Ok(Outcome::Unstorable(m)),
+    };
+    let du = disk_offset_of(file, index, u)?;
+    let dp = disk_offset_of(file, index, p)?;
+    let old_len = dp - du;
+    let disk_len = index.disk_len();
+
+    if new_disk.len() as u64 == old_len || (dp == disk_len && new_disk.len() as u64 > old_len) {
+        // One pwrite: in place, or extending the file at its end.
+        write_all_at(file, &new_disk, DATA_START + du)?;
+        let new_disk_len = disk_len - old_len + new_disk.len() as u64;
+        // In place, everything after the window stays where it was.
+        let changed_to = if new_disk_len == disk_len {
+            dp
+        } else {
+            new_disk_len
+        };
+        index.rescan(file, DATA_START, du, changed_to, new_disk_len)?;
+        return Ok(Outcome::Written);
+    }
+    // The text shifts: rewrite the tail under the journal.
+    let new_disk_len = disk_len - old_len + new_disk.len() as u64;
+    journal.rewrite(file, DATA_START + du, |out| {
+        out.write_all(&new_disk)?;
+        copy_range(file, DATA_START + dp, DATA_START + disk_len, out)
+    })?;
+    index.rescan(file, DATA_START, du, new_disk_len, new_disk_len)?;
+    Ok(Outcome::Written)
+}
+
+/// Copies `file[from..to)` to `out` in bounded memory.
+fn copy_range(file: &File, from: u64, to: u64, out: &mut dyn Write) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK.min((to - from) as usize).max(1)];
+    let mut pos = from;
+    while pos < to {
+        let want = ((to - pos) as usize).min(buf.len());
+        let n = read_at_most(file, &mut buf[..want], pos)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// Truncates (or extends with zeros) the view of a corrected file to
+/// `new_len` bytes. Zero empties the backing file entirely (magic included):
+/// a file with no content takes the encoding of what is next written to it.
+pub fn truncate(file: &File, index: &mut OffsetIndex, new_len: u64) -> io::Result<()> {
+    let vlen = index.view_len();
+    if new_len == 0 {
+        file.set_len(0)?;
+        *index = OffsetIndex::default();
+        return Ok(());
+    }
+    if new_len >= vlen {
+        // Zeros are ASCII: they look the same on both sides.
+        let d = index.disk_len() + (new_len - vlen);
+        file.set_len(DATA_START + d)?;
+        index.rescan(file, DATA_START, index.disk_len(), d, d)?;
+        return Ok(());
+    }
+    // Cut at the last unit boundary at or before new_len; the bytes of a
+    // unit cut in two stay as they are in the view (W passes them through).
+    let probe = view_range(file, index, new_len.saturating_sub(REACH), new_len + 1)?;
+    let base = new_len.saturating_sub(REACH);
+    let at = (new_len - base) as usize;
+    let mut u = new_len;
+    if probe.get(at).is_some_and(|&b| is_cont(b)) {
+        if let Some(t) = probe[..at].iter().rposition(|&b| !is_cont(b)) {
+            u = base + t as u64;
+        }
+    }
+    let keep = view_range(file, index, u, new_len)?;
+    let du = disk_offset_of(file, index, u)?;
+    let tail = encode_window(&keep).map_err(|_| io::Error::from_raw_os_error(libc::EILSEQ))?;
+    // Cut first, then append: a kill in between leaves a prefix of the
+    // result, as a native truncate-then-write would.
+    file.set_len(DATA_START + du)?;
+    write_all_at(file, &tail, DATA_START + du)?;
+    let d = du + tail.len() as u64;
+    index.rescan(file, DATA_START, du, d, d)?;
+    Ok(())
+}
+
+/// Starts an empty file as a corrected file holding `data` (which the caller
+/// found to be text W can store): magic number and W(data) in one write.
+pub fn start_corrected(file: &File, data: &[u8]) -> io::Result<Result<OffsetIndex, Malformed>> {
+    let disk = match encode_window(data) {
+        Ok(d) => d,
+        Err(m) => return Ok(Err(m)),
+    };
+    let mut all = Vec::with_capacity(disk.len() + MAGIC.len());
+    all.extend_from_slice(&MAGIC);
+    all.extend_from_slice(&disk);
+    file.set_len(0)?;
+    write_all_at(file, &all, 0)?;
+    Ok(Ok(OffsetIndex::from_bytes(&disk)))
+}
+
+/// Turns a corrected file raw: its content becomes its view with `data`
+/// written at `view_off` (zeros filling any gap), all at once under the
+/// journal. Fails with EILSEQ, changing nothing, when the result would begin
+/// with the magic number.
+pub fn to_raw(
+    file: &File,
+    index: &OffsetIndex,
+    journal: &Journal,
+    view_off: u64,
+    data: &[u8],
+) -> io::Result<u64> {
+    let vlen = index.view_len();
+    let new_len = vlen.max(view_off + data.len() as u64);
+    let mut head = view_range(file, index, 0, 8)?;
+    head.resize(8.min(new_len as usize), 0);
+    for (k, &b) in data.iter().enumerate() {
+        let pos = view_off + k as u64;
+        if pos >= 8 {
+            break;
+        }
+        head[pos as usize] = b;
+    }
+    if head == MAGIC {
+        return Err(io::Error::from_raw_os_error(libc::EILSEQ));
+    }
+    journal.rewrite(file, 0, |out| {
+        let mut pos = 0u64;
+        let mut buf = vec![0u8; CHUNK];
+        while pos < new_len {
+            let want = ((new_len - pos) as usize).min(buf.len());
+            let n = if pos < vlen {
+                read_view_at(file, DATA_START, index, pos, &mut buf[..want])?
+            } else {
+                0
+            };
+            buf[n..want].fill(0);
+            // Overlay the write.
+            let (lo, hi) = (pos, pos + want as u64);
+            let (wlo, whi) = (view_off, view_off + data.len() as u64);
+            if wlo < hi && whi > lo {
+                let s = wlo.max(lo);
+                let e = whi.min(hi);
+                buf[(s - lo) as usize..(e - lo) as usize]
+                    .copy_from_slice(&data[(s - wlo) as usize..(e - wlo) as usize]);
+            }
+            out.write_all(&buf[..want])?;
+            pos += want as u64;
+        }
+        Ok(())
+    })?;
+    Ok(new_len)
+}
+
+/// Whether writing `data` at `off` of a raw file would make it begin with
+/// the magic number (SPEC §3: such a write fails with EILSEQ).
+pub fn raw_write_makes_magic(file: &File, off: u64, data: &[u8]) -> io::Result<bool> {
+    if off >= MAGIC.len() as u64 || data.is_empty() {
+        return Ok(false);
+    }
+    let mut head = [0u8; 8];
+    let n = read_at_most(file, &mut head, 0)?;
+    let mut len = n;
+    for (k, &b) in data.iter().enumerate() {
+        let pos = off as usize + k;
+        if pos >= 8 {
+            break;
+        }
+        head[pos] = b;
+        len = len.max(pos + 1);
+    }
+    // A gap before `off` reads as zeros.
+    Ok(len == 8 && head == MAGIC)
+}
+
+/// Whether the first write to an empty file makes it corrected: UTF-8 text
+/// (a sequence cut at the very end may be finished by the next write)
+/// without U+0000 and without C1 controls.
+pub fn is_text(data: &[u8]) -> bool {
+    if memchr_zero(data) {
+        return false;
+    }
+    let valid = match simdutf8::compat::from_utf8(data) {
+        Ok(_) => data.len(),
+        Err(e) => {
+            if e.error_len().is_some() {
+                return false;
+            }
+            e.valid_up_to()
+        }
+    };
+    let s = match std::str::from_utf8(&data[..valid]) {
+        Ok(s) => s,
+        Err(_) => return false,
+    };
+    !s.chars().any(|c| ('\u{80}'..='\u{9F}').contains(&c))
+}
+
+fn memchr_zero(data: &[u8]) -> bool {
+    data.contains(&0)
+}
+
+/// The journal: rewrites of a file's tail that must be all-or-nothing.
+///
+/// An entry is a directory in [`JOURNAL_DIR`] holding a hard link to the
+/// file (`target`, so the entry finds the inode again whatever its names),
+/// the new tail (`tail`) and the offset it goes to (`offset`). It counts only
+/// once renamed to `*.commit` after everything in it is durable: before
+/// that the file was not touched and the entry is dropped; after it the
+/// copy is (re)done and the entry removed.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Journal {
+    /// The journal of the tree at `backing`, replaying what a killed daemon
+    /// left behind.
+    pub fn open(backing: &Path) -> io::Result<Journal> {
+        let dir = backing.join(JOURNAL_DIR);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let j = Journal { dir };
+        j.recover()?;
+        Ok(j)
+    }
+
+    /// Finishes committed entries and drops uncommitted ones. Returns how
+    /// many rewrites were replayed.
+    pub fn recover(&self) -> io::Result<usize> {
+        let mut replayed = 0;
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "commit") {
+                let target = OpenOptions::new().write(true).open(path.join("target"))?;
+                let offset = read_offset(&path.join("offset"))?;
+                let mut tail = File::open(path.join("tail"))?;
+                apply(&target, offset, &mut tail)?;
+                replayed += 1;
+                log::warn!(
+                    "journal: replayed an interrupted rewrite ({})",
+                    path.display()
+                );
+            }
+            fs::remove_dir_all(&path)?;
+        }
+        Ok(replayed)
+    }
+
+    /// Replaces `file[offset..]` with what `fill` writes, all or nothing.
+    pub fn rewrite(
+        &self,
+        file: &File,
+        offset: u64,
+        fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let name = format!(
+            "{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let entry = self.dir.join(&name);
+        let commit = self.dir.join(format!("{name}.commit"));
+        fs::create_dir(&entry)?;
+        let result = (|| {
+            link_fd(file, &entry.join("target"))?;
+            let mut tail = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(entry.join("tail"))?;
+            {
+                let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);
+                fill(&mut w)?;
+                w.flush()?;
+            }
+            tail.sync_all()?;
+            let mut off = File::create(entry.join("offset"))?;
+            off.write_all(offset.to_string().as_bytes())?;
+            off.sync_all()?;
+            File::open(&entry)?.sync_all()?;
+            fs::rename(&entry, &commit)?;
+            File::open(&self.dir)?.sync_all()?;
+            Ok::<File, io::Error>(tail)
+        })();
+        let mut tail = match result {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&entry);
+                return Err(e);
+            }
+        };
+        // Committed: from here on a kill is finished by `recover`.
+        apply(file, offset, &mut tail)?;
+        fs::remove_dir_all(&commit)?;
+        Ok(())
+    }
+}
+
+fn read_offset(path: &Path) -> io::Result<u64> {
+    fs::read_to_string(path)?
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad journal offset"))
+}
+
+/// Copies `tail` over `file` from `offset`, cuts the file there, syncs.
+fn apply(file: &File, offset: u64, tail: &mut File) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut pos = offset;
+    let mut src = 0u64;
+    loop {
+        let n = tail.read_at(&mut buf, src)?;
+        if n == 0 {
+            break;
+        }
+        write_all_at(file, &buf[..n], pos)?;
+        pos += n as u64;
+        src += n as u64;
+    }
+    file.set_len(pos)?;
+    file.sync_all()
+}
+
+/// Gives the inode open as `file` one more name, `to`: linkat of the
+/// /proc/self/fd magic link with AT_SYMLINK_FOLLOW.
+fn link_fd(file: &File, to: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    let to_c = std::ffi::CString::new(to.as_os_str().as_encoded_bytes())?;
+    // SAFETY: both pointers come from CStrings that outlive the call; linkat
+    // only reads them.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to_c.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_to_vec, encode_to_vec};
+    use rand::{Rng, SeedableRng};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        file: File,
+        path: PathBuf,
+        journal: Journal,
+        index: OffsetIndex,
+        model: Vec<u8>,
+    }
+
+    impl Fixture {
+        fn new(text: &str) -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f.txt");
+            let mut disk = MAGIC.to_vec();
+            disk.extend(encode_to_vec(text.as_bytes(), true).unwrap());
+            fs::write(&path, &disk).unwrap();
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
+            let journal = Journal::open(dir.path()).unwrap();
+            let index = OffsetIndex::from_bytes(&disk[8..]);
+            Fixture {
+                _dir: dir,
+                file,
+                path,
+                journal,
+                index,
+                model: text.as_bytes().to_vec(),
+            }
+        }
+
+        /// Writes through `write_at`; the outcome must be `Written` exactly
+        /// when W can store the new content, and then the model follows.
+        fn write(&mut self, off: u64, data: &[u8]) -> Outcome {
+            let mut next = self.model.clone();
+            let off = off as usize;
+            let end = off + data.len();
+            if next.len() < end {
+                next.resize(end, 0);
+            }
+            next[off..end].copy_from_slice(data);
+            let storable = encode_to_vec(&next, false).is_ok();
+            let before = fs::read(&self.path).unwrap();
+            let r = write_at(&self.file, &mut self.index, &self.journal, off as u64, data).unwrap();
+            match r {
+                Outcome::Written => {
+                    assert!(storable, "wrote content W cannot store");
+                    self.model = next;
+                }
+                Outcome::Unstorable(_) => {
+                    assert!(!storable, "refused storable content");
+                    assert_eq!(
+                        fs::read(&self.path).unwrap(),
+                        before,
+                        "a refused write changed the file"
+                    );
+                }
+            }
+            r
+        }
+
+        fn truncate(&mut self, len: u64) {
+            truncate(&self.file, &mut self.index, len).unwrap();
+            self.model.resize(len as usize, 0);
+        }
+
+        /// The backing file is exactly magic + W(model), the index equals a
+        /// fresh one, and reads through it give the model.
+        fn check(&self, what: &str) {
+            let disk = fs::read(&self.path).unwrap();
+            if self.model.is_empty() {
+                assert!(disk.is_empty() || disk == MAGIC, "{what}: {disk:02X?}");
+                return;
+            }
+            assert_eq!(&disk[..8], &MAGIC, "{what}");
+            let expect = encode_to_vec(&self.model, false).unwrap();
+            assert_eq!(
+                &disk[8..],
+                &expect[..],
+                "{what}: disk differs from W(model)"
+            );
+            assert_eq!(
+                decode_to_vec(&disk[8..], false).unwrap(),
+                self.model,
+                "{what}"
+            );
+            assert_eq!(
+                self.index,
+                OffsetIndex::from_bytes(&disk[8..]),
+                "{what}: stale index"
+            );
+            let mut buf = vec![0u8; self.model.len() + 5];
+            let n = read_view_at(&self.file, DATA_START, &self.index, 0, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &self.model[..], "{what}: read back");
+            assert!(
+                fs::read_dir(self.journal.dir.clone())
+                    .unwrap()
+                    .next()
+                    .is_none(),
+                "journal left behind"
+            );
+        }
+    }
+
+    const PIECES: &[&str] = &[
+        "a",
+        "bc\n",
+        "é",
+        "ж",
+        "中文",
+        "😀",
+        "\u{800}",
+        "\u{89F}",
+        "𐀀",
+        "\u{1109F}",
+        "x y z",
+    ];
+
+    fn random_text(rng: &mut impl Rng, n: usize) -> String {
+        (0..n)
+            .map(|_| PIECES[rng.gen_range(0..PIECES.len())])
+            .collect()
+    }
+
+    #[test]
+    fn random_edits_match_a_model() {
+        for seed in 0..40u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let start = {
+                let n = rng.gen_range(0..3000);
+                random_text(&mut rng, n)
+            };
+            let mut f = Fixture::new(&start);
+            f.check("start");
+            for step in 0..60 {
+                let vlen = f.model.len() as u64;
+                let what = format!("seed {seed} step {step}");
+                match rng.gen_range(0..10) {
+                    0..=4 => {
+                        // overwrite at any byte offset (inside characters too)
+                        let off = rng.gen_range(0..=vlen);
+                        let text = {
+                            let n = rng.gen_range(1..20);
+                            random_text(&mut rng, n)
+                        };
+                        f.write(off, text.as_bytes());
+                    }
+                    5 | 6 => {
+                        let text = {
+                            let n = rng.gen_range(1..50);
+                            random_text(&mut rng, n)
+                        };
+                        assert_eq!(f.write(vlen, text.as_bytes()), Outcome::Written, "{what}");
+                    }
+                    7 => {
+                        // bytes that split a character: may pass through
+                        let off = rng.gen_range(0..=vlen);
+                        let pick = [
+                            "中".as_bytes(),
+                            &"😀".as_bytes()[1..3],
+                            &[0xE4],
+                            &[0x80, 0x80],
+                            &[0xFF],
+                        ][rng.gen_range(0..5)];
+                        f.write(off, pick);
+                    }
+                    8 => {
+                        let len = rng.gen_range(0..=vlen + 10);
+                        f.truncate(len);
+                    }
+                    _ => {
+                        let off = vlen + rng.gen_range(1..10);
+                        f.write(off, b"gap");
+                    }
+                }
+                f.check(&what);
+                if f.model.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unstorable_content_changes_nothing_and_goes_raw() {
+        let mut f = Fixture::new("héllo wörld\n");
+        let before = fs::read(&f.path).unwrap();
+        let r = f.write(3, &[0xC2, 0x85]);
+        assert!(
+            matches!(r, Outcome::Unstorable(m) if m.problem == crate::codec::Problem::C1Control(0x85))
+        );
+        assert_eq!(fs::read(&f.path).unwrap(), before);
+        let len = to_raw(&f.file, &f.index, &f.journal, 3, &[0xC2, 0x85]).unwrap();
+        let mut expect = "héllo wörld\n".as_bytes().to_vec();
+        expect[3..5].copy_from_slice(&[0xC2, 0x85]);
+        assert_eq!(fs::read(&f.path).unwrap(), expect);
+        assert_eq!(len, expect.len() as u64);
+    }
+
+    #[test]
+    fn to_raw_refuses_to_produce_the_magic() {
+        let f = Fixture::new("12345678 and more\n");
+        let before = fs::read(&f.path).unwrap();
+        let e = to_raw(&f.file, &f.index, &f.journal, 0, &MAGIC).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
+        assert_eq!(fs::read(&f.path).unwrap(), before);
+    }
+
+    #[test]
+    fn raw_magic_detection() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("raw");
+        fs::write(&p, [0xEF, 0xB7, 0x9D, 0xED, b'x', b'y']).unwrap();
+        let f = File::open(&p).unwrap();
+        assert!(raw_write_makes_magic(&f, 4, &[0xB2, 0xAE, 0x00, 0x0A]).unwrap());
+        assert!(!raw_write_makes_magic(&f, 4, &[0xB2, 0xAE, 0x00]).unwrap());
+        assert!(!raw_write_makes_magic(&f, 8, &MAGIC).unwrap());
+        assert!(raw_write_makes_magic(&f, 0, &MAGIC).unwrap());
+    }
+
+    #[test]
+    fn text_detection() {
+        assert!(is_text(b"plain\n"));
+        assert!(is_text("中文".as_bytes()));
+        assert!(
+            is_text(&"中文".as_bytes()[..4]),
+            "a character cut at the end is still text"
+        );
+        assert!(!is_text(b"nul\0"));
+        assert!(!is_text(&[0xC2, 0x85]));
+        assert!(!is_text(&[0xFF, b'a']));
+        assert!(!is_text(&[0xC0, 0xAF]));
+    }
+
+    #[test]
+    fn journal_replays_committed_and_drops_uncommitted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"old content here").unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        let jdir = dir.path().join(JOURNAL_DIR);
+        fs::create_dir(&jdir).unwrap();
+        // An entry killed before its commit point: dropped, file untouched.
+        let e1 = jdir.join("1-0");
+        fs::create_dir(&e1).unwrap();
+        link_fd(&file, &e1.join("target")).unwrap();
+        fs::write(e1.join("tail"), b"GARBAGE").unwrap();
+        let j = Journal::open(dir.path()).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"old content here");
+        assert!(fs::read_dir(&jdir).unwrap().next().is_none());
+        // A committed entry killed before its copy: finished at the next open.
+        let e2 = jdir.join("1-1");
+        fs::create_dir(&e2).unwrap();
+        link_fd(&file, &e2.join("target")).unwrap();
+        fs::write(e2.join("tail"), b"NEW").unwrap();
+        fs::write(e2.join("offset"), b"4").unwrap();
+        fs::rename(&e2, jdir.join("1-1.commit")).unwrap();
+        drop(j);
+        let j = Journal::open(dir.path()).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"old NEW");
+        assert!(fs::read_dir(&jdir).unwrap().next().is_none());
+        // Hard links: the entry's link is gone again.
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(&p).unwrap().nlink(), 1);
+        // And a rewrite through the journal keeps the inode.
+        let ino = fs::metadata(&p).unwrap().ino();
+        j.rewrite(&file, 0, |w| w.write_all(b"rewritten")).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"rewritten");
+        assert_eq!(fs::metadata(&p).unwrap().ino(), ino);
+    }
+}
