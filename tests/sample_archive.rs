@@ -6,7 +6,9 @@ use cutf8fs::codec::{decode_to_vec, has_magic, MAGIC};
 use std::path::Path;
 
 fn read(p: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample/archive").join(p);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sample/archive")
+        .join(p);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -22,7 +24,8 @@ fn corrected_files_decode_strictly() {
     for (file, needle) in cases {
         let disk = read(file);
         assert!(has_magic(&disk), "{file} lacks the magic number");
-        let view = decode_to_vec(&disk[MAGIC.len()..], true).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let view =
+            decode_to_vec(&disk[MAGIC.len()..], true).unwrap_or_else(|e| panic!("{file}: {e}"));
         let text = String::from_utf8(view).expect("strict V gives UTF-8");
         assert!(text.contains(needle), "{file}: {text:?} lacks {needle:?}");
         assert!(text.ends_with('\n'), "{file} does not end with a newline");
