@@ -206,7 +206,7 @@ fn convert_all(
     let mut summary = Summary::default();
     for input in inputs {
         let name = input.name();
-        let reader = match input.open() {
+        let mut reader = match input.open() {
             Ok(r) => r,
             Err(e) => {
                 diag(&format!("{name}: {}", io_message(&e)));
@@ -214,7 +214,7 @@ fn convert_all(
                 continue;
             }
         };
-        match convert_one(opts, reader, out, &mut buffers) {
+        match convert_one(opts, &mut *reader, out, &mut buffers) {
             Ok(()) => {}
             Err(FileError::Write(e)) => return Err(e),
             Err(FileError::Read(e)) => {
@@ -321,14 +321,14 @@ pub(crate) fn read_chunk(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> 
 
 fn convert_one(
     opts: &Options,
-    mut reader: Box<dyn Read>,
+    reader: &mut dyn Read,
     out: &mut dyn Write,
     bufs: &mut Buffers,
 ) -> Result<(), FileError> {
     let mut conv = Converter::new(opts);
     let mut pos = Tracker::default();
     let mut prefix = [0u8; 8];
-    let n = read_prefix(&mut reader, &mut prefix, bufs.input.len()).map_err(FileError::Read)?;
+    let n = read_prefix(reader, &mut prefix, bufs.input.len()).map_err(FileError::Read)?;
     let prefix = &prefix[..n];
     let mut eof = n < MAGIC.len();
     if prefix == MAGIC {
@@ -340,7 +340,7 @@ fn convert_one(
         feed(&mut conv, prefix, eof, out, &mut bufs.output, &mut pos)?;
     }
     while !eof {
-        let n = read_chunk(&mut reader, &mut bufs.input).map_err(FileError::Read)?;
+        let n = read_chunk(reader, &mut bufs.input).map_err(FileError::Read)?;
         eof = n == 0;
         feed(
             &mut conv,
@@ -655,7 +655,7 @@ mod tests {
         opts.buffer_size = chunk;
         let mut bufs = Buffers::new(&opts);
         let mut out = Vec::new();
-        match convert_one(&opts, Box::new(input), &mut out, &mut bufs) {
+        match convert_one(&opts, &mut &input[..], &mut out, &mut bufs) {
             Err(FileError::Malformed(at)) => at,
             _ => panic!("no error in {input:02X?}"),
         }
@@ -684,7 +684,7 @@ mod tests {
     #[test]
     fn long_reserved_unit_is_described_without_its_bytes() {
         let mut input = vec![b'a', 0xFE];
-        input.extend(std::iter::repeat(0x80).take(20));
+        input.extend(std::iter::repeat_n(0x80, 20));
         let at = located(&input, 3, Direction::Decode);
         assert_eq!((at.column, at.offset, at.malformed.len), (2, 1, 21));
         assert_eq!(
