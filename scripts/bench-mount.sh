@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Benchmark of the cutf8fs read path (issue 3). Reports, never asserts.
+#
+# The same text is stored twice: as Corrected UTF-8 (served by cutf8fs, which
+# converts it on the fly) and as plain UTF-8 (served by bindfs, a plain FUSE
+# mirror that converts nothing, and read natively beside both). Measured,
+# cold (caches dropped, both mounts remounted, so cutf8fs also rebuilds its
+# index) and warm (best of 3):
+#   seq    sequential read of one BENCH_SIZE_MB (256) MiB file
+#   rand   BENCH_PREADS (20000) random 4 KiB preads in that file
+#   grep   grep -r over a tree of BENCH_FILES (2000) files
+#   stat   stat of every file of that tree (find -printf %s)
+# and prints a table with the cutf8fs/bindfs time ratios (< 1: cutf8fs is
+# faster). Needs root (to drop caches and mount), bindfs (installed with
+# apt-get if missing), cc and python3. Usage:
+#   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
+# WORKDIR must be on a disk filesystem (not tmpfs) for cold numbers to mean
+# anything; the generated data is kept there for the next run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+W=${1:-${BENCH_DIR:-/var/tmp/cutf8fs-bench}}
+SIZE_MB=${BENCH_SIZE_MB:-256}
+FILES=${BENCH_FILES:-2000}
+PREADS=${BENCH_PREADS:-20000}
+
+[ "$(id -u)" -eq 0 ] || { echo "bench-mount: run as root (drops caches, mounts)" >&2; exit 1; }
+command -v bindfs >/dev/null || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null
+}
+cargo build --release --bins --quiet
+CUTF8=$REPO/target/release/cutf8
+CUTF8FS=$REPO/target/release/cutf8fs
+
+mkdir -p "$W"
+W=$(cd "$W" && pwd)
+NAT=$W/native CORR=$W/corrected MC=$W/mnt-cutf8fs MB=$W/mnt-bindfs
+mkdir -p "$NAT" "$CORR" "$MC" "$MB"
+
+umount_all() {
+    for m in "$MC" "$MB"; do
+        if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
+    done
+}
+trap umount_all EXIT
+umount_all
+
+# --- data -------------------------------------------------------------------
+STAMP="$SIZE_MB-$FILES-v2"
+if [ "$(cat "$W/.data" 2>/dev/null)" != "$STAMP" ]; then
+    echo "bench-mount: generating $SIZE_MB MiB and $FILES files in $W ..." >&2
+    rm -rf "${NAT:?}"/* "${CORR:?}"/*
+    python3 - "$NAT" "$SIZE_MB" "$FILES" <<'PY'
+import os, random, sys
+nat, size_mb, files = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(1)
+# Mostly text that keeps its length in Corrected UTF-8 (Latin, Greek,
+# Cyrillic, CJK, emoji), with a sprinkle of the length-changing ranges
+# (U+0800-U+089F, U+10000-U+1109F) so the offset index has work to do.
+words = ["the", "archive", "letter", "Straße", "naïve", "café", "λόγος", "καλημέρα",
+         "привет", "словарь", "日本語", "文字化け", "漢字", "한국어", "emoji😀", "🎉",
+         "données", "über", "año", "zürich", "ελληνικά", "κόσμε"]
+rare = ["\u0800", "\u0840", "\u089f", "\U00010330", "\U00010000", "\U0001109f"]
+def line():
+    n = rnd.randint(4, 16)
+    ws = [rnd.choice(words) for _ in range(n)]
+    if rnd.random() < 0.05:
+        ws.insert(rnd.randint(0, n), rnd.choice(rare))
+    return " ".join(ws) + "\n"
+block = "".join(line() for _ in range(60000)).encode()   # ~4 MiB
+with open(os.path.join(nat, "big.txt"), "wb") as f:
+    left = size_mb << 20
+    while left > 0:
+        part = block if left >= len(block) else block[:block.rfind(b"\n", 0, left) + 1]
+        f.write(part); left -= len(block)
+tree = os.path.join(nat, "tree")
+for i in range(files):
+    d = os.path.join(tree, "d%02d" % (i % 40))
+    os.makedirs(d, exist_ok=True)
+    start = rnd.randrange(0, len(block) - 40000)
+    n = rnd.randint(4000, 28000)
+    chunk = block[start:start + n]
+    chunk = chunk[chunk.find(b"\n") + 1:chunk.rfind(b"\n") + 1]
+    with open(os.path.join(d, "f%04d.txt" % i), "wb") as f:
+        f.write(chunk)
+PY
+    (cd "$NAT" && find . -type d) | while read -r d; do mkdir -p "$CORR/$d"; done
+    (cd "$NAT" && find . -type f) | while read -r f; do
+        "$CUTF8" encode -o "$CORR/$f" "$NAT/$f"
+    done
+    echo "$STAMP" > "$W/.data"
+fi
+
+# --- tools ------------------------------------------------------------------
+PREAD=$W/pread4k
+if [ ! -x "$PREAD" ]; then
+    cat > "$W/pread4k.c" <<'C'
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+/* pread4k FILE N: N preads of 4 KiB at pseudo-random 4 KiB-aligned offsets. */
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    int fd = open(argv[1], O_RDONLY);
+    if (fd < 0) { perror("open"); return 1; }
+    struct stat st;
+    fstat(fd, &st);
+    long n = atol(argv[2]), blocks = st.st_size / 4096 - 1;
+    unsigned long long s = 88172645463325252ULL;
+    char buf[4096];
+    long long total = 0;
+    for (long i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        ssize_t r = pread(fd, buf, sizeof buf, (off_t)(s % blocks) * 4096);
+        if (r < 0) { perror("pread"); return 1; }
+        total += r;
+    }
+    printf("%lld\n", total);
+    return 0;
+}
+C
+    cc -O2 -o "$PREAD" "$W/pread4k.c"
+fi
+
+mount_all() {
+    "$CUTF8FS" "$CORR" "$MC"
+    bindfs "$NAT" "$MB"
+}
+mount_all
+
+cold() {
+    umount_all
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    mount_all
+}
+
+secs() { # run "$@" quietly, print elapsed seconds
+    local s e
+    s=$(date +%s.%N)
+    "$@" >/dev/null 2>&1
+    e=$(date +%s.%N)
+    awk -v s="$s" -v e="$e" 'BEGIN { printf "%.4f", e - s }'
+}
+
+min3() { # best of three
+    local a b c
+    a=$(secs "$@"); b=$(secs "$@"); c=$(secs "$@")
+    printf '%s\n%s\n%s\n' "$a" "$b" "$c" | sort -g | head -1
+}
+
+export LC_ALL=C
+run_seq() { cat "$1/big.txt"; }
+run_rand() { "$PREAD" "$1/big.txt" "$PREADS"; }
+run_grep() { grep -rc "no such words here" "$1/tree"; }
+run_stat() { find "$1/tree" -type f -printf '%s\n'; }
+
+declare -A T
+for test in seq rand grep stat; do
+    for target in native bindfs cutf8fs; do
+        case $target in
+            native) dir=$NAT ;;
+            bindfs) dir=$MB ;;
+            cutf8fs) dir=$MC ;;
+        esac
+        cold
+        T[$test,$target,cold]=$(secs "run_$test" "$dir")
+        T[$test,$target,warm]=$(min3 "run_$test" "$dir")
+        echo "bench-mount: $test $target cold ${T[$test,$target,cold]} s, warm ${T[$test,$target,warm]} s" >&2
+    done
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+big_mb=$(( $(stat -c %s "$NAT/big.txt") >> 20 ))
+view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
+{
+    echo "cutf8fs read benchmark ($(date -u +%Y-%m-%d), $(uname -r), $(nproc) CPUs)"
+    echo "big.txt: $big_mb MiB UTF-8 (view $view_mb MiB); tree: $FILES files; rand: $PREADS x 4 KiB preads"
+    echo "times in seconds; ratio = cutf8fs / bindfs (below 1: cutf8fs faster)"
+    echo
+    echo "| test | native cold | native warm | bindfs cold | bindfs warm | cutf8fs cold | cutf8fs warm | ratio cold | ratio warm |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    for test in seq rand grep stat; do
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$test" \
+            "${T[$test,native,cold]}" "${T[$test,native,warm]}" \
+            "${T[$test,bindfs,cold]}" "${T[$test,bindfs,warm]}" \
+            "${T[$test,cutf8fs,cold]}" "${T[$test,cutf8fs,warm]}" \
+            "$(ratio "${T[$test,cutf8fs,cold]}" "${T[$test,bindfs,cold]}")" \
+            "$(ratio "${T[$test,cutf8fs,warm]}" "${T[$test,bindfs,warm]}")"
+    done
+} | tee "$W/results.md"
