@@ -612,5 +612,5 @@ pub fn describe(cs: &[Corpus]) -> String {
 
 /// Which vector code the codec runs on this machine.
 pub fn simd_path() -> &'static str {
-    "none (portable)"
+    cutf8fs::codec::simd_path()
 }

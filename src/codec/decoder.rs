@@ -2,12 +2,17 @@
 //!
 //! State between calls is only what a chunk edge can cut: a partial
 //! sequence (at most five bytes) or the fact that a reserved FE/FF unit is
-//! still open. The main loop copies ASCII runs, then decodes 2- and 3-byte
-//! sequences inline and everything else through the scalar reference.
+//! still open. The main loop runs the vector code of [`super::simd`] (ASCII
+//! and every unit that keeps its length), then decodes a stretch unit by
+//! unit: 2- and 3-byte sequences inline, everything else through the scalar
+//! reference.
 
-use super::ascii::ascii_prefix_len;
 use super::scalar::{disk_cp, encode_view, is_cont, lead_len, payload, DiskUnit};
-use super::{decode_disk_unit, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
+use super::{decode_disk_unit, simd, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
+
+/// How far the scalar loop goes after the vector code stops: past the
+/// longest block it refuses, so that the next try starts beyond it.
+const SCALAR_STRETCH: usize = 64;
 
 /// Streaming V; see the module doc of [`crate::codec`] for the contract.
 ///
@@ -190,19 +195,23 @@ impl Decoder {
         last: bool,
     ) -> (Status, usize, usize) {
         loop {
-            let n = (src.len() - i).min(dst.len() - o);
-            let run = ascii_prefix_len(&src[i..i + n]);
-            dst[o..o + run].copy_from_slice(&src[i..i + run]);
+            // Vector blocks as far as they go (ASCII, and units that keep
+            // their length), then scalar code for at least the block the
+            // vector code refused.
+            let run = simd::decode_run(&src[i..], &mut dst[o..]);
             i += run;
             o += run;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }
-            // Inner loop: non-ASCII units back to back, with room to spare.
-            while i < src.len() && dst.len() - o >= MAX_UNIT_LEN {
+            let stop = i + SCALAR_STRETCH;
+            while i < src.len() && i < stop && dst.len() - o >= MAX_UNIT_LEN {
                 let b = src[i];
                 if b < 0x80 {
-                    break;
+                    dst[o] = b;
+                    i += 1;
+                    o += 1;
+                    continue;
                 }
                 // Hot cases first: complete 2- and 3-byte sequences.
                 if (0xC0..0xE0).contains(&b) {

@@ -1,13 +1,16 @@
 //! W, streaming: UTF-8 (view, extended forms included) → Corrected UTF-8.
 //!
 //! The only state between calls is a sequence cut by a chunk edge (at most
-//! six bytes: FE plus five). The main loop copies ASCII runs, encodes 2- and
-//! 3-byte sequences inline and sends everything else through the scalar
-//! reference.
+//! six bytes: FE plus five). The main loop runs the vector code of
+//! [`super::simd`], then encodes a stretch unit by unit: 2- and 3-byte
+//! sequences inline, everything else through the scalar reference.
 
-use super::ascii::ascii_prefix_len;
 use super::scalar::{encode_disk, is_cont, lead_len, ViewUnit};
-use super::{decode_view_unit, Malformed, Problem, Status, MAX_UNIT_LEN};
+use super::{decode_view_unit, simd, Malformed, Problem, Status, MAX_UNIT_LEN};
+
+/// How far the scalar loop goes after the vector code stops (see the
+/// decoder).
+const SCALAR_STRETCH: usize = 64;
 
 /// Streaming W; see the module doc of [`crate::codec`] for the contract.
 ///
@@ -87,18 +90,21 @@ impl Encoder {
         last: bool,
     ) -> (Status, usize, usize) {
         loop {
-            let n = (src.len() - i).min(dst.len() - o);
-            let run = ascii_prefix_len(&src[i..i + n]);
-            dst[o..o + run].copy_from_slice(&src[i..i + run]);
+            // As in the decoder: vector blocks, then a scalar stretch.
+            let run = simd::encode_run(&src[i..], &mut dst[o..]);
             i += run;
             o += run;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }
-            while i < src.len() && dst.len() - o >= MAX_UNIT_LEN {
+            let stop = i + SCALAR_STRETCH;
+            while i < src.len() && i < stop && dst.len() - o >= MAX_UNIT_LEN {
                 let b = src[i];
                 if b < 0x80 {
-                    break;
+                    dst[o] = b;
+                    i += 1;
+                    o += 1;
+                    continue;
                 }
                 if (0xC2..0xE0).contains(&b) {
                     if let Some(&[_, c1]) = src.get(i..i + 2) {

@@ -7,8 +7,8 @@
 //! ranges just above U+1FFFFF, U+3FFFFFF and U+7FFFFFFF); ill-formed bytes
 //! pass through one for one. Such units all begin with one of the lead bytes
 //! DD DE DF EE EF F7 FB FD, and a lead byte (≥ C0) always begins a unit, so the
-//! scan only has to look at those bytes, skipping everything else a word at a
-//! time. FE units are watched as well: FE plus six continuation bytes with a
+//! scan only has to look at those bytes, skipping everything else a vector
+//! at a time ([`super::simd`]). FE units are watched as well: FE plus six continuation bytes with a
 //! value in U+80000000–U+8421109F is SPEC §2's exempt unit.
 //!
 //! In the other direction, a view unit shrinks by one byte on disk exactly
@@ -17,7 +17,7 @@
 use super::scalar::{
     classify_view_value, disk_cp, is_cont, lead_len, payload, view_len_of, ViewUnit,
 };
-use super::MAX_CODE_POINT;
+use super::{simd, MAX_CODE_POINT};
 
 /// What a disk scan reports, with the offset of the unit's first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,34 +26,6 @@ pub enum DiskEvent {
     Grow(usize),
     /// FE plus six continuation bytes carrying U+80000000–U+8421109F.
     Exempt(usize),
-}
-
-#[inline(always)]
-fn disk_candidate(b: u8) -> bool {
-    matches!(b, 0xDD..=0xDF | 0xEE | 0xEF | 0xF7 | 0xFB | 0xFD | 0xFE)
-}
-
-#[inline(always)]
-fn view_candidate(b: u8) -> bool {
-    matches!(b, 0xE0 | 0xF0 | 0xF8 | 0xFC | 0xFE)
-}
-
-/// Index of the first byte in `s[from..]` for which `cand` holds, or
-/// `s.len()`. 32 bytes at a time while that is possible (LLVM vectorises the
-/// fold), then byte by byte.
-#[inline(always)]
-fn next_candidate(s: &[u8], mut i: usize, cand: impl Fn(u8) -> bool) -> usize {
-    while i + 32 <= s.len() {
-        let any = s[i..i + 32].iter().fold(false, |a, &b| a | cand(b));
-        if any {
-            break;
-        }
-        i += 32;
-    }
-    while i < s.len() && !cand(s[i]) {
-        i += 1;
-    }
-    i
 }
 
 /// `Some(len)` when `s` (starting at a lead announcing `len`) holds a
@@ -81,7 +53,7 @@ fn complete(s: &[u8], len: usize, at_end: bool) -> Result<bool, ()> {
 pub fn scan_disk(buf: &[u8], at_end: bool, mut event: impl FnMut(DiskEvent)) -> usize {
     let mut i = 0;
     loop {
-        i = next_candidate(buf, i, disk_candidate);
+        i = simd::find_disk_candidate(buf, i);
         if i == buf.len() {
             return i;
         }
@@ -110,7 +82,7 @@ pub fn scan_disk(buf: &[u8], at_end: bool, mut event: impl FnMut(DiskEvent)) -> 
 pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usize {
     let mut i = 0;
     loop {
-        i = next_candidate(buf, i, view_candidate);
+        i = simd::find_view_candidate(buf, i);
         if i == buf.len() {
             return i;
         }

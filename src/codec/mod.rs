@@ -36,6 +36,7 @@ mod decoder;
 mod encoder;
 pub mod length;
 mod scalar;
+mod simd;
 
 pub use ascii::ascii_prefix_len;
 pub use decoder::Decoder;
@@ -57,6 +58,12 @@ pub const MAX_UNIT_LEN: usize = 7;
 
 /// Smallest output buffer that always makes progress.
 pub const MIN_DST: usize = 16;
+
+/// Which vector code the converters run on this machine: `"avx2"`,
+/// `"sse2"` or `"portable"` (for `cutf8 --version`). Detected once.
+pub fn simd_path() -> &'static str {
+    simd::path().name()
+}
 
 /// Whether `bytes` begins with the [`MAGIC`] number.
 pub fn has_magic(bytes: &[u8]) -> bool {

@@ -1,0 +1,348 @@
+//! The fast paths against the scalar reference (`codec::scalar`), on every
+//! path this CPU has, at offsets 0..64 and with output room cut anywhere;
+//! then the converters and length passes built on them against a
+//! unit-by-unit reference, one-shot and streamed at random cuts through
+//! output buffers of several sizes.
+
+use super::*;
+use crate::codec::scalar::is_cont;
+use crate::codec::{
+    decode_disk_unit, decode_to_vec, decode_view_unit, encode_disk, encode_to_vec, encode_view,
+    length, Decoder, DiskUnit, Encoder, Status, ViewUnit,
+};
+use proptest::prelude::*;
+
+/// V unit by unit; `Err(offset)` of the first unit strict mode refuses.
+fn reference_v(b: &[u8], strict: bool) -> Result<Vec<u8>, usize> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let unit = decode_disk_unit(&b[i..], true);
+        let ok = matches!(unit, DiskUnit::Char { cp, .. } if cp <= 0x10_FFFF);
+        if strict && !ok {
+            return Err(i);
+        }
+        match unit {
+            DiskUnit::Char { cp, len } => {
+                let mut t = [0u8; 8];
+                let n = encode_view(cp, &mut t);
+                out.extend_from_slice(&t[..n]);
+                i += len;
+            }
+            DiskUnit::Stray => {
+                out.push(b[i]);
+                i += 1;
+            }
+            DiskUnit::Truncated { len, .. } => {
+                out.extend_from_slice(&b[i..i + len]);
+                i += len;
+            }
+            DiskUnit::ReservedLead => {
+                let mut j = i + 1;
+                while j < b.len() && is_cont(b[j]) {
+                    j += 1;
+                }
+                out.extend_from_slice(&b[i..j]);
+                i = j;
+            }
+            DiskUnit::Incomplete => unreachable!("at_end"),
+        }
+    }
+    Ok(out)
+}
+
+/// W unit by unit; `Err(offset)` of the first unit the mode refuses.
+fn reference_w(b: &[u8], strict: bool) -> Result<Vec<u8>, usize> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match decode_view_unit(&b[i..], true) {
+            ViewUnit::Char { cp, len } => {
+                if strict && cp > 0x10_FFFF {
+                    return Err(i);
+                }
+                let mut t = [0u8; 8];
+                let n = encode_disk(cp, &mut t).ok_or(i)?;
+                out.extend_from_slice(&t[..n]);
+                i += len;
+            }
+            ViewUnit::Unstorable { .. } => return Err(i),
+            ViewUnit::Passthrough { len, .. } => {
+                if strict {
+                    return Err(i);
+                }
+                out.extend_from_slice(&b[i..i + len]);
+                i += len;
+            }
+            ViewUnit::Incomplete => unreachable!("at_end"),
+        }
+    }
+    Ok(out)
+}
+
+/// What a fast run may claim: whole units, all well-formed code points up
+/// to U+10FFFF that keep their length.
+fn reference_fast_v(b: &[u8]) -> Option<Vec<u8>> {
+    let v = reference_v(b, true).ok()?;
+    (v.len() == b.len()).then_some(v)
+}
+
+fn reference_fast_w(b: &[u8]) -> Option<Vec<u8>> {
+    let d = reference_w(b, true).ok()?;
+    (d.len() == b.len()).then_some(d)
+}
+
+/// Text the fast paths should take whole (both directions), with
+/// occasional units they must leave to the scalar code, and junk.
+fn arb_textish(junk: u32) -> impl Strategy<Value = Vec<u8>> {
+    let clean = junk == 0;
+    let junk = junk.max(1);
+    let piece = prop_oneof![
+        40 => (0x20u64..0x7F).boxed(),
+        12 => (0xA0u64..0x800).boxed(),
+        12 => (0x8A0u64..0xD800).boxed(),
+        4 => (0xCF00u64..0xD800).boxed(), // around the 3-byte offset switch
+        6 => (0xE000u64..0x1_0000).boxed(),
+        8 => (0x1_10A0u64..0xD_10A0).boxed(),
+        junk => (0x800u64..0x8A0).boxed(),
+        junk => (0x1_0000u64..0x1_10A0).boxed(),
+        junk => (0xD_10A0u64..0x11_0000).boxed(),
+        junk => (0x11_0000u64..0x8000_0000).boxed(), // extended forms
+        junk => (0x8000_0000u64..0x8421_10A0).boxed(),
+        junk => (0x1_0000_0000u64..0x1_0000_0100).boxed(), // a raw byte
+    ];
+    proptest::collection::vec(piece, 0..120).prop_map(move |ps| {
+        let mut out = Vec::new();
+        for p in ps {
+            let taken =
+                matches!(p, 0x20..=0x7E | 0xA0..=0x7FF | 0x8A0..=0xFFFF | 0x1_10A0..=0xD_109F);
+            if clean && (!taken || (0xD800..0xE000).contains(&p)) {
+                continue;
+            }
+            let mut t = [0u8; 8];
+            if p >= 0x1_0000_0000 {
+                out.push(p as u8);
+            } else {
+                let n = encode_view(p as u32, &mut t);
+                out.extend_from_slice(&t[..n]);
+            }
+        }
+        out
+    })
+}
+
+/// Disk bytes of text-like input: W of the view where it can store it.
+fn to_disk(view: &[u8]) -> Vec<u8> {
+    encode_to_vec(view, false).unwrap_or_else(|_| view.to_vec())
+}
+
+fn check_run(
+    path: Path,
+    encode: bool,
+    src: &[u8],
+    room: usize,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let mut dst = vec![0xA5u8; room];
+    let n = if encode {
+        encode_run_on(path, src, &mut dst)
+    } else {
+        decode_run_on(path, src, &mut dst)
+    };
+    prop_assert!(n <= src.len().min(room));
+    let want = if encode {
+        reference_fast_w(&src[..n])
+    } else {
+        reference_fast_v(&src[..n])
+    };
+    prop_assert_eq!(want.as_deref(), Some(&dst[..n]), "{:?} n={}", path, n);
+    prop_assert!(
+        dst[n..].iter().all(|&b| b == 0xA5),
+        "{:?} wrote past {}",
+        path,
+        n
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// A fast run converts exactly what the reference converts, stops at a
+    /// unit boundary, and writes nothing past what it claims.
+    #[test]
+    fn fast_runs_equal_reference(
+        text in arb_textish(1),
+        pad in 0usize..64,
+        room_cut in 0usize..80,
+    ) {
+        let mut view = vec![b'a'; pad];
+        view.extend_from_slice(&text);
+        let disk = to_disk(&view);
+        for path in Path::available() {
+            for (encode, src) in [(true, &view), (false, &disk)] {
+                check_run(path, encode, src, src.len() + 40)?;
+                check_run(path, encode, src, src.len().saturating_sub(room_cut))?;
+            }
+        }
+    }
+
+    /// Random bytes: the fast run never claims anything the reference
+    /// would not convert one for one.
+    #[test]
+    fn fast_runs_on_random_bytes(b in proptest::collection::vec(prop_oneof![
+        2 => any::<u8>(), 2 => 0x80u8..0xC0, 1 => 0xC0u8..=0xFF, 1 => 0x20u8..0x7F], 0..200)) {
+        for path in Path::available() {
+            check_run(path, true, &b, b.len() + 40)?;
+            check_run(path, false, &b, b.len() + 40)?;
+        }
+    }
+
+    /// On text it fully takes, a fast run stops only near the end.
+    #[test]
+    fn fast_runs_take_clean_text(text in arb_textish(0), pad in 0usize..64) {
+        let mut view = vec![b'a'; pad];
+        view.extend_from_slice(&text);
+        let disk = to_disk(&view);
+        for path in Path::available().into_iter().filter(|&p| p != Path::Portable) {
+            let mut dst = vec![0u8; view.len() + 40];
+            let n = encode_run_on(path, &view, &mut dst);
+            prop_assert!(n + 32 + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
+            let n = decode_run_on(path, &disk, &mut dst);
+            prop_assert!(n + 32 + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
+        }
+    }
+
+    /// Candidate search equals a byte loop, from every start.
+    #[test]
+    fn find_equals_naive(b in proptest::collection::vec(prop_oneof![
+        6 => 0u8..0xDD, 1 => 0xDDu8..=0xFF], 0..200)) {
+        for path in Path::available() {
+            for view in [false, true] {
+                for from in 0..=b.len() {
+                    let naive = b[from..]
+                        .iter()
+                        .position(|&x| if view {
+                            matches!(x, 0xE0 | 0xF0 | 0xF8 | 0xFC | 0xFE)
+                        } else {
+                            matches!(x, 0xDD..=0xDF | 0xEE | 0xEF | 0xF7 | 0xFB | 0xFD | 0xFE)
+                        })
+                        .map_or(b.len(), |k| from + k);
+                    prop_assert_eq!(find_on(path, &b, from, view), naive);
+                }
+            }
+        }
+    }
+
+    /// The converters built on the fast paths equal the unit-by-unit
+    /// reference, one-shot and streamed through outputs of several sizes.
+    #[test]
+    fn converters_equal_reference(
+        text in arb_textish(2),
+        pad in 0usize..64,
+        cuts in proptest::collection::vec(0usize..600, 0..6),
+        room in prop_oneof![Just(16usize), 17usize..80, Just(4096)],
+    ) {
+        let mut view = vec![b'x'; pad];
+        view.extend_from_slice(&text);
+        let disk = to_disk(&view);
+        for strict in [false, true] {
+            prop_assert_eq!(decode_to_vec(&disk, strict).map_err(|e| e.offset), reference_v(&disk, strict));
+            prop_assert_eq!(encode_to_vec(&view, strict).map_err(|e| e.offset), reference_w(&view, strict));
+            let mut d = if strict { Decoder::strict() } else { Decoder::lossless() };
+            prop_assert_eq!(stream(|s, o, l| d.convert(s, o, l), &disk, &cuts, room), reference_v(&disk, strict));
+            let mut e = if strict { Encoder::strict() } else { Encoder::lossless() };
+            prop_assert_eq!(stream(|s, o, l| e.convert(s, o, l), &view, &cuts, room), reference_w(&view, strict));
+        }
+        if let Ok(v) = reference_v(&disk, false) {
+            prop_assert_eq!(length::view_len(&disk), v.len() as u64);
+        }
+        if let Ok(d) = reference_w(&view, false) {
+            prop_assert_eq!(length::disk_len(&view), d.len() as u64);
+        }
+    }
+}
+
+/// Feed `input` cut at `cuts` through an output buffer of `room` bytes;
+/// the output, or the offset of the first refused unit.
+fn stream(
+    mut step: impl FnMut(&[u8], &mut [u8], bool) -> (Status, usize, usize),
+    input: &[u8],
+    cuts: &[usize],
+    room: usize,
+) -> Result<Vec<u8>, usize> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(input.len())).collect();
+    cuts.push(input.len());
+    cuts.sort();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; room];
+    let mut start = 0;
+    for (k, &end) in cuts.iter().enumerate() {
+        let last = k == cuts.len() - 1;
+        let mut pos = start;
+        loop {
+            let (status, r, w) = step(&input[pos..end], &mut buf, last);
+            out.extend_from_slice(&buf[..w]);
+            pos += r;
+            match status {
+                Status::InputEmpty => break,
+                Status::OutputFull => continue,
+                Status::Malformed(m) => return Err(pos - m.len),
+            }
+        }
+        start = end;
+    }
+    Ok(out)
+}
+
+/// Each lane of a vector at once: one unit of each kind the fast path must
+/// refuse, at every position of a clean block, on every path.
+#[test]
+fn each_refused_unit_at_every_position() {
+    let refused_view: &[&[u8]] = &[
+        &[0xC2, 0x85],             // C1 control
+        &[0xC0, 0xAF],             // overlong
+        &[0xE0, 0x9F, 0xBF],       // overlong
+        &[0xE0, 0xA0, 0x80],       // U+0800: shorter on disk
+        &[0xED, 0xA0, 0x80],       // surrogate
+        &[0xF0, 0x90, 0x80, 0x80], // U+10000: shorter on disk
+        &[0xF4, 0x8F, 0xBF, 0xBF], // U+10FFFF
+        &[0xF8, 0x88, 0x80, 0x80, 0x80],
+        &[0xFE],
+        &[0x80],
+        &[0xE4, 0xB8],
+    ];
+    let refused_disk: &[&[u8]] = &[
+        &[0xDF, 0xBF],             // U+089F: longer in the view
+        &[0xEF, 0xBF, 0xBF],       // U+1109F: longer in the view
+        &[0xF3, 0x80, 0x80, 0x80], // near U+10FFFF
+        &[0xFD, 0xBF, 0xBF, 0xBF, 0xBF, 0xBF],
+        &[0xFF, 0x80],
+        &[0xBF],
+        &[0xC5],
+    ];
+    for path in Path::available() {
+        for (encode, cases) in [(true, refused_view), (false, refused_disk)] {
+            for unit in cases {
+                for pos in 0..70 {
+                    let mut src = "é".repeat(pos / 2).into_bytes();
+                    src.resize(pos, b'a');
+                    src.extend_from_slice(unit);
+                    src.extend_from_slice(&[b'z'; 70]);
+                    let mut dst = vec![0u8; src.len()];
+                    let n = if encode {
+                        encode_run_on(path, &src, &mut dst)
+                    } else {
+                        decode_run_on(path, &src, &mut dst)
+                    };
+                    assert!(n <= pos, "{path:?} {unit:02X?} at {pos}: ran to {n}");
+                    let want = if encode {
+                        reference_fast_w(&src[..n])
+                    } else {
+                        reference_fast_v(&src[..n])
+                    };
+                    assert_eq!(want.as_deref(), Some(&dst[..n]));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The handful of byte-lane operations the kernels need, over SSE2's
+//! `__m128i` and AVX2's `__m256i` (the shape of memchr's `Vector` trait).
+//!
+//! Every method is `#[inline(always)]` so that it is compiled inside the
+//! kernel that calls it, and so under that kernel's `target_feature`.
+
+use core::arch::x86_64::*;
+
+/// A vector of `LANES` bytes.
+///
+/// # Safety
+///
+/// The methods are `unsafe` because they execute the instructions of the
+/// implementing type: a caller must make sure the CPU has them (SSE2 always
+/// does on x86_64; AVX2 is detected at run time in `super`). `load` and
+/// `store` also need `LANES` valid bytes at the pointer.
+pub(super) trait Vector: Copy {
+    const LANES: usize;
+    unsafe fn splat(b: u8) -> Self;
+    unsafe fn load(p: *const u8) -> Self;
+    unsafe fn store(self, p: *mut u8);
+    unsafe fn add(self, o: Self) -> Self;
+    unsafe fn sub(self, o: Self) -> Self;
+    unsafe fn and(self, o: Self) -> Self;
+    unsafe fn or(self, o: Self) -> Self;
+    /// `!self & o`.
+    unsafe fn andnot(self, o: Self) -> Self;
+    /// 0xFF where equal, 0 elsewhere.
+    unsafe fn eq(self, o: Self) -> Self;
+    /// 0xFF where `self >= o` as unsigned bytes.
+    unsafe fn ge(self, o: Self) -> Self;
+    /// Lanes moved one to three places towards the end (lane `j` gets lane
+    /// `j - k`), zeros shifted in: "the byte `k` before".
+    unsafe fn up1(self) -> Self;
+    unsafe fn up2(self) -> Self;
+    unsafe fn up3(self) -> Self;
+    /// Lanes moved towards the start (lane `j` gets lane `j + k`), zeros
+    /// shifted in: "the byte `k` after".
+    unsafe fn down1(self) -> Self;
+    unsafe fn down2(self) -> Self;
+    /// Bit `j` is the high bit of lane `j`.
+    unsafe fn movemask(self) -> u32;
+    /// 0, 1, 2, … in the lanes.
+    unsafe fn lane_index() -> Self;
+}
+
+impl Vector for __m128i {
+    const LANES: usize = 16;
+    #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        _mm_set1_epi8(b as i8)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        _mm_loadu_si128(p as *const __m128i)
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        _mm_storeu_si128(p as *mut __m128i, self)
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        _mm_add_epi8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn sub(self, o: Self) -> Self {
+        _mm_sub_epi8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn and(self, o: Self) -> Self {
+        _mm_and_si128(self, o)
+    }
+    #[inline(always)]
+    unsafe fn or(self, o: Self) -> Self {
+        _mm_or_si128(self, o)
+    }
+    #[inline(always)]
+    unsafe fn andnot(self, o: Self) -> Self {
+        _mm_andnot_si128(self, o)
+    }
+    #[inline(always)]
+    unsafe fn eq(self, o: Self) -> Self {
+        _mm_cmpeq_epi8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn ge(self, o: Self) -> Self {
+        _mm_cmpeq_epi8(_mm_max_epu8(self, o), self)
+    }
+    #[inline(always)]
+    unsafe fn up1(self) -> Self {
+        _mm_slli_si128::<1>(self)
+    }
+    #[inline(always)]
+    unsafe fn up2(self) -> Self {
+        _mm_slli_si128::<2>(self)
+    }
+    #[inline(always)]
+    unsafe fn up3(self) -> Self {
+        _mm_slli_si128::<3>(self)
+    }
+    #[inline(always)]
+    unsafe fn down1(self) -> Self {
+        _mm_srli_si128::<1>(self)
+    }
+    #[inline(always)]
+    unsafe fn down2(self) -> Self {
+        _mm_srli_si128::<2>(self)
+    }
+    #[inline(always)]
+    unsafe fn movemask(self) -> u32 {
+        _mm_movemask_epi8(self) as u32
+    }
+    #[inline(always)]
+    unsafe fn lane_index() -> Self {
+        _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+    }
+}
+
+impl Vector for __m256i {
+    const LANES: usize = 32;
+    #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        _mm256_set1_epi8(b as i8)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        _mm256_loadu_si256(p as *const __m256i)
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        _mm256_storeu_si256(p as *mut __m256i, self)
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        _mm256_add_epi8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn sub(self, o: Self) -> Self {
+        _mm256_sub_epi8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn and(self, o: Self) -> Self {
+        _mm256_and_si256(self, o)
+    }
+    #[inline(always)]
+    unsafe fn or(self, o: Self) -> Self {
+        _mm256_or_si256(self, o)
+    }
+    #[inline(always)]
+    unsafe fn andnot(self, o: Self) -> Self {
+        _mm256_andnot_si256(self, o)
+    }
+    #[inline(always)]
+    unsafe fn eq(self, o: Self) -> Self {
+        _mm256_cmpeq_epi8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn ge(self, o: Self) -> Self {
+        _mm256_cmpeq_epi8(_mm256_max_epu8(self, o), self)
+    }
+    // Byte shifts across the two 128-bit halves: pair `self` with a copy
+    // of itself moved by one half (zeros in the other), then `alignr`.
+    #[inline(always)]
+    unsafe fn up1(self) -> Self {
+        _mm256_alignr_epi8::<15>(self, _mm256_permute2x128_si256::<0x08>(self, self))
+    }
+    #[inline(always)]
+    unsafe fn up2(self) -> Self {
+        _mm256_alignr_epi8::<14>(self, _mm256_permute2x128_si256::<0x08>(self, self))
+    }
+    #[inline(always)]
+    unsafe fn up3(self) -> Self {
+        _mm256_alignr_epi8::<13>(self, _mm256_permute2x128_si256::<0x08>(self, self))
+    }
+    #[inline(always)]
+    unsafe fn down1(self) -> Self {
+        _mm256_alignr_epi8::<1>(_mm256_permute2x128_si256::<0x81>(self, self), self)
+    }
+    #[inline(always)]
+    unsafe fn down2(self) -> Self {
+        _mm256_alignr_epi8::<2>(_mm256_permute2x128_si256::<0x81>(self, self), self)
+    }
+    #[inline(always)]
+    unsafe fn movemask(self) -> u32 {
+        _mm256_movemask_epi8(self) as u32
+    }
+    #[inline(always)]
+    unsafe fn lane_index() -> Self {
+        _mm256_setr_epi8(
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+            24, 25, 26, 27, 28, 29, 30, 31,
+        )
+    }
+}
