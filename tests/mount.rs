@@ -239,6 +239,22 @@ fn change_in_backing_is_seen_on_next_open() {
         fs::read(m.m("t.txt")).unwrap() == expected_view(&v3),
         "new content not seen"
     );
+    // Listings: a name added or removed in BACKING shows on the next
+    // opendir, although the kernel caches listings.
+    let names = |m: &Mount| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&m.mnt)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&m), ["t.txt"]);
+    assert_eq!(names(&m), ["t.txt"]);
+    write(&m.b("added"), b"");
+    assert_eq!(names(&m), ["added", "t.txt"]);
+    fs::remove_file(m.b("added")).unwrap();
+    assert_eq!(names(&m), ["t.txt"]);
     // Corrected → raw behind the mount's back.
     write(&m.b("t.txt"), b"now raw\n");
     std::thread::sleep(std::time::Duration::from_millis(400));

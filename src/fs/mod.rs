@@ -42,7 +42,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    AccessFlags, BsdFileFlags, FileHandle, Filesystem, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
@@ -333,7 +333,7 @@ impl Filesystem for CutFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match CutFs::opendir(self, ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(e),
         }
     }
@@ -374,27 +374,18 @@ impl Filesystem for CutFs {
             Ok(a) => a,
             Err(e) => return reply.error(e),
         };
-        let r = CutFs::readdir(self, fh.0, offset, |next, e| {
-            match self.plus_entry(&dir, e) {
-                None => reply.add(
-                    INodeNo(dir.ino),
-                    next,
-                    &e.name,
-                    &self.attr_ttl,
-                    &dir_attr,
-                    GEN,
-                ),
-                Some(Ok(a)) => {
-                    let full = reply.add(a.ino, next, &e.name, &self.entry_ttl, &a, GEN);
-                    if full {
-                        // Not sent: give the lookup back.
-                        CutFs::forget(self, a.ino.0, 1);
-                    }
-                    full
-                }
-                // Gone since the listing was read: skip it.
-                Some(Err(_)) => false,
-            }
+        let r = CutFs::readdirplus(self, fh.0, offset, |next, e, attr| match attr {
+            None => reply.add(
+                INodeNo(dir.ino),
+                next,
+                &e.name,
+                &self.attr_ttl,
+                &dir_attr,
+                GEN,
+            ),
+            Some(Ok(a)) => reply.add(a.ino, next, &e.name, &self.entry_ttl, &a, GEN),
+            // Gone since the listing was read: skip it.
+            Some(Err(_)) => false,
         });
         match r {
             Ok(()) => reply.ok(),

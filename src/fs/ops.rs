@@ -30,6 +30,13 @@ use super::inodes::Inode;
 use super::sys::{self, ActAs, Identity};
 use super::CutFs;
 
+/// Entries of one readdirplus reply prepared (looked up, classified)
+/// together; more than a 4 KiB reply holds, fewer than a large one.
+const PLUS_BATCH: usize = 48;
+
+/// Threads classifying a batch of cold files at once.
+const PLUS_WORKERS: usize = 8;
+
 fn caller(req: &Request) -> Identity {
     Identity::of(req.uid(), req.gid(), req.pid())
 }
@@ -354,11 +361,15 @@ impl CutFs {
             mode,
             write,
         }));
-        let flags = if keep {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        };
+        let mut flags = FopenFlags::empty();
+        if keep {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if !write {
+            // Nothing is buffered here and locks are the kernel's: a close
+            // of a read-only handle need not wait for a FLUSH round trip.
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
         Ok((fh, flags))
     }
 
@@ -531,14 +542,24 @@ impl CutFs {
         }
     }
 
-    pub(super) fn opendir(&self, ino: u64) -> Result<u64> {
+    /// Opens a directory. The kernel may cache its listing; the cache is
+    /// kept across opens only while the directory's stamp is unchanged, so
+    /// a change in BACKING is listed on the next opendir (changes through
+    /// the mount invalidate the kernel's cache themselves).
+    pub(super) fn opendir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
         let dir = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
-        Ok(self.handles.insert(Handle::Dir(DirHandle {
+        let st = sys::fstat(dir.as_fd()).map_err(io)?;
+        let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+        if inode.state().opened_at(Stamp::of(&st)) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        let fh = self.handles.insert(Handle::Dir(DirHandle {
             inode,
             dir,
             entries: Default::default(),
-        })))
+        }));
+        Ok((fh, flags))
     }
 
     /// Reads the directory listing afresh (at offset 0: opendir or rewind).
@@ -605,21 +626,117 @@ impl CutFs {
         Ok(())
     }
 
-    /// For readdirplus: the entry for `name` in the handle's directory
-    /// (counting one lookup), or None for "." / "..", which the kernel
-    /// does not enter.
-    pub(super) fn plus_entry(&self, dir: &Inode, e: &DirEntry) -> Option<Result<FileAttr>> {
+    /// readdirplus: like `readdir`, but `add(next, entry, attr)` also gets
+    /// the entry's attributes (None for "." and "..", which the kernel does
+    /// not enter; an error for a name gone since the listing was read).
+    /// Every `Ok` attribute counts one lookup; when `add` says the reply is
+    /// full, that lookup and those of entries prepared but not sent are
+    /// given back here.
+    pub(super) fn readdirplus(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(u64, &DirEntry, Option<Result<FileAttr>>) -> bool,
+    ) -> Result<()> {
+        let h = self.dir_handle(fh)?;
+        let Handle::Dir(d) = &*h else {
+            return Err(Errno::ENOTDIR);
+        };
+        let mut entries = d.entries();
+        if offset == 0 {
+            *entries = Self::list(d)?;
+        }
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(entries.len());
+        let end = start.saturating_add(PLUS_BATCH).min(entries.len());
+        let mut prepared = self.plus_batch(&d.inode, &entries[start..end]).into_iter();
+        for (i, e) in entries.iter().enumerate().skip(start) {
+            let r = match prepared.next() {
+                Some(r) => r,
+                None => self.plus_entry(&d.inode, e),
+            };
+            let sent_ino = match &r {
+                Some(Ok(a)) => Some(a.ino.0),
+                _ => None,
+            };
+            if add(i as u64 + 1, e, r) {
+                if let Some(ino) = sent_ino {
+                    self.inodes.forget(ino, 1);
+                }
+                break;
+            }
+        }
+        for r in prepared {
+            if let Some(Ok(a)) = r {
+                self.inodes.forget(a.ino.0, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks a batch of entries up; the regular files whose class is not
+    /// known yet (a cold cache: each needs its first bytes read and maybe an
+    /// index built) are classified on a few threads at once, so a cold
+    /// `ls -l` or `find` waits for the disk in parallel, not file by file.
+    fn plus_batch(&self, dir: &Inode, batch: &[DirEntry]) -> Vec<Option<Result<FileAttr>>> {
+        let looked: Vec<Option<Result<(Arc<Inode>, libc::stat)>>> = batch
+            .iter()
+            .map(|e| {
+                let b = e.name.as_bytes();
+                if b == b"." || b == b".." {
+                    return None;
+                }
+                Some(
+                    sys::component(&e.name)
+                        .map_err(io)
+                        .and_then(|n| self.inodes.lookup(dir, &n)),
+                )
+            })
+            .collect();
+        let unknown: Vec<&(Arc<Inode>, libc::stat)> = looked
+            .iter()
+            .filter_map(|r| match r {
+                Some(Ok(x)) => Some(x),
+                _ => None,
+            })
+            .filter(|(inode, st)| {
+                inode.is_reg()
+                    && (st.st_size as u64) >= MAGIC.len() as u64
+                    && inode.state().known_class(&Stamp::of(st)).is_none()
+            })
+            .collect();
+        if unknown.len() >= 2 {
+            let workers = unknown.len().min(PLUS_WORKERS);
+            let per = unknown.len().div_ceil(workers);
+            std::thread::scope(|s| {
+                for chunk in unknown.chunks(per) {
+                    s.spawn(move || {
+                        for (inode, st) in chunk {
+                            // Errors resurface below, per entry.
+                            let _ = self.class(inode, st);
+                        }
+                    });
+                }
+            });
+        }
+        looked
+            .into_iter()
+            .map(|r| r.map(|r| r.and_then(|(inode, st)| self.entry(inode, &st))))
+            .collect()
+    }
+
+    /// The entry for one name in `dir` (counting one lookup), or None for
+    /// "." and "..".
+    fn plus_entry(&self, dir: &Inode, e: &DirEntry) -> Option<Result<FileAttr>> {
         let b = e.name.as_bytes();
         if b == b"." || b == b".." {
             return None;
         }
-        let name = match sys::component(&e.name) {
-            Ok(n) => n,
-            Err(err) => return Some(Err(io(err))),
-        };
         Some(
-            self.inodes
-                .lookup(dir, &name)
+            sys::component(&e.name)
+                .map_err(io)
+                .and_then(|n| self.inodes.lookup(dir, &n))
                 .and_then(|(inode, st)| self.entry(inode, &st)),
         )
     }
