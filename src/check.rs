@@ -112,8 +112,9 @@ impl Rule {
         }
     }
 
+    /// Position in [`Rule::ALL`] (the declaration order, as tested).
     fn index(self) -> usize {
-        Rule::ALL.iter().position(|&r| r == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -467,6 +468,13 @@ mod tests {
             assert_eq!(pv.get_name(), rule.name());
         }
         assert_eq!(Rule::value_variants().len(), Rule::ALL.len());
+    }
+
+    #[test]
+    fn index_is_the_position_in_all() {
+        for (k, rule) in Rule::ALL.iter().enumerate() {
+            assert_eq!(rule.index(), k);
+        }
     }
 
     #[test]

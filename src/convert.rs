@@ -199,6 +199,7 @@ fn convert_all(
     out: &mut dyn Write,
     diag: &mut dyn FnMut(&str),
 ) -> io::Result<Summary> {
+    let mut out = Counting { inner: out, n: 0 };
     if opts.direction == Direction::Encode && opts.magic {
         out.write_all(&MAGIC)?;
     }
@@ -214,7 +215,8 @@ fn convert_all(
                 continue;
             }
         };
-        match convert_one(opts, &mut *reader, out, &mut buffers) {
+        let at_start = out.n == 0;
+        match convert_one(opts, &mut *reader, &mut out, at_start, &mut buffers) {
             Ok(()) => {}
             Err(FileError::Write(e)) => return Err(e),
             Err(FileError::Read(e)) => {
@@ -232,9 +234,35 @@ fn convert_all(
                 ));
                 summary.malformed += 1;
             }
+            Err(FileError::EncodesToMagic) => {
+                diag(&format!(
+                    "{name}:1:1: text begins with U+10E7D U+ED4E U+0000 U+000A (byte offset 0), \
+                     which encodes to the magic number: without it the output would be read \
+                     back without them (drop --no-magic)"
+                ));
+                summary.malformed += 1;
+            }
         }
     }
     Ok(summary)
+}
+
+/// A writer that counts what went through it.
+struct Counting<'a> {
+    inner: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counting<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The two fixed buffers every input reuses.
@@ -261,7 +289,12 @@ enum FileError {
     Read(io::Error),
     Write(io::Error),
     Malformed(Located),
+    /// Encode: the input begins with the magic number.
     AlreadyEncoded,
+    /// Encode with `--no-magic`, at the start of the output: the text
+    /// begins with V(MAGIC), so the output would begin with the magic number
+    /// and decode would drop it.
+    EncodesToMagic,
 }
 
 /// Either codec direction behind one `convert`.
@@ -319,26 +352,37 @@ pub(crate) fn read_chunk(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> 
     }
 }
 
+/// The view of [`MAGIC`]: the text whose encoding is the magic number.
+const VIEW_MAGIC: [u8; 9] = [0xF0, 0x90, 0xB9, 0xBD, 0xEE, 0xB5, 0x8E, 0x00, 0x0A];
+
+/// Convert one input into `out`; `at_start` says nothing has been written
+/// to `out` yet.
 fn convert_one(
     opts: &Options,
     reader: &mut dyn Read,
     out: &mut dyn Write,
+    at_start: bool,
     bufs: &mut Buffers,
 ) -> Result<(), FileError> {
     let mut conv = Converter::new(opts);
     let mut pos = Tracker::default();
-    let mut prefix = [0u8; 8];
+    let mut prefix = [0u8; VIEW_MAGIC.len()];
     let n = read_prefix(reader, &mut prefix, bufs.input.len()).map_err(FileError::Read)?;
-    let prefix = &prefix[..n];
-    let mut eof = n < MAGIC.len();
-    if prefix == MAGIC {
+    let mut eof = n < prefix.len();
+    let mut first = &prefix[..n];
+    if first.starts_with(&MAGIC) {
         match opts.direction {
-            Direction::Decode => pos.skip_magic(),
+            Direction::Decode => {
+                pos.skip_magic();
+                first = &first[MAGIC.len()..];
+            }
             Direction::Encode => return Err(FileError::AlreadyEncoded),
         }
-    } else {
-        feed(&mut conv, prefix, eof, out, &mut bufs.output, &mut pos)?;
+    } else if opts.direction == Direction::Encode && !opts.magic && at_start && first == VIEW_MAGIC
+    {
+        return Err(FileError::EncodesToMagic);
     }
+    feed(&mut conv, first, eof, out, &mut bufs.output, &mut pos)?;
     while !eof {
         let n = read_chunk(reader, &mut bufs.input).map_err(FileError::Read)?;
         eof = n == 0;
@@ -486,13 +530,56 @@ impl Tracker {
 }
 
 fn count_newlines(b: &[u8]) -> u64 {
-    b.iter().filter(|&&c| c == b'\n').count() as u64
+    const NL: u64 = 0x0A0A_0A0A_0A0A_0A0A;
+    count_bytes(
+        b,
+        |w| {
+            // High bit of each byte set iff the byte of `w ^ NL` is zero.
+            let x = w ^ NL;
+            let nonzero = ((x & !HIGH) + !HIGH) | x;
+            (!nonzero & HIGH) >> 7
+        },
+        |c| c == b'\n',
+    )
 }
 
 /// Characters in well-formed UTF-8 or Corrected UTF-8: the bytes that are
-/// not continuation bytes.
+/// not continuation bytes (10xxxxxx).
 pub(crate) fn count_chars(b: &[u8]) -> u64 {
-    b.iter().filter(|&&c| c & 0xC0 != 0x80).count() as u64
+    count_bytes(
+        b,
+        // Bit 7 set and bit 6 (moved up by the shift) clear: continuation.
+        |w| (!(w & !(w << 1)) & HIGH) >> 7,
+        |c| c & 0xC0 != 0x80,
+    )
+}
+
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// How many bytes of `b` satisfy `pred`, eight at a time: `lanes(w)` gives
+/// 1 in each byte of the word `w` that does, and up to 255 such words are
+/// summed per byte before a horizontal add. About 6 GB/s here, where
+/// `filter().count()` was 2 and took a third of `cutf8 decode`'s time.
+#[inline(always)]
+fn count_bytes(b: &[u8], lanes: impl Fn(u64) -> u64, pred: impl Fn(u8) -> bool) -> u64 {
+    const L16: u64 = 0x00FF_00FF_00FF_00FF;
+    let fold = |acc: u64| {
+        let pairs = (acc & L16) + ((acc >> 8) & L16);
+        pairs.wrapping_mul(0x0001_0001_0001_0001) >> 48
+    };
+    let mut words = b.chunks_exact(8);
+    let (mut total, mut acc, mut n) = (0u64, 0u64, 0u32);
+    for w in &mut words {
+        acc += lanes(u64::from_le_bytes(w.try_into().expect("chunks_exact(8)")));
+        n += 1;
+        if n == 255 {
+            total += fold(acc);
+            acc = 0;
+            n = 0;
+        }
+    }
+    total += fold(acc);
+    total + words.remainder().iter().filter(|&&c| pred(c)).count() as u64
 }
 
 /// A malformed unit and where it starts.
@@ -655,7 +742,7 @@ mod tests {
         opts.buffer_size = chunk;
         let mut bufs = Buffers::new(&opts);
         let mut out = Vec::new();
-        match convert_one(&opts, &mut &input[..], &mut out, &mut bufs) {
+        match convert_one(&opts, &mut &input[..], &mut out, true, &mut bufs) {
             Err(FileError::Malformed(at)) => at,
             _ => panic!("no error in {input:02X?}"),
         }
@@ -691,6 +778,28 @@ mod tests {
             at.describe(Direction::Decode),
             "reserved unit FE plus 20 continuation bytes has no UTF-8 form"
         );
+    }
+
+    #[test]
+    fn view_magic_is_the_view_of_magic() {
+        let v = crate::codec::decode_to_vec(&MAGIC, true).expect("MAGIC decodes");
+        assert_eq!(v, VIEW_MAGIC);
+    }
+
+    #[test]
+    fn counting_matches_the_obvious_count() {
+        let mut b: Vec<u8> = (0..20_000u32).map(|i| (i * 7919 % 256) as u8).collect();
+        b.extend_from_slice(&[b'\n'; 3000]);
+        b.extend_from_slice(&[0x80; 3000]);
+        b.extend_from_slice(&[0x0A, 0x8A, 0x0B, 0x09, 0xC0, 0xBF, 0x40, 0x7F].repeat(99));
+        for start in [0, 1, 7, 31, 33] {
+            for end in [start, start + 40, 2047, 2048, 2049, 8160, b.len()] {
+                let s = &b[start..end];
+                let nl = s.iter().filter(|&&c| c == b'\n').count() as u64;
+                let ch = s.iter().filter(|&&c| c & 0xC0 != 0x80).count() as u64;
+                assert_eq!((count_newlines(s), count_chars(s)), (nl, ch));
+            }
+        }
     }
 
     #[test]

@@ -670,3 +670,69 @@ fn check_output_is_the_same_at_every_chunk_size() {
         r.stdout_is(&base.stdout, &format!("chunk {chunk}"));
     }
 }
+
+#[test]
+fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
+    // U+10E7D U+ED4E U+0000 U+000A: the text whose encoding is the magic.
+    let mut text = "\u{10E7D}\u{ED4E}\0\n".as_bytes().to_vec();
+    text.extend_from_slice(b"rest\n");
+    cutf8(&["encode", "--no-magic"], &text)
+        .exits(1)
+        .stderr_has("<stdin>:1:1: text begins with U+10E7D U+ED4E U+0000 U+000A (byte offset 0)");
+    // With the magic number, it round-trips.
+    let disk = cutf8(&["encode"], &text).ok().stdout;
+    assert_eq!(&disk[..16], [MAGIC, MAGIC].concat());
+    cutf8(&["decode"], &disk)
+        .ok()
+        .stdout_is(&text, "round trip");
+    // Not at the start of the output, it is just text.
+    let d = Dir::new();
+    d.write("first", b"x");
+    d.write("second", &text);
+    d.run(&["encode", "--no-magic", "first", "second"], b"")
+        .ok();
+}
+
+/// Peak resident memory of `cutf8 args` in KiB (from wait4's rusage).
+fn peak_rss_kib(dir: &std::path::Path, args: &[&str]) -> i64 {
+    use std::process::{Command, Stdio};
+    let child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cutf8");
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in; the pid is our
+    // child, not yet reaped (we never call Child::wait).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "cutf8 {args:?} failed"
+    );
+    usage.ru_maxrss
+}
+
+#[test]
+fn large_input_converts_in_constant_memory() {
+    let d = Dir::new();
+    // 32 MiB, 500 times the buffer: a converter that held its input would
+    // show it in its peak RSS.
+    let line = "Grüße, 世界 \u{1F600} and a long line of plain text\n";
+    let big = line.repeat((32 << 20) / line.len());
+    d.write("big.txt", big.as_bytes());
+    d.write("small.txt", line.as_bytes());
+    d.run(&["encode", "big.txt", "-o", "big.cu8"], b"").ok();
+    d.run(&["encode", "small.txt", "-o", "small.cu8"], b"").ok();
+    for (cmd, ext) in [("encode", "txt"), ("decode", "cu8"), ("check", "cu8")] {
+        let small = peak_rss_kib(d.path(), &[cmd, &format!("small.{ext}")]);
+        let big = peak_rss_kib(d.path(), &[cmd, &format!("big.{ext}")]);
+        assert!(
+            big < small + 4 * 1024,
+            "{cmd}: peak RSS {big} KiB on 32 MiB vs {small} KiB on one line"
+        );
+    }
+}
