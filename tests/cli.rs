@@ -694,6 +694,8 @@ fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
 }
 
 /// Peak resident memory of `cutf8 args` in KiB (from wait4's rusage).
+// The child is reaped by wait4 below, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn peak_rss_kib(dir: &std::path::Path, args: &[&str]) -> i64 {
     use std::process::{Command, Stdio};
     let child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
