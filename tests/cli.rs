@@ -238,10 +238,16 @@ fn help_and_version() {
             "{sub}"
         );
     }
+    let r = cutf8(&["-V"], b"").ok();
+    let version = format!("cutf8 {}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), version);
     let r = cutf8(&["--version"], b"").ok();
-    assert_eq!(
-        String::from_utf8_lossy(&r.stdout).trim(),
-        format!("cutf8 {}", env!("CARGO_PKG_VERSION"))
+    let long = String::from_utf8_lossy(&r.stdout).trim().to_string();
+    assert!(
+        ["avx2", "sse2", "portable"]
+            .iter()
+            .any(|p| long == format!("{version} (codec: {p})")),
+        "--version says {long:?}"
     );
 }
 

@@ -80,10 +80,24 @@ fn after_long_help() -> String {
     s
 }
 
+/// `cutf8 --version`: the version and the codec path live on this machine
+/// (`-V` gives the version alone, and so does the man page).
+fn long_version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (codec: {})",
+            env!("CARGO_PKG_VERSION"),
+            cutf8fs::codec::simd_path()
+        )
+    })
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "cutf8",
     version,
+    long_version = long_version(),
     about = ABOUT,
     long_about = LONG_ABOUT,
     after_long_help = after_long_help(),
@@ -333,7 +347,8 @@ fn run_check(a: &CheckArgs) -> u8 {
 /// per subcommand (synopsis, description, options), then EXIT STATUS,
 /// EXAMPLES and SEE ALSO from the same constants as --help.
 fn man_page() -> std::io::Result<Vec<u8>> {
-    let mut cmd = Cli::command();
+    // Without the machine-dependent codec path: the page is committed.
+    let mut cmd = Cli::command().long_version(None);
     cmd.build();
     let man = clap_mangen::Man::new(cmd.clone());
     let mut w = Vec::new();
