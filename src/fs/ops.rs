@@ -37,6 +37,9 @@ const PLUS_BATCH: usize = 48;
 /// Threads classifying a batch of cold files at once.
 const PLUS_WORKERS: usize = 8;
 
+/// A readdirplus entry after its lookup: None for "." and "..".
+type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
+
 fn caller(req: &Request) -> Identity {
     Identity::of(req.uid(), req.gid(), req.pid())
 }
@@ -385,13 +388,24 @@ impl CutFs {
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
         let strip = libc::O_NOCTTY | libc::O_DIRECT;
-        let mut oflags = (flags & !strip) | libc::O_CREAT | libc::O_NOFOLLOW;
-        if oflags & libc::O_ACCMODE == libc::O_WRONLY {
-            oflags = (oflags & !libc::O_ACCMODE) | libc::O_RDWR;
-        }
+        let asked = (flags & !strip) | libc::O_CREAT | libc::O_NOFOLLOW;
+        // Write-only becomes read-write, so the view (and issue 4) can read.
+        let upgraded = asked & libc::O_ACCMODE == libc::O_WRONLY;
+        let oflags = if upgraded {
+            (asked & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            asked
+        };
         let fd = {
             let _as = ActAs::new(&caller(req)).map_err(io)?;
-            sys::openat(dir.fd(), &cname, oflags, mode & !umask & 0o7777).map_err(io)?
+            let mode = mode & !umask & 0o7777;
+            match sys::openat(dir.fd(), &cname, oflags, mode) {
+                // An existing file the caller may write but not read.
+                Err(e) if upgraded && e.raw_os_error() == Some(libc::EACCES) => {
+                    sys::openat(dir.fd(), &cname, asked, mode).map_err(io)?
+                }
+                r => r.map_err(io)?,
+            }
         };
         let file = std::fs::File::from(fd);
         let path_fd = sys::reopen(file.as_fd(), libc::O_PATH).map_err(io)?;
@@ -414,13 +428,35 @@ impl CutFs {
             return Err(Errno::EISDIR);
         };
         let state = h.inode.state();
-        let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-        match h.mode {
-            Mode::Raw => content::read_raw(&h.file, offset, size as usize),
-            Mode::View => match &content.view {
-                Some((_, index)) => content::read_view(&h.file, index, offset, size as usize),
-                None => Err(Errno::EIO),
-            },
+        if h.mode == Mode::Raw {
+            let _content = state.content.read().unwrap_or_else(PoisonError::into_inner);
+            return content::read_raw(&h.file, offset, size as usize);
+        }
+        {
+            let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, index)) = &content.view {
+                return content::read_view(&h.file, index, offset, size as usize);
+            }
+        }
+        // The view was dropped (the file was emptied through another
+        // handle): look at what the file holds now.
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if content.view.is_none() {
+            let st = sys::fstat(h.file.as_fd()).map_err(io)?;
+            let corrected = (st.st_size as u64) >= MAGIC.len() as u64
+                && content::has_magic(&h.file).map_err(io)?;
+            if !corrected {
+                return content::read_raw(&h.file, offset, size as usize);
+            }
+            let stamp = Stamp::of(&st);
+            content.view = Some((stamp, content::index_for(&self.cache, &h.file, stamp)?));
+        }
+        match &content.view {
+            Some((_, index)) => content::read_view(&h.file, index, offset, size as usize),
+            None => Err(Errno::EIO),
         }
     }
 
@@ -680,7 +716,7 @@ impl CutFs {
     /// index built) are classified on a few threads at once, so a cold
     /// `ls -l` or `find` waits for the disk in parallel, not file by file.
     fn plus_batch(&self, dir: &Inode, batch: &[DirEntry]) -> Vec<Option<Result<FileAttr>>> {
-        let looked: Vec<Option<Result<(Arc<Inode>, libc::stat)>>> = batch
+        let looked: Vec<Looked> = batch
             .iter()
             .map(|e| {
                 let b = e.name.as_bytes();
