@@ -744,3 +744,30 @@ fn large_input_converts_in_constant_memory() {
         );
     }
 }
+
+#[test]
+fn output_that_cannot_be_created_is_a_fatal_error() {
+    let d = Dir::new();
+    d.write("in", b"x\n");
+    std::fs::create_dir(d.path().join("sub")).expect("mkdir");
+    d.run(&["encode", "in", "-o", "sub"], b"")
+        .exits(2)
+        .stderr_is("cutf8: sub: is a directory\n");
+    d.run(&["encode", "in", "-o", "nowhere/out"], b"")
+        .exits(2)
+        .stderr_is("cutf8: nowhere/out: No such file or directory\n");
+    assert_eq!(d.names(), ["in", "sub"]);
+}
+
+#[test]
+fn output_through_a_symlink_replaces_the_file_it_names() {
+    let d = Dir::new();
+    d.write("in", b"x\n");
+    d.write("target", b"old");
+    std::os::unix::fs::symlink("target", d.path().join("link")).expect("symlink");
+    d.run(&["encode", "--no-magic", "in", "-o", "link"], b"")
+        .ok();
+    assert_eq!(d.read("target"), b"x\n");
+    let link = std::fs::symlink_metadata(d.path().join("link")).expect("link");
+    assert!(link.file_type().is_symlink(), "the link stays a link");
+}

@@ -145,13 +145,11 @@ Lint Corrected UTF-8 files against the document rules, one finding per line \
 on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE], and a \
 summary line on standard error. Exit status 1 when any finding is an error.
 
-Rules (default level): missing-magic (warning), nul (error; U+0000 outside the \
-magic number), no-final-newline (warning), carriage-return (warning; U+000D), \
-tab (warning; U+0009), control (warning; other C0 controls), line-separator \
-(warning; U+2028), paragraph-separator (warning; U+2029), stray-byte (error), \
-truncated-sequence (error), reserved-unit (warning: reserved units are valid \
-Corrected UTF-8 but have no UTF-8 form), beyond-unicode (warning: code points \
-above U+10FFFF, likewise).
+Malformed bytes are reported where they are and checking goes on. Reserved \
+units and code points above U+10FFFF are valid Corrected UTF-8, so they are \
+only warnings by default; they have no standard UTF-8 form, which is why \
+decode refuses them without --lossless. The rules and their default levels \
+are listed under --error.
 
 When a rule is named by several of --allow, --warn and --error, --error wins \
 over --warn, which wins over --allow; --deny-warnings applies last.")]
@@ -212,12 +210,22 @@ struct CheckArgs {
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     error: Vec<Rule>,
 
-    /// Report RULE as a warning.
-    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    /// Report RULE as a warning (RULE as for --error).
+    #[arg(
+        long,
+        value_name = "RULE",
+        value_delimiter = ',',
+        hide_possible_values = true
+    )]
     warn: Vec<Rule>,
 
-    /// Do not report RULE.
-    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    /// Do not report RULE (RULE as for --error).
+    #[arg(
+        long,
+        value_name = "RULE",
+        value_delimiter = ',',
+        hide_possible_values = true
+    )]
     allow: Vec<Rule>,
 
     /// Treat every warning as an error.
