@@ -149,9 +149,25 @@ impl InodeTable {
     /// caller must hand the result to the kernel (or call `forget`).
     /// Returns the entry and the fresh attributes.
     pub fn lookup(&self, parent: &Inode, name: &CStr) -> Result<(Arc<Inode>, libc::stat)> {
+        // Known inodes (the common case) cost one fstatat: the stat names an
+        // inode we hold open, so it cannot be another file with a reused
+        // number.
+        let st = sys::statat(parent.fd(), name).map_err(io)?;
+        if let Some(inode) = self.count_known(Key::of(&st)) {
+            return Ok((inode, st));
+        }
         let fd = sys::open_path(parent.fd(), name).map_err(io)?;
         let st = sys::fstat(fd.as_fd()).map_err(io)?;
         Ok((self.insert(fd, &st), st))
+    }
+
+    /// Counts one more lookup of an entry already in the table.
+    fn count_known(&self, key: Key) -> Option<Arc<Inode>> {
+        let mut t = self.lock();
+        let ino = *t.by_key.get(&key)?;
+        let e = t.by_ino.get_mut(&ino)?;
+        e.lookups += 1;
+        Some(e.inode.clone())
     }
 
     /// Enters a descriptor (or counts one more lookup of its existing entry).
