@@ -24,7 +24,9 @@
 
 use super::vector::Vector;
 
-/// Lane masks shared by both directions.
+/// Lane masks shared by both directions, and whether the block is
+/// well-formed. Scalar bit masks (bit `j` = lane `j`) do what they can: the
+/// structure check and the cut at the end need no vector work.
 struct Shape<V> {
     /// C0–FF, E0–FF, F0–FF.
     lead2p: V,
@@ -32,43 +34,44 @@ struct Shape<V> {
     lead4p: V,
     /// 80–BF.
     cont: V,
-    /// Lanes whose continuation bytes do not match the leads before them.
-    /// Checked in every lane: in well-formed text none is set, not even
-    /// past `commit`, and a lead before `commit` whose continuation bytes
-    /// are missing shows only there.
-    misplaced: V,
+    /// Movemasks of `lead3p` and `lead4p`.
+    m3: u64,
+    m4: u64,
     /// Lanes before the first lead whose sequence runs past the block.
     commit: usize,
+    /// Some continuation byte does not match the leads before it. Checked
+    /// in every lane: in well-formed text none is misplaced, not even past
+    /// `commit`, and a lead before `commit` whose continuation bytes are
+    /// missing shows only there.
+    misplaced: bool,
 }
 
 #[inline(always)]
-unsafe fn shape<V: Vector>(v: V) -> Shape<V> {
+unsafe fn shape<V: Vector>(v: V, high: u32, commit: usize) -> Shape<V> {
+    let lanes = V::LANES;
+    let all = (1u64 << lanes) - 1;
     let lead2p = v.ge(V::splat(0xC0));
     let lead3p = v.ge(V::splat(0xE0));
     let lead4p = v.ge(V::splat(0xF0));
     let cont = v.and(V::splat(0xC0)).eq(V::splat(0x80));
-    let expected = lead2p.up1().or(lead3p.up2()).or(lead4p.up3());
-    let misplaced = cont.andnot(expected).or(expected.andnot(cont));
-    // A lead in lane j announcing `need` continuation bytes is cut when
-    // j + need >= LANES.
-    let one = V::splat(1);
-    let need = lead2p.and(one).add(lead3p.and(one)).add(lead4p.and(one));
-    let cut = V::lane_index()
-        .add(need)
-        .ge(V::splat(V::LANES as u8))
-        .movemask();
-    let commit = if cut == 0 {
-        V::LANES
-    } else {
-        cut.trailing_zeros() as usize
-    };
+    let (m2, m3, m4) = (
+        lead2p.movemask() as u64,
+        lead3p.movemask() as u64,
+        lead4p.movemask() as u64,
+    );
+    let cont_bits = high as u64 & !m2;
+    let expected = ((m2 << 1) | (m3 << 2) | (m4 << 3)) & all;
+    // A lead in lane j announcing k continuation bytes is cut when
+    // j + k >= lanes.
     Shape {
         lead2p,
         lead3p,
         lead4p,
         cont,
-        misplaced,
+        m3,
+        m4,
         commit,
+        misplaced: expected != cont_bits,
     }
 }
 
@@ -83,124 +86,135 @@ fn live(commit: usize) -> u32 {
 }
 
 /// The offset digit of every lane, given which 3-byte leads take the high
-/// offset.
+/// offset: each lead lane holds its own digit and those of its first two
+/// continuation bytes, which are then moved into place.
 #[inline(always)]
-unsafe fn digits<V: Vector>(s: &Shape<V>, is_lead2: V, hi: V) -> V {
+unsafe fn digits<V: Vector>(s: &Shape<V>, is_lead2: V, is_lead3: V, hi: V) -> V {
+    let lead_d = is_lead2.and(V::splat(2)).or(hi.and(V::splat(1)));
+    let c1_d = hi
+        .select(V::splat(2), V::splat(34))
+        .and(is_lead3)
+        .or(s.lead4p.and(V::splat(17)));
+    let c2_d = s.lead4p.and(V::splat(2));
     let last_cont = s.cont.down1().andnot(s.cont);
-    let is_lead3 = s.lead4p.andnot(s.lead3p);
-    let c1_of3 = is_lead3.up1();
-    let hi_c1 = hi.up1();
-    let c1_of4 = s.lead4p.up1();
-    let c2_of4 = s.lead4p.up2();
-    is_lead2
-        .and(V::splat(2))
-        .or(hi.and(V::splat(1)))
-        .or(hi_c1.andnot(c1_of3).and(V::splat(34)))
-        .or(hi_c1.and(V::splat(2)))
-        .or(c1_of4.and(V::splat(17)))
-        .or(c2_of4.and(V::splat(2)))
+    lead_d
+        .or(c1_d.up1())
+        .or(c2_d.up2())
         .or(last_cont.and(V::splat(32)))
 }
 
-/// V of one block: the converted block and how many lanes of it count, or
-/// `None` when the block holds a unit the fast path does not take.
+/// Carries (W: borrows) into each lane from the lane after it, given the
+/// carry-out bit `0x40` of every continuation lane (`out40` of `x`).
 #[inline(always)]
-pub(super) unsafe fn decode_block<V: Vector>(v: V) -> Option<(V, usize)> {
-    let s = shape(v);
+unsafe fn carry_in<V: Vector>(out40: V) -> V {
+    out40.down1().min(V::splat(1))
+}
+
+/// V of one block, `n1` and `n2` the bytes one and two lanes further: the
+/// converted block, or `None` when a lane before `s.commit` holds a unit the
+/// fast path does not take.
+#[inline(always)]
+unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     // High offset when the payload is above CF5F, i.e. the bytes are above
     // EC BD 9F.
-    let (n1, n2) = (v.down1(), v.down2());
     let hi = is_lead3.and(
         v.ge(V::splat(0xED)).or(v.eq(V::splat(0xEC)).and(
             n1.ge(V::splat(0xBE))
                 .or(n1.eq(V::splat(0xBD)).and(n2.ge(V::splat(0xA0)))),
         )),
     );
-    let d = digits(&s, is_lead2, hi);
+    let d = digits(s, is_lead2, is_lead3, hi);
     let low6 = V::splat(0x3F);
+    let c40 = s.cont.and(V::splat(0x40));
     let base = v.and(low6).add(d);
-    let mut cin = V::splat(0);
-    let mut sum = base;
-    for _ in 0..3 {
-        sum = base.add(cin);
-        let cout = sum.and(V::splat(0x40)).eq(V::splat(0x40)).and(s.cont);
-        cin = cout.down1().and(V::splat(1));
+    // A carry chain is as long as the longest sequence in the block.
+    let mut cin = carry_in(base.and(c40));
+    if s.m3 != 0 {
+        cin = carry_in(base.add(cin).and(c40));
+        if s.m4 != 0 {
+            cin = carry_in(base.add(cin).and(c40));
+        }
     }
-    let out_cont = sum.and(low6).or(V::splat(0x80));
-    let out_other = v.add(d).add(cin);
-    let out = s.cont.and(out_cont).or(s.cont.andnot(out_other));
-    // Leads F3 and up: code points from U+FEF5F+69 792 on, 5- and 6-byte
+    let out_cont = base.add(cin).and(low6).or(V::splat(0x80));
+    let out = s.cont.select(out_cont, v.add(d).add(cin));
+    // Leads F3 and up: code points from U+D10A0 on, 5- and 6-byte
     // sequences, reserved units. Leads that overflow their length: the
     // view needs a longer sequence.
     let bad = v
         .ge(V::splat(0xF3))
         .or(is_lead2.and(out.ge(V::splat(0xE0))))
         .or(is_lead3.and(out.ge(V::splat(0xF0))));
-    if s.misplaced.movemask() != 0 || bad.movemask() & live(s.commit) != 0 {
+    if s.misplaced || bad.movemask() & live(s.commit) != 0 {
         return None;
     }
-    Some((out, s.commit))
+    Some(out)
 }
 
 /// W of one block; see [`decode_block`].
 #[inline(always)]
-pub(super) unsafe fn encode_block<V: Vector>(v: V) -> Option<(V, usize)> {
-    let s = shape(v);
+unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     let hi = is_lead3.and(v.ge(V::splat(0xEE)));
-    let surrogate = v.eq(V::splat(0xED)).and(v.down1().ge(V::splat(0xA0)));
-    let d = digits(&s, is_lead2, hi);
+    let d = digits(s, is_lead2, is_lead3, hi);
     let low6 = V::splat(0x3F);
-    // Each continuation lane computes 64 + digit - offset digit - borrow;
-    // bit 6 clear means it borrowed from the lane before.
+    let c40 = s.cont.and(V::splat(0x40));
+    // Each continuation lane computes 64 + its digit - the offset digit -
+    // the borrow; bit 6 clear means it borrowed from the lane before.
     let base = v.and(low6).or(V::splat(0x40)).sub(d);
-    let mut bin = V::splat(0);
-    let mut diff = base;
-    for _ in 0..3 {
-        diff = base.sub(bin);
-        let bout = diff.and(V::splat(0x40)).eq(V::splat(0)).and(s.cont);
-        bin = bout.down1().and(V::splat(1));
+    let mut bin = carry_in(base.andnot(c40));
+    if s.m3 != 0 {
+        bin = carry_in(base.sub(bin).andnot(c40));
+        if s.m4 != 0 {
+            bin = carry_in(base.sub(bin).andnot(c40));
+        }
     }
-    let out_cont = diff.and(low6).or(V::splat(0x80));
-    let out_other = v.sub(d).sub(bin);
-    let out = s.cont.and(out_cont).or(s.cont.andnot(out_other));
+    let out_cont = base.sub(bin).and(low6).or(V::splat(0x80));
+    let out = s.cont.select(out_cont, v.sub(d).sub(bin));
     // A lead that borrows below its range had a code point too small for
     // its length: overlong, a C1 control, or one stored shorter on disk
-    // (U+0800–U+089F, U+10000–U+1109F). F4 and up: U+100000 and beyond,
-    // 5- and 6-byte forms, FE/FF.
+    // (U+0800–U+089F, U+10000–U+1109F). ED A0–BF: surrogates. F4 and up:
+    // U+100000 and beyond, 5- and 6-byte forms, FE/FF.
     let bad = v
         .ge(V::splat(0xF4))
-        .or(surrogate)
-        .or(is_lead2.and(out.ge(V::splat(0xC0)).eq(V::splat(0))))
-        .or(is_lead3.and(out.ge(V::splat(0xE0)).eq(V::splat(0))))
-        .or(s.lead4p.and(out.ge(V::splat(0xF0)).eq(V::splat(0))));
-    if s.misplaced.movemask() != 0 || bad.movemask() & live(s.commit) != 0 {
+        .or(v.eq(V::splat(0xED)).and(n1.ge(V::splat(0xA0))))
+        .or(out.ge(V::splat(0xC0)).andnot(s.lead2p))
+        .or(out.ge(V::splat(0xE0)).andnot(s.lead3p))
+        .or(out.ge(V::splat(0xF0)).andnot(s.lead4p));
+    if s.misplaced || bad.movemask() & live(s.commit) != 0 {
         return None;
     }
-    Some((out, s.commit))
+    Some(out)
 }
 
 /// Run [`encode_block`] (`ENCODE`) or [`decode_block`] over `src` into
 /// `dst` while it accepts; returns how many bytes were converted (the same
-/// number were written). Whole ASCII blocks
-/// are copied without conversion. `dst` bytes past the return value are
-/// left as they were.
+/// number were written). Whole ASCII blocks are copied without conversion.
+/// `dst` bytes past the return value are left as they were: a block whose
+/// last lanes belong to the next one is stored only when the next store is
+/// about to overwrite those lanes, or else in part.
 #[inline(always)]
 pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> usize {
     let lanes = V::LANES;
     let end = src.len().min(dst.len());
     let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
     let mut i = 0;
+    // The last converted block, not yet stored: (block, where, lanes).
+    let mut held: Option<(V, usize, usize)> = None;
+    // Whether the last block was ASCII: only then try four at once.
+    let mut ascii = true;
     loop {
-        if i + 4 * lanes <= end {
+        if ascii && i + 4 * lanes <= end {
             let a = V::load(sp.add(i));
             let b = V::load(sp.add(i + lanes));
             let c = V::load(sp.add(i + 2 * lanes));
             let e = V::load(sp.add(i + 3 * lanes));
             if a.or(b).or(c).or(e).movemask() == 0 {
+                if let Some((h, at, _)) = held.take() {
+                    h.store(dp.add(at));
+                }
                 a.store(dp.add(i));
                 b.store(dp.add(i + lanes));
                 c.store(dp.add(i + 2 * lanes));
@@ -209,32 +223,51 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u
                 continue;
             }
         }
-        if i + lanes > end {
+        // Two bytes of look-ahead for the 3-byte checks.
+        if i + lanes + 2 > end {
             break;
         }
         let v = V::load(sp.add(i));
-        if v.movemask() == 0 {
+        let high = v.movemask();
+        if high == 0 {
+            if let Some((h, at, _)) = held.take() {
+                h.store(dp.add(at));
+            }
             v.store(dp.add(i));
             i += lanes;
+            ascii = true;
             continue;
         }
+        ascii = false;
+        // The lanes before a lead whose sequence runs past the block,
+        // from the last three bytes: scalar and branch-free, as the next
+        // block's address depends on it.
+        let cut = |k: usize, lead: u8| k * (*sp.add(i + lanes - k) >= lead) as usize;
+        let commit = lanes - cut(3, 0xF0).max(cut(2, 0xE0)).max(cut(1, 0xC0));
+        let s = shape(v, high, commit);
+        let n1 = V::load(sp.add(i + 1));
         let converted = if ENCODE {
-            encode_block(v)
+            encode_block(v, n1, &s)
         } else {
-            decode_block(v)
+            decode_block(v, n1, V::load(sp.add(i + 2)), &s)
         };
-        let Some((out, commit)) = converted else {
+        let Some(out) = converted else {
             break;
         };
-        let out = if commit < lanes {
-            // Keep what `dst` held past the committed lanes.
-            let tail = V::lane_index().ge(V::splat(commit as u8));
-            tail.andnot(out).or(tail.and(V::load(dp.add(i))))
+        if let Some((h, at, _)) = held.take() {
+            h.store(dp.add(at));
+        }
+        if s.commit == lanes {
+            out.store(dp.add(i));
         } else {
-            out
-        };
-        out.store(dp.add(i));
-        i += commit;
+            held = Some((out, i, s.commit));
+        }
+        i += s.commit;
+    }
+    if let Some((h, at, n)) = held {
+        let mut tmp = [0u8; 32];
+        h.store(tmp.as_mut_ptr());
+        core::ptr::copy_nonoverlapping(tmp.as_ptr(), dp.add(at), n);
     }
     i
 }

@@ -29,19 +29,19 @@ pub(super) trait Vector: Copy {
     unsafe fn eq(self, o: Self) -> Self;
     /// 0xFF where `self >= o` as unsigned bytes.
     unsafe fn ge(self, o: Self) -> Self;
-    /// Lanes moved one to three places towards the end (lane `j` gets lane
+    /// Unsigned minimum.
+    unsafe fn min(self, o: Self) -> Self;
+    /// `a` where `self` (a mask of 0 or 0xFF lanes) is set, `b` elsewhere.
+    unsafe fn select(self, a: Self, b: Self) -> Self;
+    /// Lanes moved one or two places towards the end (lane `j` gets lane
     /// `j - k`), zeros shifted in: "the byte `k` before".
     unsafe fn up1(self) -> Self;
     unsafe fn up2(self) -> Self;
-    unsafe fn up3(self) -> Self;
-    /// Lanes moved towards the start (lane `j` gets lane `j + k`), zeros
-    /// shifted in: "the byte `k` after".
+    /// Lanes moved one place towards the start (lane `j` gets lane
+    /// `j + 1`), a zero shifted in: "the byte after".
     unsafe fn down1(self) -> Self;
-    unsafe fn down2(self) -> Self;
     /// Bit `j` is the high bit of lane `j`.
     unsafe fn movemask(self) -> u32;
-    /// 0, 1, 2, … in the lanes.
-    unsafe fn lane_index() -> Self;
 }
 
 impl Vector for __m128i {
@@ -87,6 +87,14 @@ impl Vector for __m128i {
         _mm_cmpeq_epi8(_mm_max_epu8(self, o), self)
     }
     #[inline(always)]
+    unsafe fn min(self, o: Self) -> Self {
+        _mm_min_epu8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn select(self, a: Self, b: Self) -> Self {
+        _mm_or_si128(_mm_and_si128(self, a), _mm_andnot_si128(self, b))
+    }
+    #[inline(always)]
     unsafe fn up1(self) -> Self {
         _mm_slli_si128::<1>(self)
     }
@@ -95,24 +103,12 @@ impl Vector for __m128i {
         _mm_slli_si128::<2>(self)
     }
     #[inline(always)]
-    unsafe fn up3(self) -> Self {
-        _mm_slli_si128::<3>(self)
-    }
-    #[inline(always)]
     unsafe fn down1(self) -> Self {
         _mm_srli_si128::<1>(self)
     }
     #[inline(always)]
-    unsafe fn down2(self) -> Self {
-        _mm_srli_si128::<2>(self)
-    }
-    #[inline(always)]
     unsafe fn movemask(self) -> u32 {
         _mm_movemask_epi8(self) as u32
-    }
-    #[inline(always)]
-    unsafe fn lane_index() -> Self {
-        _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
     }
 }
 
@@ -158,6 +154,14 @@ impl Vector for __m256i {
     unsafe fn ge(self, o: Self) -> Self {
         _mm256_cmpeq_epi8(_mm256_max_epu8(self, o), self)
     }
+    #[inline(always)]
+    unsafe fn min(self, o: Self) -> Self {
+        _mm256_min_epu8(self, o)
+    }
+    #[inline(always)]
+    unsafe fn select(self, a: Self, b: Self) -> Self {
+        _mm256_blendv_epi8(b, a, self)
+    }
     // Byte shifts across the two 128-bit halves: pair `self` with a copy
     // of itself moved by one half (zeros in the other), then `alignr`.
     #[inline(always)]
@@ -169,26 +173,11 @@ impl Vector for __m256i {
         _mm256_alignr_epi8::<14>(self, _mm256_permute2x128_si256::<0x08>(self, self))
     }
     #[inline(always)]
-    unsafe fn up3(self) -> Self {
-        _mm256_alignr_epi8::<13>(self, _mm256_permute2x128_si256::<0x08>(self, self))
-    }
-    #[inline(always)]
     unsafe fn down1(self) -> Self {
         _mm256_alignr_epi8::<1>(_mm256_permute2x128_si256::<0x81>(self, self), self)
     }
     #[inline(always)]
-    unsafe fn down2(self) -> Self {
-        _mm256_alignr_epi8::<2>(_mm256_permute2x128_si256::<0x81>(self, self), self)
-    }
-    #[inline(always)]
     unsafe fn movemask(self) -> u32 {
         _mm256_movemask_epi8(self) as u32
-    }
-    #[inline(always)]
-    unsafe fn lane_index() -> Self {
-        _mm256_setr_epi8(
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
-            24, 25, 26, 27, 28, 29, 30, 31,
-        )
     }
 }
