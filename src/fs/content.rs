@@ -305,3 +305,66 @@ pub fn read_raw(file: &File, offset: u64, size: usize) -> Result<Vec<u8>> {
     buf.truncate(got);
     Ok(buf)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp(n: u64) -> Stamp {
+        Stamp {
+            dev: 1,
+            ino: n,
+            size: 0,
+            mtime: (0, 0),
+            ctime: (0, 0),
+        }
+    }
+
+    /// An index with growth in every block, so it costs real memory.
+    fn dense_index(blocks: usize) -> Arc<OffsetIndex> {
+        let mut disk = Vec::new();
+        for _ in 0..blocks {
+            disk.extend_from_slice(&[0xC0, 0xA0]); // U+0800: grows by one
+            disk.resize(disk.len() + 4094, b'a');
+        }
+        Arc::new(OffsetIndex::from_bytes(&disk))
+    }
+
+    #[test]
+    fn cache_stays_within_its_bound_and_evicts_least_recently_used() {
+        let one = index_cost(&dense_index(64));
+        let cache = IndexCache::new(one * 3 + one / 2);
+        for n in 0..3 {
+            cache.put(stamp(n), dense_index(64));
+        }
+        assert!(cache.get(&stamp(0)).is_some()); // 0 is now the most recent
+        cache.put(stamp(3), dense_index(64));
+        assert!(
+            cache.get(&stamp(1)).is_none(),
+            "least recently used evicted"
+        );
+        assert!(cache.get(&stamp(0)).is_some());
+        assert!(cache.get(&stamp(3)).is_some());
+        assert!(relock(&cache.inner).used <= one * 3 + one / 2);
+    }
+
+    #[test]
+    fn an_index_larger_than_the_bound_is_not_kept() {
+        let cache = IndexCache::new(64);
+        cache.put(stamp(1), dense_index(64));
+        assert!(cache.get(&stamp(1)).is_none());
+        assert_eq!(relock(&cache.inner).used, 0);
+    }
+
+    #[test]
+    fn class_and_open_stamps_are_per_stamp() {
+        let st = FileState::new();
+        assert_eq!(st.known_class(&stamp(1)), None);
+        st.remember_class(stamp(1), Class::Raw);
+        assert_eq!(st.known_class(&stamp(1)), Some(Class::Raw));
+        assert_eq!(st.known_class(&stamp(2)), None);
+        assert!(!st.opened_at(stamp(1)));
+        assert!(st.opened_at(stamp(1)));
+        assert!(!st.opened_at(stamp(2)));
+    }
+}
