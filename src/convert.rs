@@ -217,7 +217,12 @@ fn convert_all(
         };
         let at_start = out.n == 0;
         match convert_one(opts, &mut *reader, &mut out, at_start, &mut buffers) {
-            Ok(()) => {}
+            Ok(0) => {}
+            Ok(exempt) => diag(&format!(
+                "{name}: warning: {exempt} reserved unit(s) of FE plus six continuation \
+                 bytes read as an extended form: encode --lossless would not give them back \
+                 unchanged (the mount serves such a file read-only)"
+            )),
             Err(FileError::Write(e)) => return Err(e),
             Err(FileError::Read(e)) => {
                 diag(&format!("{name}: {}", io_message(&e)));
@@ -313,6 +318,13 @@ impl Converter {
         }
     }
 
+    fn exempt_units(&self) -> u64 {
+        match self {
+            Converter::Decode(d) => d.exempt_units(),
+            Converter::Encode(_) => 0,
+        }
+    }
+
     pub(crate) fn convert(
         &mut self,
         src: &[u8],
@@ -356,14 +368,15 @@ pub(crate) fn read_chunk(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> 
 const VIEW_MAGIC: [u8; 9] = [0xF0, 0x90, 0xB9, 0xBD, 0xEE, 0xB5, 0x8E, 0x00, 0x0A];
 
 /// Convert one input into `out`; `at_start` says nothing has been written
-/// to `out` yet.
+/// to `out` yet. Returns how many reserved units W would not give back
+/// unchanged (lossless decode only; SPEC §2, invariant 1).
 fn convert_one(
     opts: &Options,
     reader: &mut dyn Read,
     out: &mut dyn Write,
     at_start: bool,
     bufs: &mut Buffers,
-) -> Result<(), FileError> {
+) -> Result<u64, FileError> {
     let mut conv = Converter::new(opts);
     let mut pos = Tracker::default();
     let mut prefix = [0u8; VIEW_MAGIC.len()];
@@ -395,7 +408,7 @@ fn convert_one(
             &mut pos,
         )?;
     }
-    Ok(())
+    Ok(conv.exempt_units())
 }
 
 /// Push one chunk through the converter, writing everything it produces.

@@ -771,3 +771,25 @@ fn output_through_a_symlink_replaces_the_file_it_names() {
     let link = std::fs::symlink_metadata(d.path().join("link")).expect("link");
     assert!(link.file_type().is_symlink(), "the link stays a link");
 }
+
+#[test]
+fn lossless_decode_warns_about_the_one_unit_encode_would_change() {
+    // FE plus six continuation bytes carrying U+80000000: V shows it as that
+    // code point's extended form, which W stores as FC-led Corrected UTF-8.
+    let disk = [b'a', 0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80, b'\n'];
+    for chunk in CHUNKS {
+        cutf8(&args_with(&["decode", "--lossless"], chunk), &disk)
+            .exits(0)
+            .stdout_is(&disk, "carried through")
+            .stderr_is(
+                "cutf8: <stdin>: warning: 1 reserved unit(s) of FE plus six continuation bytes \
+                 read as an extended form: encode --lossless would not give them back unchanged \
+                 (the mount serves such a file read-only)\n",
+            );
+    }
+    // Out of that range, it is an ordinary reserved unit.
+    let disk = [0xFE, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80];
+    cutf8(&["decode", "--lossless"], &disk)
+        .ok()
+        .stdout_is(&disk, "no warning");
+}

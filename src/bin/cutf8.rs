@@ -136,7 +136,10 @@ input that begins with it.
 
 By default an input that has no faithful UTF-8 form is an error: stray \
 continuation bytes, truncated sequences, reserved units (FE or FF and the \
-continuation bytes after it) and code points above U+10FFFF.")]
+continuation bytes after it) and code points above U+10FFFF. With --lossless \
+they pass through (code points above U+10FFFF in their extended form); a \
+reserved unit of FE plus six continuation bytes that encode --lossless would \
+read as an extended form gets a warning, as it would not come back unchanged.")]
     Decode(DecodeArgs),
 
     /// Lint Corrected UTF-8 files against the document rules.
