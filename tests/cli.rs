@@ -793,3 +793,203 @@ fn lossless_decode_warns_about_the_one_unit_encode_would_change() {
         .ok()
         .stdout_is(&disk, "no warning");
 }
+
+// ---- Random inputs against independent references ----
+
+/// Where strict encode must stop: the first byte std's UTF-8 validator
+/// rejects, or the first C1 control before it; with the valid text before.
+fn encode_reference(data: &[u8]) -> (Option<usize>, String) {
+    let (mut err, text) = match std::str::from_utf8(data) {
+        Ok(t) => (None, t),
+        Err(e) => (
+            Some(e.valid_up_to()),
+            std::str::from_utf8(&data[..e.valid_up_to()]).expect("valid prefix"),
+        ),
+    };
+    let mut text = text.to_string();
+    if let Some((at, _)) = text
+        .char_indices()
+        .find(|&(_, c)| ('\u{80}'..='\u{9F}').contains(&c))
+    {
+        err = Some(at);
+        text.truncate(at);
+    }
+    (err, text)
+}
+
+/// Where strict decode must stop, straight from SPEC §1's table; with the
+/// code points before.
+fn decode_reference(d: &[u8]) -> (Option<usize>, Vec<u32>) {
+    let mut chars = Vec::new();
+    let mut i = 0;
+    while i < d.len() {
+        let b = d[i];
+        if b < 0x80 {
+            chars.push(b as u32);
+            i += 1;
+            continue;
+        }
+        if b <= 0xBF || b >= 0xFE {
+            return (Some(i), chars);
+        }
+        let n = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            0xF8..=0xFB => 5,
+            _ => 6,
+        };
+        let seq = &d[i..(i + n).min(d.len())];
+        if seq.len() < n || seq[1..].iter().any(|&c| c & 0xC0 != 0x80) {
+            return (Some(i), chars);
+        }
+        let mut p = (b & ((1u8 << (7 - n)) - 1)) as u64;
+        for &c in &seq[1..] {
+            p = p << 6 | (c & 0x3F) as u64;
+        }
+        let offset = match n {
+            2 => 160,
+            3 if p <= 0xCF5F => 2_208,
+            3 => 4_256,
+            4 => 69_792,
+            5 => 2_166_944,
+            _ => 69_275_808,
+        };
+        if p + offset > 0x10_FFFF {
+            return (Some(i), chars);
+        }
+        chars.push((p + offset) as u32);
+        i += n;
+    }
+    (None, chars)
+}
+
+/// Line and column (from 1) after `chars`.
+fn position_after(chars: &[u32]) -> (usize, usize) {
+    let line = chars.iter().filter(|&&c| c == 10).count() + 1;
+    let start = chars.iter().rposition(|&c| c == 10).map_or(0, |k| k + 1);
+    (line, chars.len() - start + 1)
+}
+
+/// "LINE:COL ... (byte offset N)" from the first diagnostic.
+fn reported(stderr: &str) -> Option<(usize, usize, usize)> {
+    let rest = stderr.strip_prefix("cutf8: <stdin>:")?;
+    let mut it = rest.splitn(3, ':');
+    let line = it.next()?.parse().ok()?;
+    let col = it.next()?.parse().ok()?;
+    let tail = it.next()?;
+    let k = tail.find("(byte offset ")? + "(byte offset ".len();
+    let offset = tail[k..].split(')').next()?.parse().ok()?;
+    Some((line, col, offset))
+}
+
+fn random_input(rng: &mut impl Rng, pool: &[&[u8]], common: usize) -> Vec<u8> {
+    let mut v = Vec::new();
+    for _ in 0..rng.gen_range(0..40) {
+        let piece = if rng.gen_bool(0.15) {
+            pool[rng.gen_range(0..pool.len())]
+        } else {
+            pool[rng.gen_range(0..common)]
+        };
+        v.extend_from_slice(piece);
+    }
+    v
+}
+
+#[test]
+fn strict_encode_stops_where_the_reference_does() {
+    let pool: &[&[u8]] = &[
+        b"a",
+        b"\n",
+        "é".as_bytes(),
+        "中".as_bytes(),
+        "😀".as_bytes(),
+        b"\xC2\x85",
+        b"\xC0\xAF",
+        b"\xED\xA0\x80",
+        b"\x80",
+        b"\xE4\xB8",
+        b"\xFF",
+        b"\xFE",
+        b"\xF4\x90\x80\x80",
+        b"\xF5\x80\x80\x80\x80",
+        b"\xE0\x80\xAF",
+        b"\xC2",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    for _ in 0..150 {
+        let data = random_input(&mut rng, pool, 5);
+        let chunk = ["1", "2", "3", "7", "65536"][rng.gen_range(0..5)];
+        let r = cutf8(&["encode", "--no-magic", "--buffer-size", chunk], &data);
+        let (err, text) = encode_reference(&data);
+        let what = format!("{data:02X?}, chunk {chunk}");
+        match err {
+            None => {
+                r.ok();
+            }
+            Some(at) => {
+                let chars: Vec<u32> = text.chars().map(|c| c as u32).collect();
+                let (line, col) = position_after(&chars);
+                assert_eq!(
+                    reported(&r.stderr),
+                    Some((line, col, at)),
+                    "{what}: {}",
+                    r.stderr
+                );
+                let r = r.exits(1);
+                // What was written decodes to exactly the text before.
+                cutf8(&["decode"], &r.stdout)
+                    .ok()
+                    .stdout_is(text.as_bytes(), &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn strict_decode_stops_where_the_reference_does() {
+    let pool: &[&[u8]] = &[
+        b"a",
+        b"\n",
+        b"\xC1\x89",
+        b"\xE0\x80\x80",
+        b"\xEF\xBF\xBF",
+        b"\xF0\x80\x80\x80",
+        b"\xF3\xBE\xBD\xA0",
+        b"\x80",
+        b"\xE4\xB8",
+        b"\xFF",
+        b"\xFE\x80",
+        b"\xFD\xBF\xBF\xBF\xBF\xBF",
+        b"\xC0",
+        b"\xF8\x80\x80\x80\x80",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+    for _ in 0..150 {
+        let data = random_input(&mut rng, pool, 6);
+        let magic = rng.gen_bool(0.3);
+        let input = if magic {
+            with_magic(&data)
+        } else {
+            data.clone()
+        };
+        let chunk = ["1", "2", "3", "7", "65536"][rng.gen_range(0..5)];
+        let r = cutf8(&["decode", "--buffer-size", chunk], &input);
+        let (err, chars) = decode_reference(&data);
+        let text: String = chars
+            .iter()
+            .map(|&c| char::from_u32(c).expect("scalar"))
+            .collect();
+        let what = format!("{input:02X?}, chunk {chunk}");
+        let r = match err {
+            None => r.ok(),
+            Some(at) => {
+                let (line, col) = position_after(&chars);
+                let want = Some((line, col, at + if magic { 8 } else { 0 }));
+                assert_eq!(reported(&r.stderr), want, "{what}: {}", r.stderr);
+                r.exits(1)
+            }
+        };
+        r.stdout_is(text.as_bytes(), &what);
+    }
+}
