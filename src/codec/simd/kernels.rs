@@ -273,16 +273,16 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u
 }
 
 /// Index of the first byte in `s[from..]` that [`view_candidates`]
-/// (`VIEW`) or [`disk_candidates`] marks, or the first
-/// index from which fewer than a vector's worth of bytes remain (the caller
-/// goes on byte by byte from there).
+/// (`VIEW`) or [`disk_candidates`] marks, or the first index from which
+/// fewer than a vector's worth of bytes (plus two) remain: the caller goes
+/// on byte by byte from there.
 #[inline(always)]
 pub(super) unsafe fn find<V: Vector, const VIEW: bool>(s: &[u8], mut i: usize) -> usize {
     let lanes = V::LANES;
     let p = s.as_ptr();
-    while i + 2 * lanes <= s.len() {
-        let a = candidates::<V, VIEW>(V::load(p.add(i))).movemask();
-        let b = candidates::<V, VIEW>(V::load(p.add(i + lanes))).movemask();
+    while i + 2 * lanes + 2 <= s.len() {
+        let a = candidates_at::<V, VIEW>(p.add(i));
+        let b = candidates_at::<V, VIEW>(p.add(i + lanes));
         if a | b != 0 {
             return if a != 0 {
                 i + a.trailing_zeros() as usize
@@ -292,8 +292,8 @@ pub(super) unsafe fn find<V: Vector, const VIEW: bool>(s: &[u8], mut i: usize) -
         }
         i += 2 * lanes;
     }
-    while i + lanes <= s.len() {
-        let m = candidates::<V, VIEW>(V::load(p.add(i))).movemask();
+    while i + lanes + 2 <= s.len() {
+        let m = candidates_at::<V, VIEW>(p.add(i));
         if m != 0 {
             return i + m.trailing_zeros() as usize;
         }
@@ -302,39 +302,59 @@ pub(super) unsafe fn find<V: Vector, const VIEW: bool>(s: &[u8], mut i: usize) -
     i
 }
 
+/// Movemask of the candidates among the `LANES` bytes at `p` (two more
+/// bytes must be readable). No closures in here: a closure would not
+/// inherit the caller's `target_feature`.
 #[inline(always)]
-unsafe fn candidates<V: Vector, const VIEW: bool>(v: V) -> V {
+unsafe fn candidates_at<V: Vector, const VIEW: bool>(p: *const u8) -> u32 {
+    let (v, n1) = (V::load(p), V::load(p.add(1)));
     if VIEW {
-        view_candidates(v)
+        view_candidates(v, n1).movemask()
     } else {
-        disk_candidates(v)
+        disk_candidates(v, n1, V::load(p.add(2))).movemask()
     }
 }
 
-/// Disk lead bytes whose unit may be longer in the view, and FE: DD–DF, EE,
-/// EF, F7, FB, FD, FE (see `length`).
 #[inline(always)]
-unsafe fn disk_candidates<V: Vector>(v: V) -> V {
-    let dd_df = v
-        .ge(V::splat(0xDD))
-        .and(v.ge(V::splat(0xE0)).eq(V::splat(0)));
-    let ee_ef = v
-        .ge(V::splat(0xEE))
-        .and(v.ge(V::splat(0xF0)).eq(V::splat(0)));
-    dd_df
-        .or(ee_ef)
-        .or(v.eq(V::splat(0xF7)))
-        .or(v.eq(V::splat(0xFB)))
-        .or(v.eq(V::splat(0xFD)))
-        .or(v.eq(V::splat(0xFE)))
+unsafe fn is<V: Vector>(x: V, t: u8) -> V {
+    x.eq(V::splat(t))
 }
 
-/// View lead bytes whose unit may be shorter on disk: E0, F0, F8, FC, FE.
 #[inline(always)]
-unsafe fn view_candidates<V: Vector>(v: V) -> V {
-    v.eq(V::splat(0xE0))
-        .or(v.eq(V::splat(0xF0)))
-        .or(v.eq(V::splat(0xF8)))
-        .or(v.eq(V::splat(0xFC)))
-        .or(v.eq(V::splat(0xFE)))
+unsafe fn ge<V: Vector>(x: V, t: u8) -> V {
+    x.ge(V::splat(t))
+}
+
+#[inline(always)]
+unsafe fn below<V: Vector>(x: V, t: u8) -> V {
+    x.ge(V::splat(t)).eq(V::splat(0))
+}
+
+/// Disk units that may be longer in the view, by their first three bytes
+/// `v`, `n1`, `n2`: DD A0–BF, DE, DF (U+0800–U+089F); EE BD A0–BF, EE BE–BF,
+/// EF (U+10000–U+1109F); F7, FB, FD; and FE (exempt units).
+#[inline(always)]
+unsafe fn disk_candidates<V: Vector>(v: V, n1: V, n2: V) -> V {
+    let dd = is(v, 0xDD).and(ge(n1, 0xA0));
+    let ee = is(v, 0xEE).and(ge(n1, 0xBE).or(is(n1, 0xBD).and(ge(n2, 0xA0))));
+    dd.or(is(v, 0xDE))
+        .or(is(v, 0xDF))
+        .or(ee)
+        .or(is(v, 0xEF))
+        .or(is(v, 0xF7))
+        .or(is(v, 0xFB))
+        .or(is(v, 0xFD))
+        .or(is(v, 0xFE))
+}
+
+/// View units that may be shorter on disk, by their first two bytes: E0
+/// below A3 (U+0800–U+089F), F0 below 92 (U+10000–U+1109F), F8, FC, FE.
+#[inline(always)]
+unsafe fn view_candidates<V: Vector>(v: V, n1: V) -> V {
+    is(v, 0xE0)
+        .and(below(n1, 0xA3))
+        .or(is(v, 0xF0).and(below(n1, 0x92)))
+        .or(is(v, 0xF8))
+        .or(is(v, 0xFC))
+        .or(is(v, 0xFE))
 }
