@@ -170,14 +170,22 @@ struct ConvertArgs {
     #[arg(value_name = "FILE")]
     files: Vec<PathBuf>,
 
-    /// Write to OUT instead of stdout. OUT is replaced only when every input
-    /// converted, atomically (it may name an input).
+    /// Write to OUT instead of stdout.
+    ///
+    /// The output is written to a temporary file beside OUT (.OUT.cutf8-*.tmp)
+    /// and renamed over OUT only when every input converted, so OUT may name
+    /// an input and a failed run leaves OUT as it was. Like sed -i, this gives
+    /// OUT a new inode (hard links to the old one keep the old content); an
+    /// existing OUT's permissions are kept, and a symlink is followed.
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
 
-    /// Convert exactly as the cutf8fs mount does (SPEC section 2): ill-formed
-    /// bytes and reserved units pass through unchanged. C1 controls, overlong
-    /// forms and encoded surrogates are still errors when encoding.
+    /// Convert exactly as the cutf8fs mount does (SPEC section 2).
+    ///
+    /// Ill-formed bytes and reserved units pass through unchanged, and code
+    /// points above U+10FFFF convert to and from their extended forms. C1
+    /// controls, overlong forms and encoded surrogates are still errors when
+    /// encoding: Corrected UTF-8 cannot store them.
     #[arg(long)]
     lossless: bool,
 
