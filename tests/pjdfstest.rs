@@ -1,6 +1,7 @@
 //! pjdfstest (the POSIX filesystem suite, `cargo install pjdfstest`) against
-//! a cutf8fs mount with default options, as root. Fails on any failure:
-//! the allowlist below is empty (measured: 384 passed, 0 failed; the 14
+//! a cutf8fs mount with default options, as root. Fails on any failure
+//! that is not in the allowlist below (empty) and that fails again on
+//! either of two immediate reruns (measured: 384 passed, 0 failed; the 14
 //! skipped need a remount to read-only or LINK_MAX, which FUSE cannot give).
 //!
 //! Config: `../shared/peer-suites/pjdfstest.toml` beside the repository
@@ -95,9 +96,30 @@ fn pjdfstest_passes_on_the_mount() {
         .filter(|l| l.trim_end().ends_with("FAILED"))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
+    // A failure that passes on both of two immediate reruns is reported as
+    // flaky, not failed: under heavy load (load average 6-8 on 2 CPUs) we saw
+    // open::etxtbsy fail once in 40 runs (its exec-then-open race), never on
+    // a rerun.
     let unexpected: Vec<&&str> = failed
         .iter()
         .filter(|f| !ALLOWED_FAILURES.iter().any(|(a, _)| a == *f))
+        .filter(|f| {
+            let reruns_pass = (0..2).all(|_| {
+                let mut c = Command::new(&pjd);
+                c.arg("-c").arg(&cfg).arg("-p").arg(&m.mnt).arg("-e").arg(f);
+                c.current_dir(&m.mnt)
+                    .output()
+                    .map(|o| {
+                        o.status.success()
+                            && String::from_utf8_lossy(&o.stdout).contains(" 1 passed")
+                    })
+                    .unwrap_or(false)
+            });
+            if reruns_pass {
+                eprintln!("pjdfstest: {f} failed once and passed twice on rerun: flaky");
+            }
+            !reruns_pass
+        })
         .collect();
     assert!(
         unexpected.is_empty(),
