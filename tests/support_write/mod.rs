@@ -1,0 +1,388 @@
+//! Test helpers for the write tests (issue 4): checking a backing file
+//! against what a tool wrote with the codec's *strict* converters (never by
+//! comparing the mount with itself), running tools with bug-report failures,
+//! and a [`Daemon`] that mounts `cutf8fs` on a BACKING of the test's choice
+//! (a tmpfs, or the same BACKING again after a kill), which
+//! `support_mount::Mount` does not do.
+//!
+//! Used by `tests/mount_write.rs`, `write_exerciser.rs`, `fsx.rs`,
+//! `crash.rs` and `full_disk.rs`; each of them also declares
+//! `mod support_mount;`, whose `BIN`, `is_mounted` and `wait_for` this
+//! module reuses.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use cutf8fs::codec::{self, MAGIC};
+
+use super::support_mount::{is_mounted, wait_for, BIN};
+
+/// Where a byte string first differs from another, for failure messages.
+pub fn first_difference(a: &[u8], b: &[u8]) -> String {
+    let at = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    let show = |v: &[u8]| {
+        let s = at.saturating_sub(8);
+        let e = (at + 16).min(v.len());
+        format!("{:02X?}", &v[s.min(e)..e])
+    };
+    format!(
+        "lengths {} vs {}, first difference at byte {at}: {} vs {}",
+        a.len(),
+        b.len(),
+        show(a),
+        show(b)
+    )
+}
+
+/// The backing bytes must be the magic number followed by the strict
+/// Corrected UTF-8 of exactly `text`: decoding them strictly gives `text`,
+/// and encoding `text` strictly gives them.
+pub fn assert_corrected_bytes(backing: &[u8], text: &[u8], what: &str) {
+    assert!(
+        codec::has_magic(backing),
+        "{what}: backing file is not corrected (no magic number); it begins {:02X?} ({} bytes)",
+        &backing[..backing.len().min(16)],
+        backing.len()
+    );
+    let body = &backing[MAGIC.len()..];
+    let decoded = codec::decode_to_vec(body, true)
+        .unwrap_or_else(|e| panic!("{what}: backing file is not strict Corrected UTF-8: {e}"));
+    assert!(
+        decoded == text,
+        "{what}: strict V of the backing file is not what was written: {}",
+        first_difference(&decoded, text)
+    );
+    let encoded = codec::encode_to_vec(text, true)
+        .unwrap_or_else(|e| panic!("{what}: test bug, the text is not strictly encodable: {e}"));
+    assert!(
+        encoded == body,
+        "{what}: backing bytes differ from strict W of what was written: {}",
+        first_difference(body, &encoded)
+    );
+}
+
+/// [`assert_corrected_bytes`] on the file at `path` in BACKING.
+pub fn assert_corrected(path: &Path, text: &[u8], what: &str) {
+    let backing = fs::read(path).unwrap_or_else(|e| panic!("{what}: read {}: {e}", path.display()));
+    assert_corrected_bytes(&backing, text, what);
+}
+
+/// The backing file must be raw and hold exactly `bytes`.
+pub fn assert_raw(path: &Path, bytes: &[u8], what: &str) {
+    let backing = fs::read(path).unwrap_or_else(|e| panic!("{what}: read {}: {e}", path.display()));
+    assert!(
+        !codec::has_magic(&backing),
+        "{what}: backing file is corrected, expected raw"
+    );
+    assert!(
+        backing == bytes,
+        "{what}: raw backing file is not what was written: {}",
+        first_difference(&backing, bytes)
+    );
+}
+
+/// The file seen through the mount must read back as `bytes`.
+pub fn assert_view(path: &Path, bytes: &[u8], what: &str) {
+    let got = fs::read(path).unwrap_or_else(|e| panic!("{what}: read {}: {e}", path.display()));
+    assert!(
+        got == bytes,
+        "{what}: the mount does not read back what was written: {}",
+        first_difference(&got, bytes)
+    );
+    let len = fs::metadata(path).unwrap().len();
+    assert_eq!(
+        len,
+        bytes.len() as u64,
+        "{what}: st_size is not the written length"
+    );
+}
+
+/// Bytes of a corrected backing file holding `text`.
+pub fn corrected_file(text: &str) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.extend(codec::encode_to_vec(text.as_bytes(), true).expect("encodable test text"));
+    v
+}
+
+/// Runs `cmd`; on failure panics with the command line, cwd, status,
+/// stdout and stderr.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "command failed: {cmd:?}\ncwd: {:?}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            cmd.get_current_dir(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// `sh -c script` with `$1`… set to `args`.
+pub fn sh(script: &str, args: &[&OsStr]) -> Output {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(script).arg("sh").args(args);
+    run(&mut c)
+}
+
+/// `python3 -c script` with `sys.argv[1:]` = `args`; returns its stdout.
+pub fn python(script: &str, args: &[&OsStr]) -> Vec<u8> {
+    let mut c = Command::new("python3");
+    c.arg("-c").arg(script).args(args);
+    run(&mut c).stdout
+}
+
+/// (device, inode) of a path, not following symlinks.
+pub fn ino(path: &Path) -> (u64, u64) {
+    let m = fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    (m.dev(), m.ino())
+}
+
+/// Lazily detaches whatever is mounted at `mnt` (a killed daemon's mount).
+pub fn lazy_unmount(mnt: &Path) {
+    let ok = Command::new("fusermount3")
+        .arg("-uz")
+        .arg(mnt)
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(mnt)
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A `cutf8fs -f` mounted on a BACKING and MOUNTPOINT the test chose.
+/// Unmounts on drop; prints the daemon's log if the test failed.
+pub struct Daemon {
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// Mounts `backing` at `mnt` with `opts`, appending the daemon's output
+    /// to `log` (kept outside BACKING: a full BACKING must not lose it).
+    pub fn start(backing: &Path, mnt: &Path, log: &Path, opts: &[&str]) -> Daemon {
+        let logf = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("-f").arg(backing).arg(mnt);
+        for o in opts {
+            cmd.arg("-o").arg(o);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .spawn()
+            .expect("cannot start cutf8fs");
+        let mut d = Daemon {
+            backing: backing.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            log: log.to_path_buf(),
+            child: Some(child),
+        };
+        let mut exited = None;
+        let up = wait_for(20.0, || {
+            if let Some(Ok(Some(st))) = d.child.as_mut().map(|c| c.try_wait()) {
+                exited = Some(st);
+                return true;
+            }
+            is_mounted(mnt)
+        });
+        if let Some(st) = exited {
+            d.child = None;
+            panic!(
+                "cutf8fs exited before mounting ({st}); is FUSE available? log:\n{}",
+                d.log_text()
+            );
+        }
+        assert!(
+            up,
+            "cutf8fs did not mount within 20 s; log:\n{}",
+            d.log_text()
+        );
+        d
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn b(&self, rel: &str) -> PathBuf {
+        self.backing.join(rel)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// SIGKILL to the daemon, reaped; then the dead mount is detached.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        lazy_unmount(&self.mnt);
+        wait_for(10.0, || !is_mounted(&self.mnt));
+    }
+
+    /// Unmounts cleanly and waits for the daemon; returns its exit status.
+    pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
+        if is_mounted(&self.mnt) {
+            let ok = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                lazy_unmount(&self.mnt);
+            }
+        }
+        let mut child = self.child.take()?;
+        let mut status = None;
+        wait_for(10.0, || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if status.is_none() {
+            let _ = child.kill();
+            status = child.wait().ok();
+            eprintln!("cutf8fs did not exit after unmount; killed");
+        }
+        status
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let status = self.unmount();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- cutf8fs log ({}; exit {status:?}) ---\n{}--- end of log ---",
+                self.mnt.display(),
+                self.log_text()
+            );
+        }
+    }
+}
+
+/// Every regular file under `dir` (relative paths), skipping `skip` names.
+pub fn files_under(dir: &Path, skip: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name();
+            if skip.iter().any(|s| name == OsStr::new(s)) {
+                continue;
+            }
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                out.push(e.path().strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `sh -c script` with `$1`… = `args` and `input` on its stdin.
+pub fn sh_in(script: &str, args: &[&OsStr], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(script).arg("sh").args(args);
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    if !out.status.success() {
+        panic!(
+            "command failed: {c:?}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// What SPEC §3 says an empty file becomes when `bytes` are written into
+/// it in one go: corrected for UTF-8 text without U+0000 that W can store
+/// (no C1 controls), raw otherwise.
+pub fn becomes_corrected(bytes: &[u8]) -> bool {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => !s
+            .chars()
+            .any(|c| c == '\0' || ('\u{80}'..='\u{9F}').contains(&c)),
+        Err(_) => false,
+    }
+}
+
+/// The backing file at `path` holds `bytes`, written by a tool into an
+/// empty file: corrected or raw as [`becomes_corrected`] says.
+pub fn assert_written(path: &Path, bytes: &[u8], what: &str) {
+    if becomes_corrected(bytes) && !bytes.is_empty() {
+        assert_corrected(path, bytes, what);
+    } else {
+        assert_raw(path, bytes, what);
+    }
+}
+
+/// A file emptied through the mount (O_TRUNC, truncation to 0) holds no
+/// content. SPEC §3 does not say how BACKING stores "no content"; we accept
+/// an empty file or a lone magic number (both read back as nothing), since
+/// the next write decides the encoding either way.
+pub fn assert_empty(path: &Path, what: &str) {
+    let backing = fs::read(path).unwrap_or_else(|e| panic!("{what}: read {}: {e}", path.display()));
+    assert!(
+        backing.is_empty() || backing == MAGIC,
+        "{what}: an emptied file must hold nothing (or only the magic number), holds {} bytes beginning {:02X?}",
+        backing.len(),
+        &backing[..backing.len().min(16)]
+    );
+}
