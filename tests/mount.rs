@@ -9,7 +9,7 @@ mod support_mount;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -618,4 +618,28 @@ impl Drop for HelperGuard {
     fn drop(&mut self) {
         let _ = fs::remove_file(self.0);
     }
+}
+
+#[test]
+fn truncating_a_running_program_fails_and_leaves_it_intact() {
+    let sleep = fs::read("/bin/sleep").unwrap();
+    let m = Mount::new(&[], |b| {
+        write(&b.join("sleep"), &sleep);
+        fs::set_permissions(b.join("sleep"), fs::Permissions::from_mode(0o755)).unwrap();
+    });
+    let mut child = Command::new(m.m("sleep")).arg("10").spawn().unwrap();
+    let r = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_TRUNC)
+        .open(m.m("sleep"));
+    let w = fs::OpenOptions::new().write(true).open(m.m("sleep"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r.err().and_then(|e| e.raw_os_error()), Some(libc::ETXTBSY));
+    assert_eq!(w.err().and_then(|e| e.raw_os_error()), Some(libc::ETXTBSY));
+    assert_eq!(
+        fs::read(m.b("sleep")).unwrap().len(),
+        sleep.len(),
+        "program truncated"
+    );
 }

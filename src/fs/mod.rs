@@ -107,13 +107,14 @@ fn empty(r: Result<()>, reply: ReplyEmpty) {
 
 impl Filesystem for CutFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Not FUSE_ATOMIC_O_TRUNC: with it the daemon would truncate at open,
+        // before the kernel's own checks (ETXTBSY for a running program).
         for cap in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_AUTO_INVAL_DATA,
             InitFlags::FUSE_ASYNC_DIO,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_CACHE_SYMLINKS,
         ] {
             if let Err(missing) = config.add_capabilities(cap) {
