@@ -207,24 +207,52 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         dry_run: opts.dry_run,
     };
     let next = AtomicUsize::new(0);
+    let batch_files = batch_files(opts.jobs);
     let (tx, rx) = mpsc::channel::<(usize, Outcome)>();
+    let (close_tx, close_rx) = mpsc::sync_channel::<File>(CLOSE_QUEUE);
+    let close_rx = std::sync::Mutex::new(close_rx);
+    let mut sync_errors = Vec::new();
     std::thread::scope(|s| {
-        for _ in 0..opts.jobs.clamp(1, files.len().max(1)) {
-            let tx = tx.clone();
-            let (files, next, job) = (&files, &next, &job);
-            s.spawn(move || {
-                let mut bufs = transcode::Buffers::default();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(entry) = files.get(i) else { break };
-                    let outcome = file::process(job, entry, &mut bufs);
-                    if tx.send((i, outcome)).is_err() {
-                        break;
-                    }
+        for _ in 0..CLOSERS {
+            let close_rx = &close_rx;
+            s.spawn(move || loop {
+                let next = close_rx.lock().map(|rx| rx.recv());
+                match next {
+                    Ok(Ok(file)) => drop(file),
+                    _ => break,
                 }
             });
         }
+        let mut workers = Vec::new();
+        for _ in 0..opts.jobs.clamp(1, files.len().max(1)) {
+            let tx = tx.clone();
+            let close_tx = close_tx.clone();
+            let (files, next, job) = (&files, &next, &job);
+            workers.push(s.spawn(move || -> io::Result<()> {
+                let mut bufs = transcode::Buffers::default();
+                let mut batch = file::Batch::new(close_tx);
+                let mut send = |i: usize, outcome: Outcome| {
+                    let _ = tx.send((i, outcome));
+                };
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(entry) = files.get(i) else { break };
+                    match file::process(job, entry, &mut bufs) {
+                        file::Step::Done(outcome) => send(i, outcome),
+                        file::Step::Pending(p) => {
+                            batch.push(i, *p);
+                            if batch.is_full(batch_files) {
+                                batch.flush(&mut send);
+                            }
+                        }
+                    }
+                }
+                batch.flush(&mut send);
+                batch.finish()
+            }));
+        }
         drop(tx);
+        drop(close_tx);
         for (i, outcome) in rx {
             let entry = &files[i];
             summary.add(&outcome, true);
@@ -245,8 +273,57 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
             }
             observer.advance(entry.size);
         }
+        for w in workers {
+            match w.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => sync_errors.push(e.to_string()),
+                Err(_) => sync_errors.push("a worker panicked".into()),
+            }
+        }
     });
+    for e in sync_errors {
+        let outcome = Outcome::Failed(format!("cannot sync the filesystem after renaming: {e}"));
+        summary.add(&outcome, true);
+        observer.event(&Event {
+            path: Path::new("."),
+            outcome: &outcome,
+            size: None,
+            link_of: None,
+        });
+    }
     summary
+}
+
+/// Threads that close replaced originals (see `file::Batch`).
+const CLOSERS: usize = 4;
+/// Replaced originals waiting to be closed, at most.
+const CLOSE_QUEUE: usize = 256;
+
+/// How many pending files a worker may hold (each keeps its directory and
+/// the original open): at most 64, and within the open-file limit, which is
+/// raised to its hard maximum first.
+fn batch_files(jobs: usize) -> usize {
+    // SAFETY: an all-zero rlimit is a valid value; getrlimit/setrlimit
+    // only read and write it.
+    let soft = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: r.rlim_max.min(1 << 20),
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                r.rlim_cur = want.rlim_cur;
+            }
+        }
+        r.rlim_cur
+    };
+    let spare = soft.saturating_sub(64 + CLOSE_QUEUE as u64 + CLOSERS as u64);
+    let per_worker = (spare / 2) as usize / jobs.max(1);
+    per_worker.clamp(1, 64)
 }
 
 /// The command line's observer: report file, verbose lines, error

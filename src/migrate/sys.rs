@@ -152,3 +152,54 @@ pub fn set_xattrs(f: &File, attrs: &[(CString, Vec<u8>)]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `syncfs(fd)`: write out everything dirty on `f`'s filesystem and wait.
+pub fn sync_fs(f: &File) -> io::Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    check(unsafe { libc::syncfs(f.as_raw_fd()) })?;
+    Ok(())
+}
+
+/// What [`stat_at`] compares: enough to notice that a file changed.
+pub struct Stamp {
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// Whether the file differs from the one `md` described.
+    pub fn differs(&self, md: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        (self.ino, self.size, self.mtime, self.ctime)
+            != (
+                md.ino(),
+                md.size() as i64,
+                (md.mtime(), md.mtime_nsec()),
+                (md.ctime(), md.ctime_nsec()),
+            )
+    }
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
+pub fn stat_at(dir: &File, name: &OsStr) -> io::Result<Stamp> {
+    let c = cstr(name.as_bytes())?;
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, NUL-terminated name, `st` is writable.
+    check(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(Stamp {
+        ino: st.st_ino,
+        size: st.st_size,
+        mtime: (st.st_mtime, st.st_mtime_nsec),
+        ctime: (st.st_ctime, st.st_ctime_nsec),
+    })
+}
