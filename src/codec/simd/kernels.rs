@@ -28,6 +28,8 @@ use super::vector::Vector;
 /// well-formed. Scalar bit masks (bit `j` = lane `j`) do what they can: the
 /// structure check and the cut at the end need no vector work.
 struct Shape<V> {
+    /// The block with the high bits flipped (for [`ge_x`]).
+    vx: V,
     /// C0–FF, E0–FF, F0–FF.
     lead2p: V,
     lead3p: V,
@@ -50,10 +52,11 @@ struct Shape<V> {
 unsafe fn shape<V: Vector>(v: V, high: u32, commit: usize) -> Shape<V> {
     let lanes = V::LANES;
     let all = (1u64 << lanes) - 1;
-    let lead2p = v.ge(V::splat(0xC0));
-    let lead3p = v.ge(V::splat(0xE0));
-    let lead4p = v.ge(V::splat(0xF0));
-    let cont = v.and(V::splat(0xC0)).eq(V::splat(0x80));
+    let vx = v.xor(V::splat(0x80));
+    let lead2p = ge_x(vx, 0xC0);
+    let lead3p = ge_x(vx, 0xE0);
+    let lead4p = ge_x(vx, 0xF0);
+    let cont = is_cont(v);
     let (m2, m3, m4) = (
         lead2p.movemask() as u64,
         lead3p.movemask() as u64,
@@ -64,6 +67,7 @@ unsafe fn shape<V: Vector>(v: V, high: u32, commit: usize) -> Shape<V> {
     // A lead in lane j announcing k continuation bytes is cut when
     // j + k >= lanes.
     Shape {
+        vx,
         lead2p,
         lead3p,
         lead4p,
@@ -73,6 +77,26 @@ unsafe fn shape<V: Vector>(v: V, high: u32, commit: usize) -> Shape<V> {
         commit,
         misplaced: expected != cont_bits,
     }
+}
+
+/// `x >= t` as unsigned bytes, for `vx = x ^ 0x80`: one signed compare.
+#[inline(always)]
+unsafe fn ge_x<V: Vector>(vx: V, t: u8) -> V {
+    vx.gt_i8(V::splat((t - 1) ^ 0x80))
+}
+
+/// `x > t` as signed bytes: for `t` ≥ 0x80 this is `x >= t + 1` for the
+/// bytes 80–FF, and true for ASCII. Used only where the structure check
+/// already makes the byte a continuation or lead byte.
+#[inline(always)]
+unsafe fn gt_high<V: Vector>(x: V, t: u8) -> V {
+    x.gt_i8(V::splat(t))
+}
+
+/// 80–BF: the only bytes below C0 as signed bytes.
+#[inline(always)]
+unsafe fn is_cont<V: Vector>(x: V) -> V {
+    V::splat(0xC0).gt_i8(x)
 }
 
 /// Bits of the lanes below `commit`.
@@ -96,6 +120,8 @@ unsafe fn digits<V: Vector>(s: &Shape<V>, is_lead2: V, is_lead3: V, hi: V) -> V 
         .and(is_lead3)
         .or(s.lead4p.and(V::splat(17)));
     let c2_d = s.lead4p.and(V::splat(2));
+    // Not `is_cont(n1)`: a stray continuation byte just past the block
+    // would hide the end of the last sequence in it.
     let last_cont = s.cont.down1().andnot(s.cont);
     lead_d
         .or(c1_d.up1())
@@ -119,11 +145,10 @@ unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V>
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     // High offset when the payload is above CF5F, i.e. the bytes are above
     // EC BD 9F.
+    // (The structure check makes `n1` and `n2` continuation bytes here.)
     let hi = is_lead3.and(
-        v.ge(V::splat(0xED)).or(v.eq(V::splat(0xEC)).and(
-            n1.ge(V::splat(0xBE))
-                .or(n1.eq(V::splat(0xBD)).and(n2.ge(V::splat(0xA0)))),
-        )),
+        ge_x(s.vx, 0xED)
+            .or(is(v, 0xEC).and(gt_high(n1, 0xBD).or(is(n1, 0xBD).and(gt_high(n2, 0x9F))))),
     );
     let d = digits(s, is_lead2, is_lead3, hi);
     let low6 = V::splat(0x3F);
@@ -142,10 +167,9 @@ unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V>
     // Leads F3 and up: code points from U+D10A0 on, 5- and 6-byte
     // sequences, reserved units. Leads that overflow their length: the
     // view needs a longer sequence.
-    let bad = v
-        .ge(V::splat(0xF3))
-        .or(is_lead2.and(out.ge(V::splat(0xE0))))
-        .or(is_lead3.and(out.ge(V::splat(0xF0))));
+    let bad = ge_x(s.vx, 0xF3)
+        .or(is_lead2.and(gt_high(out, 0xDF)))
+        .or(is_lead3.and(gt_high(out, 0xEF)));
     if s.misplaced || bad.movemask() & live(s.commit) != 0 {
         return None;
     }
@@ -157,7 +181,7 @@ unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V>
 unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
-    let hi = is_lead3.and(v.ge(V::splat(0xEE)));
+    let hi = is_lead3.and(ge_x(s.vx, 0xEE));
     let d = digits(s, is_lead2, is_lead3, hi);
     let low6 = V::splat(0x3F);
     let c40 = s.cont.and(V::splat(0x40));
@@ -177,12 +201,13 @@ unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
     // its length: overlong, a C1 control, or one stored shorter on disk
     // (U+0800–U+089F, U+10000–U+1109F). ED A0–BF: surrogates. F4 and up:
     // U+100000 and beyond, 5- and 6-byte forms, FE/FF.
-    let bad = v
-        .ge(V::splat(0xF4))
-        .or(v.eq(V::splat(0xED)).and(n1.ge(V::splat(0xA0))))
-        .or(out.ge(V::splat(0xC0)).andnot(s.lead2p))
-        .or(out.ge(V::splat(0xE0)).andnot(s.lead3p))
-        .or(out.ge(V::splat(0xF0)).andnot(s.lead4p));
+    // (Lead lanes of `out` hold bytes from BD up: `gt_high` compares them
+    // right.)
+    let bad = ge_x(s.vx, 0xF4)
+        .or(is(v, 0xED).and(gt_high(n1, 0x9F)))
+        .or(gt_high(out, 0xBF).andnot(s.lead2p))
+        .or(gt_high(out, 0xDF).andnot(s.lead3p))
+        .or(gt_high(out, 0xEF).andnot(s.lead4p));
     if s.misplaced || bad.movemask() & live(s.commit) != 0 {
         return None;
     }

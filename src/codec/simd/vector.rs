@@ -29,6 +29,9 @@ pub(super) trait Vector: Copy {
     unsafe fn eq(self, o: Self) -> Self;
     /// 0xFF where `self >= o` as unsigned bytes.
     unsafe fn ge(self, o: Self) -> Self;
+    unsafe fn xor(self, o: Self) -> Self;
+    /// 0xFF where `self > o` as signed bytes.
+    unsafe fn gt_i8(self, o: Self) -> Self;
     /// Unsigned minimum.
     unsafe fn min(self, o: Self) -> Self;
     /// `a` where `self` (a mask of 0 or 0xFF lanes) is set, `b` elsewhere.
@@ -85,6 +88,14 @@ impl Vector for __m128i {
     #[inline(always)]
     unsafe fn ge(self, o: Self) -> Self {
         _mm_cmpeq_epi8(_mm_max_epu8(self, o), self)
+    }
+    #[inline(always)]
+    unsafe fn xor(self, o: Self) -> Self {
+        _mm_xor_si128(self, o)
+    }
+    #[inline(always)]
+    unsafe fn gt_i8(self, o: Self) -> Self {
+        _mm_cmpgt_epi8(self, o)
     }
     #[inline(always)]
     unsafe fn min(self, o: Self) -> Self {
@@ -153,6 +164,14 @@ impl Vector for __m256i {
     #[inline(always)]
     unsafe fn ge(self, o: Self) -> Self {
         _mm256_cmpeq_epi8(_mm256_max_epu8(self, o), self)
+    }
+    #[inline(always)]
+    unsafe fn xor(self, o: Self) -> Self {
+        _mm256_xor_si256(self, o)
+    }
+    #[inline(always)]
+    unsafe fn gt_i8(self, o: Self) -> Self {
+        _mm256_cmpgt_epi8(self, o)
     }
     #[inline(always)]
     unsafe fn min(self, o: Self) -> Self {
