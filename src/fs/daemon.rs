@@ -256,7 +256,9 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
     init_logging(&cfg, !cfg.foreground);
     let r = serve(&cfg, checked, &mut notify);
     if let Err(f) = &r {
-        log::error!("{f}");
+        if !cfg.foreground {
+            log::error!("{f}");
+        }
         notify.send(u8::try_from(f.code).unwrap_or(1).max(1), &f.message);
     }
     r

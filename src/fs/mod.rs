@@ -80,14 +80,14 @@ impl CutFs {
         })
     }
 
-    /// Opens BACKING for serving.
+    /// Opens BACKING for serving (an `O_PATH` descriptor of the directory).
     pub fn open_backing(backing: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
-        use std::os::unix::ffi::OsStrExt;
-        let c = sys::cstring(backing.as_os_str().as_bytes())?;
-        let cwd = std::os::fd::BorrowedFd::borrow_raw;
-        // SAFETY: AT_FDCWD is a valid "descriptor" for *at calls.
-        let here = unsafe { cwd(libc::AT_FDCWD) };
-        sys::openat(here, &c, libc::O_PATH | libc::O_DIRECTORY, 0)
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(backing)?;
+        Ok(dir.into())
     }
 
     fn reply_entry(&self, r: Result<fuser::FileAttr>, reply: ReplyEntry) {
