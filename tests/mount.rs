@@ -643,3 +643,85 @@ fn truncating_a_running_program_fails_and_leaves_it_intact() {
         "program truncated"
     );
 }
+
+#[test]
+fn concurrent_readers_see_the_same_view() {
+    let files: Vec<Vec<u8>> = (0..4)
+        .map(|i| corrected(&random_disk(400_000, 100 + i)))
+        .collect();
+    let m = Mount::new(&["index_cache=128k"], |b| {
+        for (i, f) in files.iter().enumerate() {
+            write(&b.join(format!("f{i}")), f);
+        }
+    });
+    let views: Vec<Vec<u8>> = files.iter().map(|f| expected_view(f)).collect();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (m, views) = (&m, &views);
+            s.spawn(move || {
+                let mut seed = 0x1234_5678 + t;
+                for _ in 0..300 {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let i = (seed % 4) as usize;
+                    let want = &views[i];
+                    let off = (seed >> 8) % want.len() as u64;
+                    let len = 1 + ((seed >> 40) % 20_000) as usize;
+                    let f = fs::File::open(m.m(&format!("f{i}"))).unwrap();
+                    let mut buf = vec![0u8; len];
+                    let mut got = 0;
+                    while got < len {
+                        let n = f.read_at(&mut buf[got..], off + got as u64).unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        got += n;
+                    }
+                    let e = (off as usize + len).min(want.len());
+                    assert!(
+                        buf[..got] == want[off as usize..e],
+                        "thread {t}: f{i} at {off}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn seek_data_and_hole() {
+    let text = corrected(&every_kind());
+    let m = Mount::new(&[], |b| {
+        write(&b.join("c.txt"), &text);
+        let f = fs::File::create(b.join("sparse")).unwrap();
+        f.set_len(4 << 20).unwrap();
+        f.write_at(b"data", 2 << 20).unwrap();
+    });
+    let seek = |p: &Path, off: i64, whence: i32| -> i64 {
+        let f = fs::File::open(p).unwrap();
+        // SAFETY: lseek on a descriptor we own.
+        unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), off, whence) }
+    };
+    let view_len = expected_view(&text).len() as i64;
+    assert_eq!(seek(&m.m("c.txt"), 0, libc::SEEK_DATA), 0);
+    assert_eq!(seek(&m.m("c.txt"), 5, libc::SEEK_HOLE), view_len);
+    assert_eq!(seek(&m.m("c.txt"), view_len, libc::SEEK_DATA), -1);
+    // Raw files: whatever BACKING says (ext4 and tmpfs know holes).
+    let back_data = seek(&m.b("sparse"), 0, libc::SEEK_DATA);
+    assert_eq!(seek(&m.m("sparse"), 0, libc::SEEK_DATA), back_data);
+    let back_hole = seek(&m.b("sparse"), back_data, libc::SEEK_HOLE);
+    assert_eq!(seek(&m.m("sparse"), back_data, libc::SEEK_HOLE), back_hole);
+}
+
+#[test]
+fn without_allow_other_other_users_are_refused() {
+    let m = Mount::new(&["noallow_other"], |b| {
+        write(&b.join("public"), b"x");
+        fs::set_permissions(b.join("public"), fs::Permissions::from_mode(0o644)).unwrap();
+    });
+    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = as_nobody(&["cat", &m.m("public").to_string_lossy()]);
+    assert!(!out.status.success(), "nobody read a noallow_other mount");
+    assert_eq!(fs::read(m.m("public")).unwrap(), b"x");
+}
