@@ -725,3 +725,41 @@ fn without_allow_other_other_users_are_refused() {
     assert!(!out.status.success(), "nobody read a noallow_other mount");
     assert_eq!(fs::read(m.m("public")).unwrap(), b"x");
 }
+
+#[test]
+fn content_changed_under_an_open_handle_never_kills_the_daemon() {
+    let big = corrected(&random_disk(600_000, 77));
+    let m = Mount::new(&["attr_timeout=0"], |b| {
+        write(&b.join("c.txt"), &big);
+        write(&b.join("other.txt"), &corrected(b"still here\n"));
+    });
+    for (round, replacement) in [
+        corrected(b"short"),
+        vec![],
+        big[..1000].to_vec(),
+        random_disk(700_000, 5),
+        corrected(&[0xFE, 0x80, 0x80, 0xC0]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = fs::File::open(m.m("c.txt")).unwrap();
+        let mut b = [0u8; 10];
+        let _ = f.read_at(&mut b, 0);
+        // Rewritten in place behind the mount's back (same inode).
+        write(&m.b("c.txt"), &replacement);
+        let mut buf = vec![0u8; 70_000];
+        for off in [0u64, 1, 4095, 65_536, 300_001, 599_990, 800_000] {
+            // Data or an error: both are fine; a dead daemon is not.
+            let _ = f.read_at(&mut buf, off);
+        }
+        drop(f);
+        assert_eq!(
+            fs::read(m.m("other.txt")).unwrap(),
+            b"still here\n",
+            "round {round}: mount broken"
+        );
+        write(&m.b("c.txt"), &big);
+    }
+    assert!(fs::read(m.m("c.txt")).unwrap() == expected_view(&big));
+}

@@ -254,6 +254,13 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
         daemonize()?
     };
     init_logging(&cfg, !cfg.foreground);
+    // A panic is a bug: make sure it reaches the log (syslog in the
+    // background, where stderr is /dev/null).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        log::error!("BUG: {info}");
+        default_hook(info);
+    }));
     let r = serve(&cfg, checked, &mut notify);
     if let Err(f) = &r {
         if !cfg.foreground {

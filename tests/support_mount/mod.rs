@@ -173,12 +173,15 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         let status = self.unmount();
+        let log = self.log_text();
         if std::thread::panicking() {
             eprintln!(
-                "--- cutf8fs log ({}; exit {status:?}) ---\n{}--- end of log ---",
+                "--- cutf8fs log ({}; exit {status:?}) ---\n{log}--- end of log ---",
                 self.mnt.display(),
-                self.log_text()
             );
+        } else if log.contains("panicked") {
+            // A panic in a worker thread may leave the mount half alive.
+            panic!("the cutf8fs daemon panicked:\n{log}");
         }
     }
 }
