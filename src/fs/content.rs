@@ -167,14 +167,11 @@ pub fn has_magic(file: &File) -> io::Result<bool> {
 
 /// Builds the index of a corrected file by one scan of its bytes.
 pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
-    let reader = io::BufReader::with_capacity(
-        1 << 20,
-        PosReader {
-            file,
-            pos: DATA_START,
-        },
-    );
-    OffsetIndex::build(reader)
+    // The index reads in large chunks itself: no buffer (and copy) between.
+    OffsetIndex::build(PosReader {
+        file,
+        pos: DATA_START,
+    })
 }
 
 fn index_cost(index: &OffsetIndex) -> usize {
