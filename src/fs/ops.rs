@@ -284,7 +284,7 @@ impl CutFs {
         Ok(())
     }
 
-    /// Opens a regular file; `file` is the descriptor when `create` made it.
+    /// Opens a regular file.
     pub(super) fn open(&self, ino: u64, flags: i32) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
         if !inode.is_reg() {
@@ -328,20 +328,24 @@ impl CutFs {
             .unwrap_or_else(PoisonError::into_inner);
         let st = sys::fstat(file.as_fd()).map_err(io)?;
         let stamp = Stamp::of(&st);
+        // A write-only descriptor (the caller may not read) cannot show us
+        // the content: look through a second, read-only one.
+        let second;
+        let mut reader = &file;
         let corrected = (st.st_size as u64) >= MAGIC.len() as u64
             && match content::has_magic(&file) {
                 Ok(m) => m,
-                // Write-only descriptor: look through a second one.
                 Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    let r = sys::reopen(inode.fd(), libc::O_RDONLY).map_err(io)?;
-                    content::has_magic(&r).map_err(io)?
+                    second = sys::reopen(inode.fd(), libc::O_RDONLY).map_err(io)?;
+                    reader = &second;
+                    content::has_magic(reader).map_err(io)?
                 }
                 Err(e) => return Err(io(e)),
             };
         let mode = if corrected {
             let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
             if !fresh {
-                let index = content::index_for(&self.cache, &file, stamp)?;
+                let index = content::index_for(&self.cache, reader, stamp)?;
                 state.remember_class(
                     stamp,
                     Class::Corrected {
