@@ -64,8 +64,6 @@ unsafe fn shape<V: Vector>(v: V, high: u32, commit: usize) -> Shape<V> {
     );
     let cont_bits = high as u64 & !m2;
     let expected = ((m2 << 1) | (m3 << 2) | (m4 << 3)) & all;
-    // A lead in lane j announcing k continuation bytes is cut when
-    // j + k >= lanes.
     Shape {
         vx,
         lead2p,
@@ -220,6 +218,14 @@ unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
 /// `dst` bytes past the return value are left as they were: a block whose
 /// last lanes belong to the next one is stored only when the next store is
 /// about to overwrite those lanes, or else in part.
+///
+/// # Safety
+///
+/// The CPU must have `V`'s instructions. Memory safety is this function's
+/// own: every load and store is of a block at `i` (plus `i + 1`, `i + 2`
+/// for look-ahead) after checking `i + LANES + 2 <= min(src.len(),
+/// dst.len())` (`i + 4 * LANES` for the ASCII quad), and a held block at an
+/// earlier, already checked, `i`.
 #[inline(always)]
 pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> usize {
     let lanes = V::LANES;
@@ -301,6 +307,11 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u
 /// (`VIEW`) or [`disk_candidates`] marks, or the first index from which
 /// fewer than a vector's worth of bytes (plus two) remain: the caller goes
 /// on byte by byte from there.
+///
+/// # Safety
+///
+/// The CPU must have `V`'s instructions; loads stay inside `s` (the loop
+/// conditions check the look-ahead too).
 #[inline(always)]
 pub(super) unsafe fn find<V: Vector, const VIEW: bool>(s: &[u8], mut i: usize) -> usize {
     let lanes = V::LANES;

@@ -180,8 +180,8 @@ mod x86 {
 
     pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> usize {
         // SAFETY: SSE2 is part of the x86_64 baseline; `run` reads and
-        // writes only within `src` and `dst` (it checks a whole vector fits
-        // before each access).
+        // writes only within `src` and `dst`: before each block it checks
+        // that the block and two bytes of look-ahead fit in both.
         unsafe { kernels::run::<__m128i, false>(src, dst) }
     }
 
@@ -191,8 +191,8 @@ mod x86 {
     }
 
     pub(super) fn find_sse2(s: &[u8], from: usize, view: bool) -> usize {
-        // SAFETY: SSE2 is baseline; `find` loads only whole vectors inside
-        // `s`.
+        // SAFETY: SSE2 is baseline; `find` loads a vector at `i`, `i + 1`
+        // and `i + 2` only when `i + LANES + 2 <= s.len()`.
         unsafe {
             if view {
                 kernels::find::<__m128i, true>(s, from)
@@ -222,8 +222,8 @@ mod x86 {
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn find_avx2(s: &[u8], from: usize, view: bool) -> usize {
-        // SAFETY: the caller guarantees AVX2; `find` loads only whole
-        // vectors inside `s`.
+        // SAFETY: the caller guarantees AVX2; `find` stays inside `s` as
+        // in `find_sse2`.
         unsafe {
             if view {
                 kernels::find::<__m256i, true>(s, from)
