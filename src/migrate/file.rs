@@ -409,6 +409,15 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
         Ok(md) => return Outcome::Skipped(Reason::Special(special_kind(&md))),
         Err(e) => return Outcome::Failed(format!("cannot stat: {e}")),
     };
+    // Writing the file back with its times needs ownership (or root):
+    // futimens refuses anyone else, and roll-back would need it too.
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if !job.dry_run && euid != 0 && euid != md.uid() {
+        return Outcome::Skipped(Reason::PermissionDenied(
+            "someone else's file: its owner and times cannot be kept".into(),
+        ));
+    }
     let src = Region::whole(&file);
     if let Err(stop) = transcode::precheck(job.direction, src, bufs) {
         return skip_or_fail(stop, "cannot read");
