@@ -469,9 +469,20 @@ fn own_leftovers(snap: &Snapshot) -> Vec<String> {
 fn dry_run_changes_nothing() {
     let t = tmpdir();
     let a = build(t.path(), false);
+    // Leftovers of a killed run are left alone too.
+    fs::write(a.root.join(".cutf8-tmp.0000000000000000.1-1"), "half").unwrap();
     let before = snapshot(t.path());
+    let elsewhere = tmpdir();
+    let report = elsewhere.path().join("dry.jsonl");
     let out = migrate(
-        &[os("--dry-run"), os("--jobs"), os("3"), a.root.as_os_str()],
+        &[
+            os("--dry-run"),
+            os("--jobs"),
+            os("3"),
+            a.root.as_os_str(),
+            os("--report"),
+            report.as_os_str(),
+        ],
         0,
     );
     let after = snapshot(t.path());
@@ -479,6 +490,79 @@ fn dry_run_changes_nothing() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("would-convert"), "{stdout}");
     assert!(stdout.contains("dry run: "), "{stdout}");
+    // The report says what a real run would do, sizes included.
+    let lines = read_report(&report, &a.root);
+    for (rel, exp) in &a.files {
+        let v = &lines[rel];
+        match exp {
+            Expect::Convert => {
+                let old = &before[&[b"archive/", &rel[..]].concat()].content;
+                assert_eq!(v["action"], "would-convert");
+                assert_eq!(v["bytes_after"], expected_cutf8(old).len() as u64);
+            }
+            Expect::Skip(code) => assert_eq!(v["code"], *code),
+        }
+    }
+}
+
+/// A directory on another filesystem is not entered unless asked.
+#[test]
+fn other_filesystems_are_left_alone_unless_asked() {
+    let t = tmpdir();
+    fs::write(t.path().join("here.txt"), "here\n").unwrap();
+    let mnt = t.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "cutf8-test", mnt.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!(
+            "SKIPPED other_filesystems_are_left_alone_unless_asked: cannot mount a tmpfs \
+             (needs root and mount rights; CI runs tests as root)"
+        );
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    fs::write(mnt.join("there.txt"), "there\n").unwrap();
+    let report = mnt.join("r.jsonl");
+    migrate(
+        &[
+            t.path().as_os_str(),
+            os("--exclude"),
+            os("r.jsonl"),
+            os("--report"),
+            report.as_os_str(),
+        ],
+        0,
+    );
+    assert_eq!(fs::read(mnt.join("there.txt")).unwrap(), b"there\n");
+    assert_eq!(
+        fs::read(t.path().join("here.txt")).unwrap(),
+        expected_cutf8(b"here\n")
+    );
+    let lines = read_report(&report, t.path());
+    assert_eq!(lines[&b"mnt"[..]]["code"], "other-filesystem");
+    migrate(
+        &[
+            os("--cross-filesystems"),
+            os("--exclude"),
+            os("r.jsonl"),
+            t.path().as_os_str(),
+        ],
+        0,
+    );
+    assert_eq!(
+        fs::read(mnt.join("there.txt")).unwrap(),
+        expected_cutf8(b"there\n")
+    );
 }
 
 #[test]
@@ -489,7 +573,9 @@ fn migrate_converts_exactly_the_text_and_back() {
     let outside_before = snapshot(&a.outside);
     let report = t.path().join("report.jsonl");
 
-    migrate(&[a.root.as_os_str(), os("--report"), report.as_os_str()], 0);
+    let out = migrate(&[a.root.as_os_str(), os("--report"), report.as_os_str()], 0);
+    // No progress bar without a terminal, no messages when nothing failed.
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
     let after = snapshot(&a.root);
     assert_eq!(own_leftovers(&after), Vec::<String>::new());
     assert_same(
