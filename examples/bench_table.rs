@@ -5,8 +5,9 @@
 //! runs, timed with `std::time::Instant`; it reports and never asserts a
 //! speed.
 //!
-//! `cargo run --release --example bench_table -- [MIB] [REPEATS]`
-//! (defaults: 64 MiB, 9 repeats).
+//! `cargo run --release --example bench_table -- [MIB] [REPEATS] [CORPUS…]`
+//! (defaults: 64 MiB, 9 repeats, all four corpora: english latin cjk
+//! emoji). `CUTF8FS_SIMD=sse2` or `=portable` measures a lower code path.
 
 #[path = "../benches/support/mod.rs"]
 mod support;
@@ -15,7 +16,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
     let repeats: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
-    let cs = support::corpora(mib << 20);
+    let only: Vec<String> = args.collect();
+    let cs: Vec<_> = support::corpora(mib << 20)
+        .into_iter()
+        .filter(|c| only.is_empty() || only.iter().any(|o| o == c.name))
+        .collect();
     let mut buf = support::Buffers::for_corpora(&cs);
     print!("{}", support::describe(&cs));
     println!(

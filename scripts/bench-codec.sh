@@ -3,7 +3,9 @@
 # ratio to memcpy, std::str::from_utf8, simdutf8 and encoding_rs UTF-8→UTF-16,
 # all measured on the same buffers in the same run. Reports, never asserts.
 #
-#   scripts/bench-codec.sh [MIB] [REPEATS]     (defaults: 64 MiB, 9 repeats)
+#   scripts/bench-codec.sh [MIB] [REPEATS] [CORPUS...]
+#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji
+#   CUTF8FS_SIMD=sse2 scripts/bench-codec.sh    the SSE2 path (or =portable)
 #
 # `cargo bench --bench codec` gives the same operations through criterion.
 set -eu
