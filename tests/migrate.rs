@@ -786,6 +786,15 @@ fn exit_codes_and_usage() {
     let named = t.path().join("build/c.txt");
     migrate(&[named.as_os_str()], 0);
     assert_eq!(fs::read(&named).unwrap(), expected_cutf8(b"c\n"));
+    // Overlapping paths: each file is taken once.
+    fs::write(t.path().join("build/d.txt"), "d\n").unwrap();
+    let build = t.path().join("build");
+    let out = migrate(&[root, build.as_os_str(), os("--jobs"), os("4")], 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("converted: 1 files"));
+    assert_eq!(
+        fs::read(build.join("d.txt")).unwrap(),
+        expected_cutf8(b"d\n")
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@
 //! `key % N == K - 1`. The key depends on nothing but the tree, so it is
 //! the same on every machine.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::io;
@@ -118,6 +118,9 @@ pub struct Walker<'a, 'e> {
     pub files: Vec<Entry>,
     /// (dev, ino) of multiply linked files → index in `files`.
     inodes: HashMap<(u64, u64), usize>,
+    /// (dev, ino) of the singly linked files taken, so that overlapping
+    /// named paths do not hand one file to two workers.
+    seen: HashSet<(u64, u64)>,
 }
 
 fn join_rel(rel: &[u8], name: &OsStr) -> Vec<u8> {
@@ -140,6 +143,7 @@ impl<'a, 'e> Walker<'a, 'e> {
             emit,
             files: Vec::new(),
             inodes: HashMap::new(),
+            seen: HashSet::new(),
         }
     }
 
@@ -243,6 +247,8 @@ impl<'a, 'e> Walker<'a, 'e> {
                 return;
             }
             self.inodes.insert((md.dev(), md.ino()), self.files.len());
+        } else if !self.seen.insert((md.dev(), md.ino())) {
+            return;
         }
         self.files.push(Entry {
             path,
