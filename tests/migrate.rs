@@ -790,7 +790,7 @@ fn exit_codes_and_usage() {
     fs::write(t.path().join("build/d.txt"), "d\n").unwrap();
     let build = t.path().join("build");
     let out = migrate(&[root, build.as_os_str(), os("--jobs"), os("4")], 0);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("converted: 1 files"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("converted: 2 files")); // b.log and d.txt
     assert_eq!(
         fs::read(build.join("d.txt")).unwrap(),
         expected_cutf8(b"d\n")
