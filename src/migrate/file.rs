@@ -515,3 +515,102 @@ pub fn key_of(name: &OsStr, prefix: &str) -> Option<u64> {
     let hex = std::str::from_utf8(rest.get(..16)?).ok()?;
     u64::from_str_radix(hex, 16).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn entry(dir: &std::path::Path, name: &str) -> Entry {
+        let d = std::fs::metadata(dir).unwrap();
+        Entry {
+            path: dir.join(name),
+            dir: dir.to_path_buf(),
+            dir_id: (d.dev(), d.ino()),
+            name: name.into(),
+            size: 0,
+            key: 1,
+            links: Vec::new(),
+        }
+    }
+
+    const JOB: Job = Job {
+        direction: Direction::ToCutf8,
+        dry_run: false,
+    };
+
+    /// Flush a batch holding one pending file; its outcome.
+    fn flush(step: Step) -> Outcome {
+        let Step::Pending(p) = step else {
+            panic!("expected a pending conversion")
+        };
+        let (tx, _rx) = std::sync::mpsc::sync_channel(4);
+        let mut batch = Batch::new(tx);
+        batch.push(0, *p);
+        let mut out = None;
+        batch.flush(&mut |_, o| out = Some(o));
+        batch.finish().unwrap();
+        out.unwrap()
+    }
+
+    #[test]
+    fn a_file_changed_during_its_conversion_is_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), "before\n").unwrap();
+        let step = process(&JOB, &entry(d.path(), "f"), &mut Buffers::default());
+        // Someone writes to the file between conversion and rename.
+        std::fs::write(d.path().join("f"), "changed\n").unwrap();
+        let outcome = flush(step);
+        assert!(
+            matches!(outcome, Outcome::Failed(ref m) if m.contains("changed")),
+            "{outcome:?}"
+        );
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"changed\n");
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_replaced_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/f"), "text\n").unwrap();
+        let e = entry(&d.path().join("sub"), "f");
+        // The walked directory is swapped for a symlink to another one.
+        std::fs::rename(d.path().join("sub"), d.path().join("old")).unwrap();
+        std::fs::create_dir(d.path().join("elsewhere")).unwrap();
+        std::fs::write(d.path().join("elsewhere/f"), "text\n").unwrap();
+        std::os::unix::fs::symlink("elsewhere", d.path().join("sub")).unwrap();
+        let step = process(&JOB, &e, &mut Buffers::default());
+        assert!(matches!(step, Step::Done(Outcome::Failed(_))));
+        assert_eq!(
+            std::fs::read(d.path().join("elsewhere/f")).unwrap(),
+            b"text\n"
+        );
+    }
+
+    #[test]
+    fn converts_and_keeps_mode_and_times() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, "Grüße\n").unwrap();
+        std::fs::set_permissions(&p, Permissions::from_mode(0o640)).unwrap();
+        let t = std::time::UNIX_EPOCH + std::time::Duration::new(1_000_000_000, 5);
+        File::open(&p)
+            .unwrap()
+            .set_times(FileTimes::new().set_modified(t).set_accessed(t))
+            .unwrap();
+        let step = process(&JOB, &entry(d.path(), "f"), &mut Buffers::default());
+        assert!(matches!(
+            flush(step),
+            Outcome::Converted {
+                before: 7,
+                after: 15
+            }
+        ));
+        let md = std::fs::metadata(&p).unwrap();
+        assert_eq!(md.mode() & 0o7777, 0o640);
+        assert_eq!(md.modified().unwrap(), t);
+        assert_eq!(md.accessed().unwrap(), t);
+    }
+}
