@@ -601,13 +601,12 @@ mod tests {
             .set_times(FileTimes::new().set_modified(t).set_accessed(t))
             .unwrap();
         let step = process(&JOB, &entry(d.path(), "f"), &mut Buffers::default());
-        assert!(matches!(
-            flush(step),
-            Outcome::Converted {
-                before: 7,
-                after: 15
-            }
-        ));
+        let outcome = flush(step);
+        let want = Outcome::Converted {
+            before: 8,
+            after: 16,
+        };
+        assert_eq!(outcome, want);
         let md = std::fs::metadata(&p).unwrap();
         assert_eq!(md.mode() & 0o7777, 0o640);
         assert_eq!(md.modified().unwrap(), t);
