@@ -27,7 +27,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -430,7 +430,7 @@ impl Journal {
     /// left behind.
     pub fn open(backing: &Path) -> io::Result<Journal> {
         let dir = backing.join(JOURNAL_DIR);
-        match fs::create_dir(&dir) {
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),

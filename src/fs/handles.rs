@@ -17,20 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::error::{Errno, Result};
 use super::inodes::Inode;
 
-/// How a regular file is served through one handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Bytes as they are on disk.
-    Raw,
-    /// V of the bytes after the magic, through the file's index (kept in
-    /// the inode's `FileState`).
-    View,
-}
-
 pub struct FileHandle {
     pub inode: Arc<Inode>,
     pub file: File,
-    pub mode: Mode,
     /// Open for writing (O_WRONLY/O_RDWR from the caller).
     pub write: bool,
 }

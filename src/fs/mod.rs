@@ -36,6 +36,7 @@ mod mount;
 mod ops;
 pub mod options;
 mod sys;
+mod write;
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -61,6 +62,9 @@ pub struct CutFs {
     inodes: InodeTable,
     handles: HandleTable,
     cache: IndexCache,
+    /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`).
+    journal: crate::edit::Journal,
+    newfiles: options::NewFiles,
     attr_ttl: Duration,
     entry_ttl: Duration,
 }
@@ -71,7 +75,14 @@ impl CutFs {
     /// A filesystem serving the directory behind `root` (an `O_PATH`
     /// descriptor of BACKING).
     pub fn new(root: std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<CutFs> {
+        // The journal is reached through the root descriptor, so a rename
+        // of BACKING itself cannot misdirect it; opening it replays what a
+        // killed daemon left half done.
+        let at = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&root));
+        let journal = crate::edit::Journal::open(Path::new(&at))?;
         Ok(CutFs {
+            journal,
+            newfiles: opts.newfiles,
             inodes: InodeTable::new(root)?,
             handles: HandleTable::default(),
             cache: IndexCache::new(opts.index_cache),

@@ -15,7 +15,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirEntryExt, FileExt};
+use std::os::unix::fs::DirEntryExt;
 use std::sync::{Arc, PoisonError};
 
 use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
@@ -25,7 +25,7 @@ use crate::codec::MAGIC;
 use super::attr;
 use super::content::{self, Class, Stamp};
 use super::error::{io, Errno, Result, READ_ONLY_VIEW};
-use super::handles::{DirEntry, DirHandle, FileHandle, Handle, Mode};
+use super::handles::{DirEntry, DirHandle, FileHandle, Handle};
 use super::inodes::Inode;
 use super::sys::{self, ActAs, Identity};
 use super::CutFs;
@@ -62,6 +62,12 @@ fn head_after(head: &[u8], offset: u64, data: &[u8]) -> Option<[u8; 8]> {
         }
     }
     Some(out)
+}
+
+/// Whether `name` in `parent` is the journal directory at the root of
+/// BACKING, which the mount neither shows nor lets anyone touch.
+fn is_journal(parent: u64, name: &OsStr) -> bool {
+    parent == super::inodes::ROOT && name.as_bytes() == crate::edit::JOURNAL_DIR.as_bytes()
 }
 
 impl CutFs {
@@ -119,6 +125,9 @@ impl CutFs {
     }
 
     pub(super) fn lookup(&self, parent: u64, name: &OsStr) -> Result<FileAttr> {
+        if is_journal(parent, name) {
+            return Err(Errno::ENOENT);
+        }
         let dir = self.inodes.get(parent)?;
         let name = sys::component(name).map_err(io)?;
         let (inode, st) = self.inodes.lookup(&dir, &name)?;
@@ -137,6 +146,9 @@ impl CutFs {
         name: &OsStr,
         make: impl FnOnce(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr) -> std::io::Result<()>,
     ) -> Result<FileAttr> {
+        if is_journal(parent, name) {
+            return Err(Errno::EPERM);
+        }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
         {
@@ -187,6 +199,9 @@ impl CutFs {
     }
 
     pub(super) fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<FileAttr> {
+        if is_journal(newparent, newname) {
+            return Err(Errno::EPERM);
+        }
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;
         let cname = sys::component(newname).map_err(io)?;
@@ -196,6 +211,9 @@ impl CutFs {
     }
 
     pub(super) fn unlink(&self, parent: u64, name: &OsStr, flags: libc::c_int) -> Result<()> {
+        if is_journal(parent, name) {
+            return Err(Errno::ENOENT);
+        }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
         sys::unlinkat(dir.fd(), &cname, flags).map_err(io)
@@ -209,6 +227,9 @@ impl CutFs {
         newname: &OsStr,
         flags: u32,
     ) -> Result<()> {
+        if is_journal(parent, name) || is_journal(newparent, newname) {
+            return Err(Errno::EPERM);
+        }
         let from = self.inodes.get(parent)?;
         let to = self.inodes.get(newparent)?;
         let old = sys::component(name).map_err(io)?;
@@ -263,25 +284,14 @@ impl CutFs {
             });
         }
         let state = inode.state().clone();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let st = inode.stat()?;
-        // Emptying a corrected file stores exactly its new view (nothing);
-        // any other size change of a view is a write (issue 4).
-        if size != 0 && matches!(self.class(inode, &st)?, Class::Corrected { .. }) {
-            return Err(READ_ONLY_VIEW);
-        }
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());
         match handle.as_deref() {
-            Some(Handle::File(h)) if h.write => sys::ftruncate(h.file.as_raw_fd(), size),
-            _ => sys::truncate(inode.fd(), size),
+            Some(Handle::File(h)) if h.write => self.set_size(&state, &h.file, size),
+            _ => {
+                let file = sys::reopen(inode.fd(), libc::O_RDWR).map_err(io)?;
+                self.set_size(&state, &file, size)
+            }
         }
-        .map_err(io)?;
-        content.view = None;
-        state.content_changed();
-        Ok(())
     }
 
     /// Opens a regular file.
@@ -301,8 +311,15 @@ impl CutFs {
     }
 
     fn open_file(&self, inode: &Inode, flags: i32) -> Result<std::fs::File> {
-        let strip =
-            libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT | libc::O_NOFOLLOW;
+        // O_APPEND stays with the kernel, which sends appends at the end of
+        // the view; the backing descriptor writes at the offsets we choose
+        // (a view offset is not a disk offset, and a rewrite starts at 0).
+        let strip = libc::O_CREAT
+            | libc::O_EXCL
+            | libc::O_NOCTTY
+            | libc::O_DIRECT
+            | libc::O_NOFOLLOW
+            | libc::O_APPEND;
         let flags = flags & !strip;
         if flags & libc::O_ACCMODE == libc::O_WRONLY {
             // A readable descriptor lets the view (and issue 4) read too.
@@ -342,7 +359,7 @@ impl CutFs {
                 }
                 Err(e) => return Err(io(e)),
             };
-        let mode = if corrected {
+        if corrected {
             let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
             if !fresh {
                 let index = content::index_for(&self.cache, reader, stamp)?;
@@ -355,19 +372,20 @@ impl CutFs {
                 );
                 content.view = Some((stamp, index));
             }
-            Mode::View
+            // SPEC invariant 1's exempt class: the view cannot be written
+            // back unchanged, so the file opens for writing with an error.
+            if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
+                return Err(READ_ONLY_VIEW);
+            }
         } else {
-            Mode::Raw
-        };
+            content.view = None;
+        }
         content.open += 1;
         let keep = state.opened_at(stamp);
         drop(content);
-        let fh = self.handles.insert(Handle::File(FileHandle {
-            inode,
-            file,
-            mode,
-            write,
-        }));
+        let fh = self
+            .handles
+            .insert(Handle::File(FileHandle { inode, file, write }));
         let mut flags = FopenFlags::empty();
         if keep {
             flags |= FopenFlags::FOPEN_KEEP_CACHE;
@@ -389,9 +407,12 @@ impl CutFs {
         umask: u32,
         flags: i32,
     ) -> Result<(FileAttr, u64, FopenFlags)> {
+        if is_journal(parent, name) {
+            return Err(Errno::EPERM);
+        }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
-        let strip = libc::O_NOCTTY | libc::O_DIRECT;
+        let strip = libc::O_NOCTTY | libc::O_DIRECT | libc::O_APPEND;
         let asked = (flags & !strip) | libc::O_CREAT | libc::O_NOFOLLOW;
         // Write-only becomes read-write, so the view (and issue 4) can read.
         let upgraded = asked & libc::O_ACCMODE == libc::O_WRONLY;
@@ -426,47 +447,26 @@ impl CutFs {
         }
     }
 
+    /// Reads through a handle: the view while the file is corrected, its
+    /// bytes otherwise. The per-file state, not the handle, says which: a
+    /// write through any handle may change it (an empty file filled with
+    /// text becomes corrected; content W cannot store makes it raw).
     pub(super) fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
         let state = h.inode.state();
-        if h.mode == Mode::Raw {
-            let _content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-            return content::read_raw(&h.file, offset, size as usize);
-        }
-        {
-            let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some((_, index)) = &content.view {
-                return content::read_view(&h.file, index, offset, size as usize);
-            }
-        }
-        // The view was dropped (the file was emptied through another
-        // handle): look at what the file holds now.
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if content.view.is_none() {
-            let st = sys::fstat(h.file.as_fd()).map_err(io)?;
-            let corrected = (st.st_size as u64) >= MAGIC.len() as u64
-                && content::has_magic(&h.file).map_err(io)?;
-            if !corrected {
-                return content::read_raw(&h.file, offset, size as usize);
-            }
-            let stamp = Stamp::of(&st);
-            content.view = Some((stamp, content::index_for(&self.cache, &h.file, stamp)?));
-        }
+        let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
         match &content.view {
             Some((_, index)) => content::read_view(&h.file, index, offset, size as usize),
-            None => Err(Errno::EIO),
+            None => content::read_raw(&h.file, offset, size as usize),
         }
     }
 
     /// Refuses a change that would make a raw file begin with the magic
     /// number (SPEC §3: it would read back as something else).
-    fn guard_magic(h: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
+    pub(super) fn guard_magic(h: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
         if offset >= MAGIC.len() as u64 {
             return Ok(());
         }
@@ -485,29 +485,7 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        if h.mode == Mode::View {
-            return Err(READ_ONLY_VIEW);
-        }
-        let state = h.inode.state();
-        let _content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        Self::guard_magic(h, offset, data)?;
-        let mut done = 0;
-        while done < data.len() {
-            match h.file.write_at(&data[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if done > 0 => {
-                    log::debug!("short write after {done} bytes: {e}");
-                    break;
-                }
-                Err(e) => return Err(io(e)),
-            }
-        }
-        Ok(u32::try_from(done).unwrap_or(u32::MAX))
+        self.write_file(h, offset, data)
     }
 
     pub(super) fn release(&self, fh: u64) {
@@ -522,6 +500,7 @@ impl CutFs {
                 if content.open == 0 {
                     // The cache keeps it (within its bound) for the next open.
                     content.view = None;
+                    content.young = false;
                 }
             }
         }
@@ -536,15 +515,30 @@ impl CutFs {
         sys::fsync(fd, datasync).map_err(io)
     }
 
+    /// fallocate: as in BACKING for raw files. For a corrected file only
+    /// what makes sense for a view: plain allocation (mode 0 or
+    /// KEEP_SIZE), which extends the view with zeros like a truncate when
+    /// it reaches past the end; hole punching and zeroing ranges of a view
+    /// are EOPNOTSUPP.
     pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        if h.mode == Mode::View {
-            return Err(READ_ONLY_VIEW);
-        }
         let state = h.inode.state();
+        let view_len = {
+            let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
+            content.view.as_ref().map(|(_, i)| i.view_len())
+        };
+        if let Some(view_len) = view_len {
+            return match mode {
+                0 if offset.saturating_add(length) > view_len => {
+                    self.set_size(state, &h.file, offset + length)
+                }
+                0 | libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+                _ => Err(Errno::EOPNOTSUPP),
+            };
+        }
         let _content = state
             .content
             .write()
@@ -561,24 +555,19 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        match h.mode {
-            Mode::Raw => sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io),
-            Mode::View => {
-                let state = h.inode.state();
-                let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-                let len = match &content.view {
-                    Some((_, index)) => i64::try_from(index.view_len()).unwrap_or(i64::MAX),
-                    None => return Err(Errno::EIO),
-                };
-                // A view has no holes.
-                match whence {
-                    _ if offset < 0 => Err(Errno::EINVAL),
-                    _ if offset >= len => Err(Errno::ENXIO),
-                    libc::SEEK_DATA => Ok(offset),
-                    libc::SEEK_HOLE => Ok(len),
-                    _ => Err(Errno::EINVAL),
-                }
-            }
+        let state = h.inode.state();
+        let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
+        let Some((_, index)) = &content.view else {
+            return sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io);
+        };
+        let len = i64::try_from(index.view_len()).unwrap_or(i64::MAX);
+        // A view has no holes.
+        match whence {
+            _ if offset < 0 => Err(Errno::EINVAL),
+            _ if offset >= len => Err(Errno::ENXIO),
+            libc::SEEK_DATA => Ok(offset),
+            libc::SEEK_HOLE => Ok(len),
+            _ => Err(Errno::EINVAL),
         }
     }
 
@@ -620,6 +609,9 @@ impl CutFs {
         ];
         for e in std::fs::read_dir(path).map_err(io)? {
             let e = e.map_err(io)?;
+            if is_journal(h.inode.ino, &e.file_name()) {
+                continue;
+            }
             let kind = match e.file_type() {
                 Ok(t) => FileType::from_std(t).unwrap_or(FileType::RegularFile),
                 Err(_) => FileType::RegularFile,

@@ -257,20 +257,6 @@ pub fn utimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()
     }
 }
 
-/// truncate(2) of the inode behind an `O_PATH` descriptor.
-pub fn truncate(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> {
-    let size = i64::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    let path = proc_path(fd);
-    // SAFETY: valid C string for the duration of the call.
-    cvt(unsafe { libc::truncate(path.as_ptr(), size) }).map(drop)
-}
-
-pub fn ftruncate(fd: RawFd, size: u64) -> io::Result<()> {
-    let size = i64::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    // SAFETY: plain syscall on an fd we own.
-    cvt(unsafe { libc::ftruncate(fd, size) }).map(drop)
-}
-
 pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<libc::statvfs> {
     let mut st = MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `st` is a writable statvfs buffer.

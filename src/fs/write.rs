@@ -1,0 +1,232 @@
+//! The write path: what a write or a size change does to a regular file,
+//! decided under the file's content lock (held alone) from what the file is
+//! now — empty, raw, or corrected — not from what it was when the handle was
+//! opened, because writes change that.
+//!
+//! * Empty files (new, O_TRUNC, truncated to 0) take the encoding of what is
+//!   written into them: corrected when it is UTF-8 text without U+0000 that W
+//!   can store (and `-o newfiles=raw` is not set), raw otherwise. While the
+//!   handles that filled such a file are open it stays *young*: a later
+//!   write that is not text turns it raw, so `cp` of a binary whose first
+//!   block looks like text still leaves a raw copy.
+//! * Corrected files go through `crate::edit` (view writes as in-place
+//!   patches, appends or journaled rewrites). Content W cannot store turns the
+//!   file raw (with a warning in the log): nothing is lost.
+//! * Raw files are written as they are, except that a write which would make
+//!   one begin with the magic number fails with EILSEQ.
+//!
+//! After every change the per-file state gets the new index under the new
+//! stamp, so the next read, getattr or open sees it without a rescan.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, PoisonError};
+
+use crate::edit::{self, Outcome};
+use crate::index::OffsetIndex;
+
+use super::content::{self, Class, Content, FileState, Stamp};
+use super::error::{io, Result, READ_ONLY_VIEW};
+use super::handles::FileHandle;
+use super::options::NewFiles;
+use super::sys;
+use super::CutFs;
+
+/// What a regular file is right now.
+enum Now {
+    Empty,
+    Raw,
+    Corrected(Arc<OffsetIndex>),
+}
+
+impl CutFs {
+    /// Classifies the file open as `file` under the content lock.
+    fn now(&self, content: &Content, file: &File) -> Result<(Now, Stamp)> {
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let stamp = Stamp::of(&st);
+        if st.st_size == 0 {
+            return Ok((Now::Empty, stamp));
+        }
+        if let Some((s, index)) = &content.view {
+            if *s == stamp {
+                return Ok((Now::Corrected(index.clone()), stamp));
+            }
+        }
+        if content::has_magic(file).map_err(io)? {
+            let index = content::index_for(&self.cache, file, stamp)?;
+            Ok((Now::Corrected(index), stamp))
+        } else {
+            Ok((Now::Raw, stamp))
+        }
+    }
+
+    /// Records what the file is after a change made through the mount.
+    fn changed(
+        &self,
+        state: &FileState,
+        content: &mut Content,
+        file: &File,
+        index: Option<OffsetIndex>,
+    ) -> Result<()> {
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let stamp = Stamp::of(&st);
+        state.content_changed();
+        match index {
+            Some(index) => {
+                let index = Arc::new(index);
+                state.remember_class(
+                    stamp,
+                    Class::Corrected {
+                        view_len: index.view_len(),
+                        lossless: index.lossless(),
+                    },
+                );
+                self.cache.put(stamp, index.clone());
+                content.view = Some((stamp, index));
+            }
+            None => {
+                state.remember_class(stamp, Class::Raw);
+                content.view = None;
+                content.young = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// A write through handle `h` at `offset` (a view offset for corrected
+    /// files, a byte offset otherwise).
+    pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
+        let state = h.inode.state();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (now, _) = self.now(&content, &h.file)?;
+        let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        match now {
+            Now::Empty => {
+                if self.newfiles == NewFiles::Auto && offset == 0 && edit::is_text(data) {
+                    match edit::start_corrected(&h.file, data).map_err(io)? {
+                        Ok(index) => {
+                            content.young = true;
+                            self.changed(state, &mut content, &h.file, Some(index))?;
+                            return Ok(n);
+                        }
+                        Err(m) => log::debug!("new file stays raw: {}", m.problem),
+                    }
+                }
+                let done = self.write_raw(h, offset, data)?;
+                self.changed(state, &mut content, &h.file, None)?;
+                Ok(done)
+            }
+            Now::Raw => {
+                let done = self.write_raw(h, offset, data)?;
+                self.changed(state, &mut content, &h.file, None)?;
+                Ok(done)
+            }
+            Now::Corrected(index) => {
+                if !index.lossless() {
+                    return Err(READ_ONLY_VIEW);
+                }
+                if content.young && !young_text(&h.file, &index, offset, data)? {
+                    log::info!(
+                        "{}: a new file received non-text content; it stays raw",
+                        h.inode.ino
+                    );
+                    self.to_raw(h, &index, offset, data)?;
+                    self.changed(state, &mut content, &h.file, None)?;
+                    return Ok(n);
+                }
+                let mut next = (*index).clone();
+                match edit::write_at(&h.file, &mut next, &self.journal, offset, data).map_err(io)? {
+                    Outcome::Written => {
+                        self.changed(state, &mut content, &h.file, Some(next))?;
+                    }
+                    Outcome::Unstorable(m) => {
+                        log::warn!(
+                            "inode {}: {} cannot be stored as Corrected UTF-8; the file becomes raw",
+                            h.inode.ino,
+                            m.problem
+                        );
+                        self.to_raw(h, &index, offset, data)?;
+                        self.changed(state, &mut content, &h.file, None)?;
+                    }
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    fn to_raw(&self, h: &FileHandle, index: &OffsetIndex, offset: u64, data: &[u8]) -> Result<()> {
+        edit::to_raw(&h.file, index, &self.journal, offset, data).map_err(io)?;
+        Ok(())
+    }
+
+    /// A raw write: refused with EILSEQ when it would make the file begin
+    /// with the magic number.
+    /// Returns how much was written: short only when BACKING ran out of
+    /// space (or another error) after some bytes went in, as write(2) is.
+    fn write_raw(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
+        Self::guard_magic(h, offset, data)?;
+        let mut done = 0;
+        while done < data.len() {
+            match h.file.write_at(&data[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if done > 0 => {
+                    log::debug!("short write after {done} bytes: {e}");
+                    break;
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Ok(u32::try_from(done).unwrap_or(u32::MAX))
+    }
+
+    /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
+    /// a view length for corrected files.
+    pub(super) fn set_size(&self, state: &FileState, file: &File, size: u64) -> Result<()> {
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (now, _) = self.now(&content, file)?;
+        match now {
+            Now::Corrected(index) if size != 0 => {
+                if !index.lossless() {
+                    return Err(READ_ONLY_VIEW);
+                }
+                let mut next = (*index).clone();
+                edit::truncate(file, &mut next, size).map_err(io)?;
+                self.changed(state, &mut content, file, Some(next))
+            }
+            _ => {
+                // Raw, empty, or emptying a corrected file (its view is
+                // then nothing, and so is its backing file).
+                file.set_len(size).map_err(io)?;
+                self.changed(state, &mut content, file, None)
+            }
+        }
+    }
+}
+
+/// Whether a write to a young corrected file keeps it text: the write, with
+/// any character it completes at its start, must be UTF-8 text without
+/// U+0000 or C1 controls, and must not leave a gap (which reads as zeros).
+fn young_text(file: &File, index: &OffsetIndex, offset: u64, data: &[u8]) -> Result<bool> {
+    if offset > index.view_len() {
+        return Ok(false);
+    }
+    let from = offset.saturating_sub(3);
+    let before = content::read_view(file, index, from, (offset - from) as usize)?;
+    // The bytes of a sequence the write may complete.
+    let lead = before.iter().rposition(|&b| b & 0xC0 != 0x80);
+    let mut probe = match lead {
+        Some(i) if before[i] >= 0xC0 => before[i..].to_vec(),
+        _ => Vec::new(),
+    };
+    probe.extend_from_slice(data);
+    Ok(edit::is_text(&probe))
+}
