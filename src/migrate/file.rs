@@ -496,6 +496,11 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
         },
         Err(msg) => match journal.roll_back(&file) {
             Ok(()) => {
+                // Put back what the writes may have cleared; best effort,
+                // the content and times are back already.
+                let _ = sys::set_xattrs(&file, &xattrs);
+                let _ = file.set_permissions(Permissions::from_mode(md.mode() & 0o7777));
+                let _ = times_of(&md).and_then(|t| file.set_times(t));
                 let _ = journal.finish();
                 Outcome::Failed(format!("{msg}; rolled back"))
             }
