@@ -8,8 +8,9 @@
 //! pass through one for one. Such units all begin with one of the lead bytes
 //! DD DE DF EE EF F7 FB FD, and a lead byte (≥ C0) always begins a unit, so the
 //! scan only has to look at those bytes, skipping everything else a vector
-//! at a time ([`super::simd`]). FE units are watched as well: FE plus six continuation bytes with a
-//! value in U+80000000–U+8421109F is SPEC §2's exempt unit.
+//! at a time (`codec::simd`). FE units are watched as well: FE plus six
+//! continuation bytes with a value in U+80000000–U+8421109F is SPEC §2's
+//! exempt unit.
 //!
 //! In the other direction, a view unit shrinks by one byte on disk exactly
 //! when W stores it in the next shorter form: lead bytes E0 F0 F8 FC FE.
