@@ -75,11 +75,8 @@ impl OffsetIndex {
 
     /// Build from disk bytes in memory (after the magic number).
     pub fn from_bytes(disk: &[u8]) -> OffsetIndex {
-        match OffsetIndex::build(disk) {
-            Ok(idx) => idx,
-            // Reading a slice cannot fail.
-            Err(_) => OffsetIndex::default(),
-        }
+        // Reading a slice cannot fail.
+        OffsetIndex::build(disk).unwrap_or_default()
     }
 
     fn note(&mut self, base: u64, e: DiskEvent) {
@@ -326,8 +323,13 @@ pub fn read_view_at(
     let block = k * BLOCK;
     let back = block.min(BACK);
 
-    let mut disk = vec![0u8; CHUNK];
-    let mut out = vec![0u8; max_view_len(CHUNK).max(MIN_DST)];
+    // Disk bytes never outnumber their view: the skip to view_off, the
+    // request, the unit before the block start and one unit of slack are
+    // enough, so a small read decodes a small range.
+    let need = (view_off - (block + g)) + back + want as u64 + 16;
+    let first = need.min(CHUNK as u64) as usize;
+    let mut disk = vec![0u8; first];
+    let mut out = vec![0u8; max_view_len(first).max(MIN_DST)];
     let mut pos = block - back;
     let mut n = read_full_at(file, &mut disk, data_start + pos)?;
     let mut at_end = pos + (n as u64) >= index.disk_len() || n < disk.len();
@@ -364,6 +366,10 @@ pub fn read_view_at(
         }
         pos += n as u64;
         from = 0;
+        if disk.len() < CHUNK {
+            disk.resize(CHUNK, 0);
+            out.resize(max_view_len(CHUNK), 0);
+        }
         n = read_full_at(file, &mut disk, data_start + pos)?;
         at_end = pos + (n as u64) >= index.disk_len() || n < disk.len();
     }

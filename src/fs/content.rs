@@ -74,10 +74,6 @@ pub struct Content {
     pub view: Option<(Stamp, Arc<OffsetIndex>)>,
     /// Open handles of the file.
     pub open: usize,
-    /// The file was empty when the open handles started filling it with
-    /// text; until they are all closed, content that is not text turns it
-    /// raw (see `write`).
-    pub young: bool,
 }
 
 /// Per-inode state, shared by all handles of a regular file.

@@ -500,7 +500,6 @@ impl CutFs {
                 if content.open == 0 {
                     // The cache keeps it (within its bound) for the next open.
                     content.view = None;
-                    content.young = false;
                 }
             }
         }

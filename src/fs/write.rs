@@ -4,11 +4,9 @@
 //! opened, because writes change that.
 //!
 //! * Empty files (new, O_TRUNC, truncated to 0) take the encoding of what is
-//!   written into them: corrected when it is UTF-8 text without U+0000 that W
-//!   can store (and `-o newfiles=raw` is not set), raw otherwise. While the
-//!   handles that filled such a file are open it stays *young*: a later
-//!   write that is not text turns it raw, so `cp` of a binary whose first
-//!   block looks like text still leaves a raw copy.
+//!   written into them first: corrected when it is UTF-8 text without U+0000
+//!   that W can store (and `-o newfiles=raw` is not set), raw otherwise. From
+//!   then on the file holds content and keeps its encoding (SPEC §3).
 //! * Corrected files go through `crate::edit` (view writes as in-place
 //!   patches, appends or journaled rewrites). Content W cannot store turns the
 //!   file raw (with a warning in the log): nothing is lost.
@@ -88,7 +86,6 @@ impl CutFs {
             None => {
                 state.remember_class(stamp, Class::Raw);
                 content.view = None;
-                content.young = false;
             }
         }
         Ok(())
@@ -109,7 +106,6 @@ impl CutFs {
                 if self.newfiles == NewFiles::Auto && offset == 0 && edit::is_text(data) {
                     match edit::start_corrected(&h.file, data).map_err(io)? {
                         Ok(index) => {
-                            content.young = true;
                             self.changed(state, &mut content, &h.file, Some(index))?;
                             return Ok(n);
                         }
@@ -128,15 +124,6 @@ impl CutFs {
             Now::Corrected(index) => {
                 if !index.lossless() {
                     return Err(READ_ONLY_VIEW);
-                }
-                if content.young && !young_text(&h.file, &index, offset, data)? {
-                    log::info!(
-                        "{}: a new file received non-text content; it stays raw",
-                        h.inode.ino
-                    );
-                    self.to_raw(h, &index, offset, data)?;
-                    self.changed(state, &mut content, &h.file, None)?;
-                    return Ok(n);
                 }
                 let mut next = (*index).clone();
                 match edit::write_at(&h.file, &mut next, &self.journal, offset, data).map_err(io)? {
@@ -210,23 +197,4 @@ impl CutFs {
             }
         }
     }
-}
-
-/// Whether a write to a young corrected file keeps it text: the write, with
-/// any character it completes at its start, must be UTF-8 text without
-/// U+0000 or C1 controls, and must not leave a gap (which reads as zeros).
-fn young_text(file: &File, index: &OffsetIndex, offset: u64, data: &[u8]) -> Result<bool> {
-    if offset > index.view_len() {
-        return Ok(false);
-    }
-    let from = offset.saturating_sub(3);
-    let before = content::read_view(file, index, from, (offset - from) as usize)?;
-    // The bytes of a sequence the write may complete.
-    let lead = before.iter().rposition(|&b| b & 0xC0 != 0x80);
-    let mut probe = match lead {
-        Some(i) if before[i] >= 0xC0 => before[i..].to_vec(),
-        _ => Vec::new(),
-    };
-    probe.extend_from_slice(data);
-    Ok(edit::is_text(&probe))
 }
