@@ -20,8 +20,13 @@
 //! * `daemon` (daemonizing, logging, signals) and `mount` (mount(2) or
 //!   fusermount3) start and stop all this; `options` parses `-o`.
 //!
-//! Writes to corrected files fail with EROFS for now (issue 4 will add them,
-//! under the content lock in `content::FileState`). POSIX and BSD locks are
+//! * `write` is the write path: under the file's content lock (held alone)
+//!   it decides from what the file is now — empty, raw or corrected — and
+//!   sends view writes through `crate::edit` (in-place patches, appends,
+//!   rewrites under the journal in `BACKING/.cutf8fs-journal`, which this
+//!   layer hides).
+//!
+//! POSIX and BSD locks are
 //! left to the kernel (the daemon does not ask for FUSE_POSIX_LOCKS or
 //! FUSE_FLOCK_LOCKS), so they work between processes using this mount, not
 //! with processes using BACKING directly.
