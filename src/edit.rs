@@ -216,8 +216,25 @@ pub fn write_at(
     let disk_len = index.disk_len();
 
     if new_disk.len() as u64 == old_len || (dp == disk_len && new_disk.len() as u64 > old_len) {
-        // One pwrite: in place, or extending the file at its end.
-        write_all_at(file, &new_disk, DATA_START + du)?;
+        // One pwrite: in place, or extending the file at its end. If the
+        // backing store fails part way (ENOSPC, EIO), put the old bytes of
+        // the window back and cut the file to its old length, so the last
+        // content stays whole.
+        let old_window = if dp == disk_len && old_len < CHUNK as u64 {
+            let mut b = vec![0u8; old_len as usize];
+            let n = read_at_most(file, &mut b, DATA_START + du)?;
+            b.truncate(n);
+            Some(b)
+        } else {
+            None
+        };
+        if let Err(e) = write_all_at(file, &new_disk, DATA_START + du) {
+            if let Some(old) = old_window {
+                let _ = file.set_len(DATA_START + disk_len);
+                let _ = write_all_at(file, &old, DATA_START + du);
+            }
+            return Err(e);
+        }
         let new_disk_len = disk_len - old_len + new_disk.len() as u64;
         // In place, everything after the window stays where it was.
         let changed_to = if new_disk_len == disk_len {
@@ -305,7 +322,12 @@ pub fn start_corrected(file: &File, data: &[u8]) -> io::Result<Result<OffsetInde
     all.extend_from_slice(&MAGIC);
     all.extend_from_slice(&disk);
     file.set_len(0)?;
-    write_all_at(file, &all, 0)?;
+    if let Err(e) = write_all_at(file, &all, 0) {
+        // Out of space (or I/O error) part way: the file was empty and
+        // stays empty, never a torn magic number.
+        let _ = file.set_len(0);
+        return Err(e);
+    }
     Ok(Ok(OffsetIndex::from_bytes(&disk)))
 }
 
@@ -491,6 +513,10 @@ impl Journal {
                 w.flush()?;
             }
             tail.sync_all()?;
+            // Reserve the target's blocks first (without changing its size),
+            // so the copy below cannot run out of space half way: ENOSPC
+            // comes now, while the file is untouched.
+            preallocate(file, offset, tail.metadata()?.len())?;
             let mut off = File::create(entry.join("offset"))?;
             off.write_all(offset.to_string().as_bytes())?;
             off.sync_all()?;
@@ -518,6 +544,29 @@ fn read_offset(path: &Path) -> io::Result<u64> {
         .trim()
         .parse()
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad journal offset"))
+}
+
+/// Allocates `file[offset..offset + len)` without changing its size; a
+/// filesystem without fallocate is left to allocate as it writes.
+fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is
+    // owned by `file` and open for the duration of the call.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, len) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+        _ => Err(e),
+    }
 }
 
 /// Copies `tail` over `file` from `offset`, cuts the file there, syncs.
