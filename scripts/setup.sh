@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# Installs what the tests and the demo need on a fresh Debian machine with
-# Rust: FUSE, the peers we measure against (bindfs, gocryptfs), the tools the
-# mount tests drive (vim, rsync, git, attr), and the peer test suites
-# (pjdfstest, fsx) from crates.io. Idempotent: skips what is already there.
+# Installs what the tests, the demo and the benchmarks need on a fresh Debian
+# machine with Rust: FUSE 3 (fusermount3, mount.fuse3), the peers we measure
+# against (bindfs, gocryptfs), the tools the mount tests drive (vim, rsync,
+# git, perl, python3, attr, acl, util-linux's setpriv and mount), a C
+# compiler (the read benchmark's pread tool), and the peer suites pjdfstest
+# and fsx from crates.io. Idempotent: installs only what is missing.
+# The mount tests run as root and fail (never skip) when FUSE is missing.
 set -euo pipefail
 
-need_apt=()
-for pkg in fuse3 bindfs gocryptfs vim rsync attr acl git perl python3 util-linux psmisc; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need_apt+=("$pkg")
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+need=()
+for pkg in fuse3 bindfs gocryptfs vim rsync attr acl git perl python3 util-linux psmisc gcc; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
-if [ ${#need_apt[@]} -gt 0 ]; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 for tool in pjdfstest fsx; do
     command -v "$tool" >/dev/null 2>&1 || cargo install --locked --quiet "$tool"
 done
 
-# FUSE must work: tests that need it fail (never skip) without it.
+if [ ! -c /dev/fuse ]; then
+    $SUDO modprobe fuse 2>/dev/null || true
+fi
 if [ ! -c /dev/fuse ]; then
     echo "setup: /dev/fuse is missing; the mount tests will fail" >&2
+    exit 1
 fi
+echo "setup: fuse3 $(fusermount3 -V 2>&1 | awk '{print $NF}'), bindfs, gocryptfs, pjdfstest, fsx ready"

@@ -31,7 +31,7 @@ fn find_tool(name: &str) -> PathBuf {
     dirs.into_iter()
         .map(|d| d.join(name))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} not found: run scripts/ci-fuse-setup.sh"))
+        .unwrap_or_else(|| panic!("{name} not found: run scripts/setup.sh"))
 }
 
 fn config() -> PathBuf {
