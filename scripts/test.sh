@@ -4,6 +4,7 @@
 # suite tests). `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 scripts/setup.sh
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
