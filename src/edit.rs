@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::codec::{decode_disk_unit, encode_view, DiskUnit, Encoder, Malformed, Status, MAGIC};
-use crate::index::{read_view_at, OffsetIndex};
+use crate::index::{read_full_at, read_view_at, OffsetIndex};
 
 /// Where the text starts in a corrected file.
 pub const DATA_START: u64 = MAGIC.len() as u64;
@@ -90,7 +90,7 @@ fn disk_offset_of(file: &File, index: &OffsetIndex, view_off: u64) -> io::Result
     let (mut d, mut v) = (disk0, view0);
     let mut buf = vec![0u8; 8192];
     loop {
-        let n = read_at_most(file, &mut buf, DATA_START + d)?;
+        let n = read_full_at(file, &mut buf, DATA_START + d)?;
         let at_end = d + n as u64 >= index.disk_len();
         let mut i = 0;
         while i < n {
@@ -117,22 +117,6 @@ fn disk_offset_of(file: &File, index: &OffsetIndex, view_off: u64) -> io::Result
         }
         d += i as u64;
     }
-}
-
-fn read_at_most(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], off) {
-            Ok(0) => break,
-            Ok(k) => {
-                n += k;
-                off += k as u64;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 fn write_all_at(file: &File, buf: &[u8], off: u64) -> io::Result<()> {
@@ -222,7 +206,7 @@ pub fn write_at(
         // content stays whole.
         let old_window = if dp == disk_len && old_len < CHUNK as u64 {
             let mut b = vec![0u8; old_len as usize];
-            let n = read_at_most(file, &mut b, DATA_START + du)?;
+            let n = read_full_at(file, &mut b, DATA_START + du)?;
             b.truncate(n);
             Some(b)
         } else {
@@ -261,7 +245,7 @@ fn copy_range(file: &File, from: u64, to: u64, out: &mut dyn Write) -> io::Resul
     let mut pos = from;
     while pos < to {
         let want = ((to - pos) as usize).min(buf.len());
-        let n = read_at_most(file, &mut buf[..want], pos)?;
+        let n = read_full_at(file, &mut buf[..want], pos)?;
         if n == 0 {
             break;
         }
@@ -391,7 +375,7 @@ pub fn raw_write_makes_magic(file: &File, off: u64, data: &[u8]) -> io::Result<b
         return Ok(false);
     }
     let mut head = [0u8; 8];
-    let n = read_at_most(file, &mut head, 0)?;
+    let n = read_full_at(file, &mut head, 0)?;
     let mut len = n;
     for (k, &b) in data.iter().enumerate() {
         let pos = off as usize + k;

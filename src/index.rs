@@ -287,7 +287,7 @@ fn grows(cp: u32, len: usize) -> bool {
 }
 
 /// Fill `buf` from `file` at `off`, short only at end of file.
-fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match file.read_at(&mut buf[n..], off) {
