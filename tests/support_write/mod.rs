@@ -258,7 +258,10 @@ impl Daemon {
     }
 
     /// Unmounts cleanly and waits for the daemon; returns its exit status.
+    /// Does nothing once the daemon was killed (the mount point may hold
+    /// a newer mount by then).
     pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_ref()?;
         if is_mounted(&self.mnt) {
             let ok = Command::new("fusermount3")
                 .arg("-u")
