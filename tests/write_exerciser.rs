@@ -14,7 +14,7 @@
 //!
 //! Replay: `CUTF8FS_SEED=<seed> cargo test --release --test write_exerciser`
 //! (the seed is printed on failure); `CUTF8FS_OPS=<n>` changes the number of
-//! operations per run (default 3000 per test, two tests).
+//! operations per run (default 15 000 for each of the two main tests, ~20 s in release).
 
 mod support_mount;
 mod support_write;
@@ -439,7 +439,9 @@ impl Exerciser {
         }
         let seed = self.replay.seed;
         let pieces: Vec<(usize, &[u8])> = match cut {
-            Some(k) if self.model.view.len() > 0 => vec![(off, &data[..k]), (off + k, &data[k..])],
+            Some(k) if !self.model.view.is_empty() => {
+                vec![(off, &data[..k]), (off + k, &data[k..])]
+            }
             _ => vec![(off, data)],
         };
         let n = pieces.len();
@@ -549,12 +551,12 @@ fn exercise(start: Option<&str>, opts: &[&str], ops: usize, salt: u64) {
 #[test]
 fn random_operations_on_a_file_that_starts_corrected() {
     let start = "Start: café 中文 😀 \u{800}\u{89F} 𐀀\u{1109F}\n".repeat(200);
-    exercise(Some(&start), &[], 3000, 0);
+    exercise(Some(&start), &[], 15_000, 0);
 }
 
 #[test]
 fn random_operations_on_a_file_created_through_the_mount() {
-    exercise(None, &[], 3000, 0x5EED);
+    exercise(None, &[], 15_000, 0x5EED);
 }
 
 /// With `-o newfiles=raw` the file created through the mount stays raw
