@@ -462,7 +462,10 @@ impl Journal {
                     "journal: replayed an interrupted rewrite ({})",
                     path.display()
                 );
+                retire(&path)?;
+                continue;
             }
+            // Uncommitted (the file was never touched) or retired.
             fs::remove_dir_all(&path)?;
         }
         Ok(replayed)
@@ -518,9 +521,17 @@ impl Journal {
         };
         // Committed: from here on a kill is finished by `recover`.
         apply(file, offset, &mut tail)?;
-        fs::remove_dir_all(&commit)?;
-        Ok(())
+        retire(&commit)
     }
+}
+
+/// Takes an applied entry out of the journal: first, atomically, out of
+/// the `*.commit` names (a kill during the removal that follows must not
+/// leave a committed entry with half its files), then off the disk.
+fn retire(commit: &Path) -> io::Result<()> {
+    let done = commit.with_extension("done");
+    fs::rename(commit, &done)?;
+    fs::remove_dir_all(&done)
 }
 
 fn read_offset(path: &Path) -> io::Result<u64> {

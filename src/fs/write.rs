@@ -132,7 +132,7 @@ impl CutFs {
                     }
                     Outcome::Unstorable(m) => {
                         log::warn!(
-                            "inode {}: {} cannot be stored as Corrected UTF-8; the file becomes raw",
+                            "inode {}: {}; the file becomes raw to keep what was written",
                             h.inode.ino,
                             m.problem
                         );
