@@ -514,7 +514,13 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
             fs::read_to_string(&wlog).is_ok_and(|l| l.contains("ready"))
                 || writer.try_wait().ok().flatten().is_some()
         });
-        std::thread::sleep(Duration::from_millis(rng.gen_range(200..1200)));
+        // On a loaded machine the writer may start slowly: kill only once it
+        // is under way (some operations started), at a random moment after.
+        support_mount::wait_for(60.0, || {
+            fs::read_to_string(&wlog).is_ok_and(|l| l.matches(" start").count() > 25)
+                || writer.try_wait().ok().flatten().is_some()
+        });
+        std::thread::sleep(Duration::from_millis(rng.gen_range(100..1000)));
         let early = writer.try_wait().unwrap();
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(d.pid() as i32, libc::SIGKILL) };
