@@ -271,7 +271,31 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
     r
 }
 
+/// The daemon holds one O_PATH descriptor per inode the kernel remembers
+/// (as libfuse's passthrough_hp does): lift the soft descriptor limit to
+/// the hard one, so a large tree does not run into EMFILE at 1024.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                log::warn!(
+                    "cannot raise the open-file limit: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+    log::debug!("open-file limit: {}", lim.rlim_cur);
+}
+
 fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
+    raise_fd_limit();
     // New files get exactly the mode the kernel asks for (it applied the
     // caller's umask already).
     // SAFETY: umask cannot fail.
