@@ -226,7 +226,14 @@ pub fn write_at(
         } else {
             new_disk_len
         };
-        index.rescan(file, DATA_START, du, changed_to, new_disk_len)?;
+        index.rescan(
+            file,
+            DATA_START,
+            du,
+            changed_to,
+            new_disk_len,
+            Some(&new_disk),
+        )?;
         return Ok(Outcome::Written);
     }
     // The text shifts: rewrite the tail under the journal.
@@ -235,7 +242,7 @@ pub fn write_at(
         out.write_all(&new_disk)?;
         copy_range(file, DATA_START + dp, DATA_START + disk_len, out)
     })?;
-    index.rescan(file, DATA_START, du, new_disk_len, new_disk_len)?;
+    index.rescan(file, DATA_START, du, new_disk_len, new_disk_len, None)?;
     Ok(Outcome::Written)
 }
 
@@ -269,7 +276,7 @@ pub fn truncate(file: &File, index: &mut OffsetIndex, new_len: u64) -> io::Resul
         // Zeros are ASCII: they look the same on both sides.
         let d = index.disk_len() + (new_len - vlen);
         file.set_len(DATA_START + d)?;
-        index.rescan(file, DATA_START, index.disk_len(), d, d)?;
+        index.rescan(file, DATA_START, index.disk_len(), d, d, None)?;
         return Ok(());
     }
     // Cut at the last unit boundary at or before new_len; the bytes of a
@@ -291,7 +298,7 @@ pub fn truncate(file: &File, index: &mut OffsetIndex, new_len: u64) -> io::Resul
     file.set_len(DATA_START + du)?;
     write_all_at(file, &tail, DATA_START + du)?;
     let d = du + tail.len() as u64;
-    index.rescan(file, DATA_START, du, d, d)?;
+    index.rescan(file, DATA_START, du, d, d, Some(&tail))?;
     Ok(())
 }
 

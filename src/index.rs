@@ -177,7 +177,9 @@ impl OffsetIndex {
     /// `changed_to` is where the change ends in the new content; when it is
     /// less than `new_disk_len`, everything after it is the same bytes at the
     /// same offsets as before (an in-place patch) and only the touched blocks
-    /// are rescanned; otherwise everything from `from` on is.
+    /// are rescanned; otherwise everything from `from` on is. `fresh`, when
+    /// given, holds the new bytes from `from` to the end (an append just
+    /// written): they are scanned from memory, not read back.
     pub fn rescan(
         &mut self,
         file: &File,
@@ -185,16 +187,19 @@ impl OffsetIndex {
         from: u64,
         changed_to: u64,
         new_disk_len: u64,
+        fresh: Option<&[u8]>,
     ) -> io::Result<()> {
         let k1 = from / BLOCK;
         let g1 = self.growth_before_block(k1);
         if changed_to >= new_disk_len {
             self.steps.retain(|s| s.0 <= k1);
+            let fresh = fresh.filter(|b| from + b.len() as u64 == new_disk_len);
             let mut reader = PosRead {
                 file,
                 pos: data_start + k1 * BLOCK,
-                end: data_start + new_disk_len,
-            };
+                end: data_start + if fresh.is_some() { from } else { new_disk_len },
+            }
+            .chain(fresh.unwrap_or_default());
             let tail = OffsetIndex::build(&mut reader)?;
             self.disk_len = new_disk_len;
             // W never writes an exempt unit, and the mount does not write to
