@@ -123,6 +123,34 @@ impl FileState {
         same
     }
 
+    /// After a change of metadata only (owner, mode, times, links, xattrs)
+    /// made through the mount under the content lock: what was known of
+    /// the content under `old` holds under `new` too, so a `touch` or a
+    /// `chmod` costs no rescan. Only when the size did not change.
+    pub fn carry(&self, content: &mut Content, cache: &IndexCache, old: Stamp, new: Stamp) {
+        if old == new || old.size != new.size || old.ino != new.ino || old.dev != new.dev {
+            return;
+        }
+        let mut class = relock(&self.class);
+        if let Some((s, c)) = *class {
+            if s == old {
+                *class = Some((new, c));
+            }
+        }
+        drop(class);
+        if let Some((s, index)) = &content.view {
+            if *s == old {
+                let index = index.clone();
+                cache.put(new, index.clone());
+                content.view = Some((new, index));
+                return;
+            }
+        }
+        if let Some(index) = cache.get(&old) {
+            cache.put(new, index);
+        }
+    }
+
     /// Forgets the last-open stamp (after the mount itself changed content).
     pub fn content_changed(&self) {
         *relock(&self.last_open) = None;

@@ -205,7 +205,9 @@ impl CutFs {
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;
         let cname = sys::component(newname).map_err(io)?;
-        sys::linkat(inode.fd(), dir.fd(), &cname).map_err(io)?;
+        self.keeping_content(&inode, || {
+            sys::linkat(inode.fd(), dir.fd(), &cname).map_err(io)
+        })?;
         let (inode, st) = self.inodes.lookup(&dir, &cname)?;
         self.entry(inode, &st)
     }
@@ -255,21 +257,29 @@ impl CutFs {
         fh: Option<u64>,
     ) -> Result<FileAttr> {
         let inode = self.inodes.get(ino)?;
-        if uid.is_some() || gid.is_some() {
-            sys::chown(inode.fd(), uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX)).map_err(io)?;
-        }
-        if let Some(mode) = mode {
-            if inode.fmt == libc::S_IFLNK {
-                return Err(Errno::EOPNOTSUPP);
-            }
-            sys::chmod(inode.fd(), mode & 0o7777).map_err(io)?;
+        if uid.is_some() || gid.is_some() || mode.is_some() {
+            self.keeping_content(&inode, || {
+                if uid.is_some() || gid.is_some() {
+                    sys::chown(inode.fd(), uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX))
+                        .map_err(io)?;
+                }
+                if let Some(mode) = mode {
+                    if inode.fmt == libc::S_IFLNK {
+                        return Err(Errno::EOPNOTSUPP);
+                    }
+                    sys::chmod(inode.fd(), mode & 0o7777).map_err(io)?;
+                }
+                Ok(())
+            })?;
         }
         if let Some(size) = size {
             self.truncate(&inode, size, fh)?;
         }
         if atime.is_some() || mtime.is_some() {
-            sys::utimens(inode.fd(), &[attr::timespec(atime), attr::timespec(mtime)])
-                .map_err(io)?;
+            self.keeping_content(&inode, || {
+                sys::utimens(inode.fd(), &[attr::timespec(atime), attr::timespec(mtime)])
+                    .map_err(io)
+            })?;
         }
         let st = inode.stat()?;
         self.attr(&inode, &st)
@@ -789,7 +799,9 @@ impl CutFs {
     pub(super) fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
-        sys::setxattr(inode.fd(), &name, value, flags).map_err(io)
+        self.keeping_content(&inode, || {
+            sys::setxattr(inode.fd(), &name, value, flags).map_err(io)
+        })
     }
 
     /// getxattr/listxattr protocol: size 0 asks for the length.
@@ -823,7 +835,27 @@ impl CutFs {
     pub(super) fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
-        sys::removexattr(inode.fd(), &name).map_err(io)
+        self.keeping_content(&inode, || sys::removexattr(inode.fd(), &name).map_err(io))
+    }
+
+    /// Runs a change of metadata only (`change` must not touch content)
+    /// on `inode` and carries what is known of a regular file's content
+    /// over to its new stamp (ctime moves, the bytes do not).
+    fn keeping_content<T>(&self, inode: &Inode, change: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !inode.is_reg() {
+            return change();
+        }
+        let state = inode.state();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = inode.stat().map(|st| Stamp::of(&st));
+        let r = change()?;
+        if let (Ok(old), Ok(st)) = (before, inode.stat()) {
+            state.carry(&mut content, &self.cache, old, Stamp::of(&st));
+        }
+        Ok(r)
     }
 
     /// access(2) by mode bits (the kernel normally checks itself, since
