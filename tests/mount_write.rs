@@ -1138,3 +1138,45 @@ fn empty_files_take_the_encoding_of_their_first_write() {
     sh(r#"printf 'é\n' >> "$1""#, &[os(&m.m("new"))]);
     assert_corrected(&m.b("new"), "é\n".as_bytes(), "text into a touched file");
 }
+
+/// SPEC §2 invariant 1's one exception: a corrected file holding FE plus six
+/// continuation bytes whose value reads as an extended form cannot be
+/// written back unchanged, so it is shown (byte for byte, as V says) but
+/// opens for writing with EROFS, and is never damaged.
+#[test]
+fn a_file_w_cannot_give_back_is_read_only() {
+    let unit = [0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80]; // "U+80000000" as a reserved unit
+    let mut disk = MAGIC.to_vec();
+    disk.extend_from_slice(b"ab");
+    disk.extend_from_slice(&unit);
+    disk.extend_from_slice(b"\n");
+    let m = Mount::new(&[], |b| fs::write(b.join("exempt.txt"), &disk).unwrap());
+    let view = fs::read(m.m("exempt.txt")).unwrap();
+    let mut expect = b"ab".to_vec();
+    expect.extend_from_slice(&unit);
+    expect.push(b'\n');
+    assert_eq!(view, expect, "V passes the reserved unit through");
+    for how in ["write", "append", "truncate"] {
+        let mut o = fs::OpenOptions::new();
+        match how {
+            "write" => o.write(true),
+            "append" => o.append(true),
+            _ => o.write(true).truncate(true),
+        };
+        let e = o.open(m.m("exempt.txt")).expect_err(how);
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{how}: {e}");
+    }
+    assert_eq!(
+        fs::read(m.b("exempt.txt")).unwrap(),
+        disk,
+        "backing file changed"
+    );
+    // The same file without the exempt value is writable.
+    let mut fine = disk.clone();
+    fine[11] = 0x81; // value below U+80000000: an ordinary reserved unit
+    fs::write(m.b("fine.txt"), &fine).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(m.m("fine.txt"))
+        .expect("an ordinary reserved unit does not block writing");
+}
