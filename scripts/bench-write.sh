@@ -25,9 +25,10 @@
 # source disk. The table gives the cutf8fs / faster-peer ratio (faster of
 # bindfs and gocryptfs; below 1: cutf8fs is faster).
 #
-# A failed run (say EMFILE: the cutf8fs daemon holds one descriptor per
-# inode the kernel remembers, so with `ulimit -n` 1024 a 2000-file tar -x
-# fails) shows as "fail" in the table instead of stopping the benchmark.
+# A failed run shows as "fail" in the table instead of stopping the
+# benchmark. (The cutf8fs daemon holds one descriptor per inode the kernel
+# remembers and lifts its soft open-file limit to the hard one at start, so
+# a 2000-file tar -x works under a login shell's `ulimit -Sn 1024`.)
 # Needs root (mounts, drops caches), bindfs, gocryptfs, vim, python3.
 # Usage: scripts/bench-write.sh [WORKDIR_PARENT]   (default /var/tmp)
 # Env: SIZE_MIB (1024), VIM_MIB (100), FILES (2000), APPENDS (10000), REPS (3),
