@@ -156,6 +156,14 @@ pub fn write_at(
 ) -> io::Result<Outcome> {
     let vlen = index.view_len();
     if view_off > vlen {
+        // Zeros fill the gap, as a native file reads. A small gap goes in
+        // the same single write as the data; a large one is first made by
+        // extending the file (zeros look the same on both sides), so memory
+        // stays bounded.
+        if view_off - vlen > CHUNK as u64 {
+            truncate(file, index, view_off)?;
+            return write_at(file, index, journal, view_off, data);
+        }
         let mut filled = vec![0u8; (view_off - vlen) as usize];
         filled.extend_from_slice(data);
         return write_at(file, index, journal, vlen, &filled);
@@ -802,6 +810,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_write_far_past_the_end_fills_the_gap_with_zeros() {
+        let mut f = Fixture::new("start ࠀ\n");
+        let off = f.model.len() as u64 + 3 * CHUNK as u64 + 5;
+        assert_eq!(f.write(off, "end ࠁ\n".as_bytes()), Outcome::Written);
+        f.check("far write");
     }
 
     #[test]
