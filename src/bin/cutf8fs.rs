@@ -15,7 +15,12 @@ use clap::Parser;
 /// Mirror BACKING at MOUNTPOINT; corrected (Corrected UTF-8) files appear
 /// as standard UTF-8. See cutf8fs(1).
 #[derive(Parser, Debug)]
-#[command(name = "cutf8fs", version, about, long_about = None)]
+#[command(
+    name = "cutf8fs",
+    version,
+    about = "Mirror BACKING at MOUNTPOINT, showing Corrected UTF-8 files as standard UTF-8 and writing them back as Corrected UTF-8",
+    long_about = None
+)]
 struct Cli {
     /// The directory to mirror.
     backing: PathBuf,
