@@ -21,46 +21,13 @@
 mod support_mount;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use support_mount::Mount;
 
 const OPS: u64 = 100_000;
-
-fn find_tool(name: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(c) = std::env::var_os("CARGO_HOME") {
-        dirs.push(Path::new(&c).join("bin"));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        dirs.push(Path::new(&h).join(".cargo/bin"));
-    }
-    dirs.into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} not found: run scripts/setup.sh"))
-}
-
-fn config() -> PathBuf {
-    if let Some(c) = std::env::var_os("FSX_CONFIG") {
-        return c.into();
-    }
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peer-suites/fsx-full.toml");
-    if beside.is_file() {
-        return beside;
-    }
-    let shared = Path::new("/work/shared/peer-suites/fsx-full.toml");
-    assert!(
-        shared.is_file(),
-        "fsx config not found at {}",
-        beside.display()
-    );
-    shared.to_owned()
-}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
@@ -73,7 +40,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Runs fsx on `name` inside a fresh mount whose BACKING was filled by
 /// `setup`; panics with fsx's output and log if it fails.
 fn run_fsx(name: &str, setup: impl FnOnce(&Path)) {
-    let fsx = find_tool("fsx");
+    let fsx = support_mount::find_tool("fsx");
     let ops = env_u64("FSX_OPS").unwrap_or(OPS);
     let seed = env_u64("FSX_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -88,7 +55,7 @@ fn run_fsx(name: &str, setup: impl FnOnce(&Path)) {
     let t0 = Instant::now();
     let out = Command::new(&fsx)
         .arg("-f")
-        .arg(config())
+        .arg(support_mount::peer_config("FSX_CONFIG", "fsx-full.toml"))
         .arg("-N")
         .arg(ops.to_string())
         .arg("-S")
@@ -126,7 +93,7 @@ fn run_fsx(name: &str, setup: impl FnOnce(&Path)) {
              command: {fsx:?} -f {:?} -N {ops} -S {seed} -P <dir> {:?}\n\
              --- stdout ---\n{}\n--- stderr ---\n{}\n{logs}",
             out.status,
-            config(),
+            support_mount::peer_config("FSX_CONFIG", "fsx-full.toml"),
             m.m(name),
             tail(&out.stdout),
             tail(&out.stderr),

@@ -9,7 +9,7 @@
 
 mod support_mount;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use support_mount::Mount;
@@ -17,40 +17,6 @@ use support_mount::Mount;
 /// Tests allowed to fail, each with the reason. Empty: every test that can
 /// run on FUSE passes.
 const ALLOWED_FAILURES: &[(&str, &str)] = &[];
-
-fn find_tool(name: &str) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(c) = std::env::var_os("CARGO_HOME") {
-        dirs.push(Path::new(&c).join("bin"));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        dirs.push(Path::new(&h).join(".cargo/bin"));
-    }
-    dirs.into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} not found: run scripts/setup.sh"))
-}
-
-fn config() -> PathBuf {
-    if let Some(c) = std::env::var_os("PJDFSTEST_CONFIG") {
-        return c.into();
-    }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let beside = here.join("../shared/peer-suites/pjdfstest.toml");
-    if beside.is_file() {
-        return beside;
-    }
-    let shared = Path::new("/work/shared/peer-suites/pjdfstest.toml");
-    assert!(
-        shared.is_file(),
-        "pjdfstest config not found at {}",
-        beside.display()
-    );
-    shared.to_owned()
-}
 
 /// A parent directory whose path length avoids a pjdfstest bug:
 /// `create_path_max` underflows (and panics) when the length of its base
@@ -71,8 +37,8 @@ fn parent_dir() -> tempfile::TempDir {
 
 #[test]
 fn pjdfstest_passes_on_the_mount() {
-    let pjd = find_tool("pjdfstest");
-    let cfg = config();
+    let pjd = support_mount::find_tool("pjdfstest");
+    let cfg = support_mount::peer_config("PJDFSTEST_CONFIG", "pjdfstest.toml");
     let parent = parent_dir();
     let m = Mount::new_in(parent.path(), &[], |_| {});
     // A second filesystem for the EXDEV tests (tmpfs at /dev/shm).

@@ -271,3 +271,38 @@ pub fn random_disk(len: usize, mut seed: u64) -> Vec<u8> {
     }
     d
 }
+
+/// A peer suite's binary (`cargo install`ed): on PATH, in `$CARGO_HOME/bin`
+/// or in `~/.cargo/bin`. Missing is a failure, not a skip.
+pub fn find_tool(name: &str) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(c) = std::env::var_os("CARGO_HOME") {
+        dirs.push(Path::new(&c).join("bin"));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        dirs.push(Path::new(&h).join(".cargo/bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} not found: run scripts/setup.sh"))
+}
+
+/// A peer suite's config from `shared/peer-suites/`: `$ENV_VAR` if set,
+/// else beside the repository (CI's layout), else this workplace's copy.
+pub fn peer_config(env_var: &str, file: &str) -> PathBuf {
+    if let Some(c) = std::env::var_os(env_var) {
+        return c.into();
+    }
+    let beside = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/peer-suites")
+        .join(file);
+    if beside.is_file() {
+        return beside;
+    }
+    let shared = Path::new("/work/shared/peer-suites").join(file);
+    assert!(shared.is_file(), "{file} not found at {}", beside.display());
+    shared
+}
