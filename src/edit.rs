@@ -13,10 +13,11 @@
 //!   almost all text): one `pwrite`, O(k);
 //! * at the end, when the window reaches the end of the file (appends):
 //!   one `pwrite` that extends the file, O(k);
-//! * otherwise through the [`Journal`]: the new tail of the file (window plus
-//!   everything after it) is written to the journal and made durable, then
-//!   copied over the file in place and the journal entry removed. A kill at
-//!   any point leaves the old content or, after [`Journal::recover`], the new.
+//! * otherwise through the [`Journal`] (`crate::journal`): the new tail of
+//!   the file (window plus everything after it) is written to the journal
+//!   and made durable, then copied over the file in place and the journal
+//!   entry removed. A kill at any point leaves the old content or, after the
+//!   next mount replays the journal, the new.
 //!
 //! Every change happens in one syscall or under the journal, so a killed
 //! daemon never leaves a file half-converted (SPEC §3). The inode is always
@@ -25,21 +26,16 @@
 //! Content W cannot store (C1 controls, overlong forms, surrogates) makes the
 //! caller turn the file raw with [`to_raw`], under the journal as well.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::fs::FileExt;
 
 use crate::codec::{decode_disk_unit, encode_view, DiskUnit, Encoder, Malformed, Status, MAGIC};
 use crate::index::{read_full_at, read_view_at, OffsetIndex};
+pub use crate::journal::Journal;
 
 /// Where the text starts in a corrected file.
 pub const DATA_START: u64 = MAGIC.len() as u64;
-
-/// The name of the journal directory at the root of BACKING. The mount hides
-/// it.
-pub const JOURNAL_DIR: &str = ".cutf8fs-journal";
 
 /// Longest unit minus one, in either encoding: how far a write can reach
 /// into its neighbours.
@@ -431,201 +427,14 @@ fn memchr_zero(data: &[u8]) -> bool {
     data.contains(&0)
 }
 
-/// The journal: rewrites of a file's tail that must be all-or-nothing.
-///
-/// An entry is a directory in [`JOURNAL_DIR`] holding a hard link to the
-/// file (`target`, so the entry finds the inode again whatever its names),
-/// the new tail (`tail`) and the offset it goes to (`offset`). It counts only
-/// once renamed to `*.commit` after everything in it is durable: before
-/// that the file was not touched and the entry is dropped; after it the
-/// copy is (re)done and the entry removed.
-#[derive(Debug)]
-pub struct Journal {
-    dir: PathBuf,
-}
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-impl Journal {
-    /// The journal of the tree at `backing`, replaying what a killed daemon
-    /// left behind.
-    pub fn open(backing: &Path) -> io::Result<Journal> {
-        let dir = backing.join(JOURNAL_DIR);
-        match fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-        let j = Journal { dir };
-        j.recover()?;
-        Ok(j)
-    }
-
-    /// Finishes committed entries and drops uncommitted ones. Returns how
-    /// many rewrites were replayed.
-    pub fn recover(&self) -> io::Result<usize> {
-        let mut replayed = 0;
-        for entry in fs::read_dir(&self.dir)? {
-            let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "commit") {
-                let target = OpenOptions::new().write(true).open(path.join("target"))?;
-                let offset = read_offset(&path.join("offset"))?;
-                let mut tail = File::open(path.join("tail"))?;
-                apply(&target, offset, &mut tail)?;
-                replayed += 1;
-                log::warn!(
-                    "journal: replayed an interrupted rewrite ({})",
-                    path.display()
-                );
-                retire(&path)?;
-                continue;
-            }
-            // Uncommitted (the file was never touched) or retired.
-            fs::remove_dir_all(&path)?;
-        }
-        Ok(replayed)
-    }
-
-    /// Replaces `file[offset..]` with what `fill` writes, all or nothing.
-    pub fn rewrite(
-        &self,
-        file: &File,
-        offset: u64,
-        fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-    ) -> io::Result<()> {
-        let name = format!(
-            "{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let entry = self.dir.join(&name);
-        let commit = self.dir.join(format!("{name}.commit"));
-        fs::create_dir(&entry)?;
-        let result = (|| {
-            link_fd(file, &entry.join("target"))?;
-            let mut tail = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(entry.join("tail"))?;
-            {
-                let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);
-                fill(&mut w)?;
-                w.flush()?;
-            }
-            tail.sync_all()?;
-            // Reserve the target's blocks first (without changing its size),
-            // so the copy below cannot run out of space half way: ENOSPC
-            // comes now, while the file is untouched.
-            preallocate(file, offset, tail.metadata()?.len())?;
-            let mut off = File::create(entry.join("offset"))?;
-            off.write_all(offset.to_string().as_bytes())?;
-            off.sync_all()?;
-            File::open(&entry)?.sync_all()?;
-            fs::rename(&entry, &commit)?;
-            File::open(&self.dir)?.sync_all()?;
-            Ok::<File, io::Error>(tail)
-        })();
-        let mut tail = match result {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&entry);
-                return Err(e);
-            }
-        };
-        // Committed: from here on a kill is finished by `recover`.
-        apply(file, offset, &mut tail)?;
-        retire(&commit)
-    }
-}
-
-/// Takes an applied entry out of the journal: first, atomically, out of
-/// the `*.commit` names (a kill during the removal that follows must not
-/// leave a committed entry with half its files), then off the disk.
-fn retire(commit: &Path) -> io::Result<()> {
-    let done = commit.with_extension("done");
-    fs::rename(commit, &done)?;
-    fs::remove_dir_all(&done)
-}
-
-fn read_offset(path: &Path) -> io::Result<u64> {
-    fs::read_to_string(path)?
-        .trim()
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad journal offset"))
-}
-
-/// Allocates `file[offset..offset + len)` without changing its size; a
-/// filesystem without fallocate is left to allocate as it writes.
-fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    if len == 0 {
-        return Ok(());
-    }
-    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return Err(io::Error::from_raw_os_error(libc::EFBIG));
-    };
-    // SAFETY: fallocate only reads its integer arguments; the descriptor is
-    // owned by `file` and open for the duration of the call.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, len) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
-        _ => Err(e),
-    }
-}
-
-/// Copies `tail` over `file` from `offset`, cuts the file there, syncs.
-fn apply(file: &File, offset: u64, tail: &mut File) -> io::Result<()> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut pos = offset;
-    let mut src = 0u64;
-    loop {
-        let n = tail.read_at(&mut buf, src)?;
-        if n == 0 {
-            break;
-        }
-        write_all_at(file, &buf[..n], pos)?;
-        pos += n as u64;
-        src += n as u64;
-    }
-    file.set_len(pos)?;
-    file.sync_all()
-}
-
-/// Gives the inode open as `file` one more name, `to`: linkat of the
-/// /proc/self/fd magic link with AT_SYMLINK_FOLLOW.
-fn link_fd(file: &File, to: &Path) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
-    let to_c = std::ffi::CString::new(to.as_os_str().as_encoded_bytes())?;
-    // SAFETY: both pointers come from CStrings that outlive the call; linkat
-    // only reads them.
-    let rc = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to_c.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codec::{decode_to_vec, encode_to_vec};
     use rand::{Rng, SeedableRng};
+    use std::fs::{self, OpenOptions};
+    use std::os::fd::AsFd;
+    use std::path::PathBuf;
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -648,7 +457,8 @@ mod tests {
                 .write(true)
                 .open(&path)
                 .unwrap();
-            let journal = Journal::open(dir.path()).unwrap();
+            let root = File::open(dir.path()).unwrap();
+            let journal = Journal::open(root.as_fd(), false).unwrap();
             let index = OffsetIndex::from_bytes(&disk[8..]);
             Fixture {
                 _dir: dir,
@@ -724,10 +534,8 @@ mod tests {
             let n = read_view_at(&self.file, DATA_START, &self.index, 0, &mut buf).unwrap();
             assert_eq!(&buf[..n], &self.model[..], "{what}: read back");
             assert!(
-                fs::read_dir(self.journal.dir.clone())
-                    .unwrap()
-                    .next()
-                    .is_none(),
+                fs::read_dir(self._dir.path().join(crate::journal::JOURNAL_DIR))
+                    .map_or(true, |mut d| d.next().is_none()),
                 "journal left behind"
             );
         }
@@ -869,42 +677,5 @@ mod tests {
         assert!(!is_text(&[0xC2, 0x85]));
         assert!(!is_text(&[0xFF, b'a']));
         assert!(!is_text(&[0xC0, 0xAF]));
-    }
-
-    #[test]
-    fn journal_replays_committed_and_drops_uncommitted() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        fs::write(&p, b"old content here").unwrap();
-        let file = OpenOptions::new().read(true).write(true).open(&p).unwrap();
-        let jdir = dir.path().join(JOURNAL_DIR);
-        fs::create_dir(&jdir).unwrap();
-        // An entry killed before its commit point: dropped, file untouched.
-        let e1 = jdir.join("1-0");
-        fs::create_dir(&e1).unwrap();
-        link_fd(&file, &e1.join("target")).unwrap();
-        fs::write(e1.join("tail"), b"GARBAGE").unwrap();
-        let j = Journal::open(dir.path()).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"old content here");
-        assert!(fs::read_dir(&jdir).unwrap().next().is_none());
-        // A committed entry killed before its copy: finished at the next open.
-        let e2 = jdir.join("1-1");
-        fs::create_dir(&e2).unwrap();
-        link_fd(&file, &e2.join("target")).unwrap();
-        fs::write(e2.join("tail"), b"NEW").unwrap();
-        fs::write(e2.join("offset"), b"4").unwrap();
-        fs::rename(&e2, jdir.join("1-1.commit")).unwrap();
-        drop(j);
-        let j = Journal::open(dir.path()).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"old NEW");
-        assert!(fs::read_dir(&jdir).unwrap().next().is_none());
-        // Hard links: the entry's link is gone again.
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(fs::metadata(&p).unwrap().nlink(), 1);
-        // And a rewrite through the journal keeps the inode.
-        let ino = fs::metadata(&p).unwrap().ino();
-        j.rewrite(&file, 0, |w| w.write_all(b"rewritten")).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"rewritten");
-        assert_eq!(fs::metadata(&p).unwrap().ino(), ino);
     }
 }

@@ -7,7 +7,8 @@
 //!   [`migrate`] (in-place conversion of whole trees).
 //! * `cutf8fs` (the FUSE mount, `src/bin/cutf8fs.rs`) parses arguments and
 //!   calls [`fs`], which serves corrected files through an offset [`index`]
-//!   and writes to them through [`edit`] (in-place patches and a journal).
+//!   and writes to them through [`edit`] (in-place patches, and a crash
+//!   [`journal`] for rewrites that shift text).
 //! * Everything above stands on [`codec`]: pure conversion between Corrected
 //!   UTF-8 (on disk) and standard UTF-8 (the view), with no I/O.
 //!
@@ -19,4 +20,5 @@ pub mod convert;
 pub mod edit;
 pub mod fs;
 pub mod index;
+pub mod journal;
 pub mod migrate;

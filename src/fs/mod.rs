@@ -23,8 +23,12 @@
 //! * `write` is the write path: under the file's content lock (held alone)
 //!   it decides from what the file is now — empty, raw or corrected — and
 //!   sends view writes through `crate::edit` (in-place patches, appends,
-//!   rewrites under the journal in `BACKING/.cutf8fs-journal`, which this
-//!   layer hides).
+//!   rewrites under `crate::journal` in `BACKING/.cutf8fs-journal`). The
+//!   journal is opened from BACKING's root descriptor when the mount
+//!   starts: it is trusted only if the daemon's user owns it (else the
+//!   start is refused), and a read-only mount (`-o ro`, or a read-only
+//!   BACKING) writes nothing to BACKING. `ops` hides every root name that
+//!   `crate::journal::is_internal` claims and refuses to create them.
 //!
 //! POSIX and BSD locks are
 //! left to the kernel (the daemon does not ask for FUSE_POSIX_LOCKS or
@@ -67,8 +71,9 @@ pub struct CutFs {
     inodes: InodeTable,
     handles: HandleTable,
     cache: IndexCache,
-    /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`).
-    journal: crate::edit::Journal,
+    /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`,
+    /// created on first use, never on a read-only mount).
+    journal: crate::journal::Journal,
     newfiles: options::NewFiles,
     attr_ttl: Duration,
     entry_ttl: Duration,
@@ -80,11 +85,11 @@ impl CutFs {
     /// A filesystem serving the directory behind `root` (an `O_PATH`
     /// descriptor of BACKING).
     pub fn new(root: std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<CutFs> {
-        // The journal is reached through the root descriptor, so a rename
-        // of BACKING itself cannot misdirect it; opening it replays what a
-        // killed daemon left half done.
-        let at = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&root));
-        let journal = crate::edit::Journal::open(Path::new(&at))?;
+        // The journal is reached only through the root descriptor (never
+        // a path resolved later); opening it checks it is the daemon's own
+        // and replays what a killed daemon left half done, or refuses.
+        let journal =
+            crate::journal::Journal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
         Ok(CutFs {
             journal,
             newfiles: opts.newfiles,

@@ -64,10 +64,11 @@ fn head_after(head: &[u8], offset: u64, data: &[u8]) -> Option<[u8; 8]> {
     Some(out)
 }
 
-/// Whether `name` in `parent` is the journal directory at the root of
-/// BACKING, which the mount neither shows nor lets anyone touch.
+/// Whether `name` in `parent` is one of the mount's own files at the root
+/// of BACKING (the journal, `crate::journal::is_internal`), which the mount
+/// neither shows nor lets anyone touch.
 fn is_journal(parent: u64, name: &OsStr) -> bool {
-    parent == super::inodes::ROOT && name.as_bytes() == crate::edit::JOURNAL_DIR.as_bytes()
+    parent == super::inodes::ROOT && crate::journal::is_internal(name)
 }
 
 impl CutFs {

@@ -4,7 +4,9 @@
 //! and, unless asked, without crossing into another filesystem. Skips
 //! decided from the directory entry alone (symlinks, special files,
 //! `--exclude`, other filesystems, unreadable directories) are reported
-//! right here; regular files are returned, each inode once with all its
+//! right here. The mount's own files (names `crate::journal::is_internal`
+//! claims, such as `.cutf8fs-journal`, at any level) are neither entered
+//! nor reported; regular files are returned, each inode once with all its
 //! names. Before a directory's files are looked at, what a killed run left
 //! in it is dealt with: journals rolled back, temporary files removed.
 //!
@@ -165,6 +167,13 @@ impl<'a, 'e> Walker<'a, 'e> {
 
     /// Walk one named path.
     pub fn root(&mut self, root: &Path) {
+        // A path into the mount's own files is left alone, silently.
+        if root
+            .components()
+            .any(|c| crate::journal::is_internal(c.as_os_str()))
+        {
+            return;
+        }
         let md = match std::fs::symlink_metadata(root) {
             Ok(md) => md,
             Err(e) if is_denied(&e) => {
@@ -287,6 +296,9 @@ impl<'a, 'e> Walker<'a, 'e> {
                 }
             };
             names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            // The mount's own files (its journal…) are never entered,
+            // converted or reported, at any level.
+            names.retain(|n| !crate::journal::is_internal(n));
             names.retain(|n| !self.leftover(&path, &rel, n));
             let mut subdirs = Vec::new();
             for name in names {

@@ -1,0 +1,1026 @@
+//! The mount's crash journal: rewrites of a file's tail that must be
+//! all-or-nothing, kept in `BACKING/.cutf8fs-journal`, and the one list of
+//! names the mount keeps for itself in BACKING ([`is_internal`]).
+//!
+//! Called by `crate::edit` (the write path) and opened once by `crate::fs`
+//! when the mount starts. Knows descriptors, never paths: BACKING is a tree
+//! that ordinary users write directly, while the daemon usually runs as root,
+//! so nothing here is reached through a name that someone else could swap.
+//!
+//! * The journal directory is opened once, relative to the descriptor of
+//!   BACKING's root, with `O_NOFOLLOW | O_DIRECTORY`, and used through that
+//!   descriptor for the life of the mount. It must be a directory on
+//!   BACKING's filesystem, owned by the daemon's effective user and not
+//!   writable by group or others. It is created (mode 0700) only when the
+//!   first journaled rewrite needs it, never on a read-only mount.
+//! * An entry is a directory (0700) holding `target` (a hard link to the
+//!   file, so the entry finds the inode again whatever its names), `tail`
+//!   (the new tail, 0600) and `meta` (0600): the offset, the tail's length and
+//!   checksum, the target's device and inode, BACKING root's device and inode,
+//!   and, for messages only, the file's path when it was written. It counts
+//!   only once renamed to `*.commit` after everything in it is durable:
+//!   before that the file was not touched and the entry is dropped; after it
+//!   the copy is (re)done at the next mount and the entry removed.
+//! * At start every entry is checked before anything is done: directories
+//!   and files owned by the daemon, not symlinks, private modes, one link
+//!   for `tail` and `meta`, and for a committed entry the identity in `meta`
+//!   matching what `target` and BACKING's root are now, and the tail's
+//!   length and checksum. A journal or entry that fails is never replayed
+//!   and nothing is deleted through it: the mount refuses to start with a
+//!   message naming the path and what to do. A committed entry on a
+//!   read-only mount also refuses the start (a half-rewritten file must not
+//!   be served): "mount read-write once to finish it".
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+
+/// Names starting with this, at the root of BACKING, belong to the mount:
+/// hidden in it, refused to its users, and skipped by `cutf8 migrate` at
+/// any level of a tree (migrate cannot know where a BACKING's root is).
+pub const INTERNAL_PREFIX: &str = ".cutf8fs-";
+
+/// The journal directory at the root of BACKING.
+pub const JOURNAL_DIR: &str = ".cutf8fs-journal";
+
+/// Whether `name` is one of the mount's internal files ([`INTERNAL_PREFIX`]).
+/// The one test both the mount (hiding) and migrate (skipping) use.
+pub fn is_internal(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(INTERNAL_PREFIX.as_bytes())
+}
+
+/// Bytes copied per step.
+const CHUNK: usize = 1 << 20;
+
+/// First line of every `meta` file.
+const META_VERSION: &str = "cutf8fs-journal-entry 1";
+
+/// The only names an entry holds.
+const FILES: [&str; 3] = ["target", "tail", "meta"];
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The journal of one mount. See the module doc.
+#[derive(Debug)]
+pub struct Journal {
+    /// BACKING's root (an `O_PATH` descriptor the daemon holds).
+    root: OwnedFd,
+    /// (st_dev, st_ino) of BACKING's root, recorded in every entry.
+    root_id: (u64, u64),
+    /// BACKING's path when the mount started, for messages only.
+    backing: PathBuf,
+    euid: u32,
+    /// `-o ro` or a read-only BACKING: nothing is ever written.
+    read_only: bool,
+    /// The journal directory, once checked (at start, or when the first
+    /// rewrite created it); `create` serializes that creation.
+    dir: OnceLock<OwnedFd>,
+    create: parking_lot::Mutex<()>,
+}
+
+/// A refusal to start: `what` happened at `path`, `todo` says what to do.
+fn refuse(path: &Path, what: impl std::fmt::Display, todo: &str) -> io::Error {
+    io::Error::other(format!(
+        "{}: {what}; nothing in the journal was replayed or deleted. {todo}",
+        path.display()
+    ))
+}
+
+fn nix_io(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+fn is_dir(st: &FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
+}
+
+fn is_reg(st: &FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+}
+
+fn kind(st: &FileStat) -> &'static str {
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFREG => "a regular file",
+        SFlag::S_IFLNK => "a symlink",
+        _ => "a special file",
+    }
+}
+
+/// The tail's checksum: a word-at-a-time multiply-xor hash (not a defence
+/// by itself — the journal's owner and modes are — but a torn or swapped
+/// tail is never copied over a file).
+#[derive(Debug, Default)]
+struct Sum {
+    h: u64,
+    len: u64,
+    pending: [u8; 8],
+    n: usize,
+}
+
+impl Sum {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    fn word(&mut self, w: u64) {
+        let h = (self.h ^ w).wrapping_mul(Self::K);
+        self.h = h ^ (h >> 29);
+    }
+
+    fn update(&mut self, mut data: &[u8]) {
+        self.len += data.len() as u64;
+        if self.n > 0 {
+            let take = (8 - self.n).min(data.len());
+            self.pending[self.n..self.n + take].copy_from_slice(&data[..take]);
+            self.n += take;
+            data = &data[take..];
+            if self.n < 8 {
+                return;
+            }
+            self.word(u64::from_le_bytes(self.pending));
+            self.n = 0;
+        }
+        let mut words = data.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.word(u64::from_le_bytes(b));
+        }
+        let rest = words.remainder();
+        self.pending[..rest.len()].copy_from_slice(rest);
+        self.n = rest.len();
+    }
+
+    fn finish(mut self) -> u64 {
+        if self.n > 0 {
+            let mut b = [0u8; 8];
+            b[..self.n].copy_from_slice(&self.pending[..self.n]);
+            self.word(u64::from_le_bytes(b));
+        }
+        let len = self.len;
+        self.word(len);
+        self.h
+    }
+}
+
+/// A writer that sums and counts what passes through.
+struct Summing<W> {
+    inner: W,
+    sum: Sum,
+}
+
+impl<W: Write> Write for Summing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sum.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// What `meta` records.
+#[derive(Debug, PartialEq, Eq)]
+struct Meta {
+    offset: u64,
+    tail_len: u64,
+    tail_sum: u64,
+    target: (u64, u64),
+    root: (u64, u64),
+    /// The file's path below BACKING when the entry was written (messages).
+    name: Vec<u8>,
+}
+
+impl Meta {
+    fn render(&self) -> String {
+        let hex: String = self.name.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "{META_VERSION}\noffset {}\ntail-len {}\ntail-sum {:016x}\ntarget {} {}\nroot {} {}\nname {hex}\n",
+            self.offset,
+            self.tail_len,
+            self.tail_sum,
+            self.target.0,
+            self.target.1,
+            self.root.0,
+            self.root.1,
+        )
+    }
+
+    /// Parses exactly what `render` writes; anything else is `None`.
+    fn parse(text: &str) -> Option<Meta> {
+        let mut lines = text.strip_suffix('\n')?.split('\n');
+        if lines.next()? != META_VERSION {
+            return None;
+        }
+        let mut field = |key: &str| -> Option<Vec<&str>> {
+            let line = lines.next()?;
+            let mut words = line.split(' ');
+            if words.next()? != key {
+                return None;
+            }
+            Some(words.collect())
+        };
+        let one = |v: Vec<&str>| -> Option<u64> {
+            match v[..] {
+                [x] => x.parse().ok(),
+                _ => None,
+            }
+        };
+        let two = |v: Vec<&str>| -> Option<(u64, u64)> {
+            match v[..] {
+                [a, b] => Some((a.parse().ok()?, b.parse().ok()?)),
+                _ => None,
+            }
+        };
+        let offset = one(field("offset")?)?;
+        let tail_len = one(field("tail-len")?)?;
+        let tail_sum = match field("tail-sum")?[..] {
+            [x] => u64::from_str_radix(x, 16).ok()?,
+            _ => return None,
+        };
+        let target = two(field("target")?)?;
+        let root = two(field("root")?)?;
+        let hex = match field("name")?[..] {
+            [x] => x.to_owned(),
+            [] => String::new(),
+            _ => return None,
+        };
+        if lines.next().is_some() || hex.len() % 2 != 0 {
+            return None;
+        }
+        let name = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        Some(Meta {
+            offset,
+            tail_len,
+            tail_sum,
+            target,
+            root,
+            name,
+        })
+    }
+}
+
+/// What an entry's name says it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Being written: the file was not touched.
+    Open,
+    /// Committed: the copy may have started.
+    Commit,
+    /// Applied, being removed.
+    Done,
+}
+
+/// `<pid>-<seq>` with an optional `.commit` or `.done`.
+fn state_of(name: &[u8]) -> Option<State> {
+    let s = std::str::from_utf8(name).ok()?;
+    let (stem, state) = match s.split_once('.') {
+        None => (s, State::Open),
+        Some((stem, "commit")) => (stem, State::Commit),
+        Some((stem, "done")) => (stem, State::Done),
+        Some(_) => return None,
+    };
+    let (a, b) = stem.split_once('-')?;
+    let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
+    (digits(a) && digits(b)).then_some(state)
+}
+
+/// An entry found at start, checked.
+struct Found {
+    name: OsString,
+    state: State,
+    fd: OwnedFd,
+    /// Which of [`FILES`] it holds.
+    files: Vec<&'static str>,
+}
+
+impl Journal {
+    /// The journal of the BACKING whose root directory is `root`. Checks and
+    /// replays what a killed daemon left behind; refuses (an error whose
+    /// message names the path and what to do) when the journal is not the
+    /// daemon's own, or when a committed entry cannot be finished because
+    /// the mount is read-only (`read_only`: `-o ro`; a read-only BACKING is
+    /// detected here). Creates nothing.
+    pub fn open(root: BorrowedFd<'_>, read_only: bool) -> io::Result<Journal> {
+        let root = root.try_clone_to_owned()?;
+        let st = fstat(&root).map_err(nix_io)?;
+        let backing = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd()))
+            .unwrap_or_else(|_| PathBuf::from("BACKING"));
+        let fs_ro = nix::sys::statvfs::fstatvfs(&root)
+            .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+            .unwrap_or(false);
+        let j = Journal {
+            root,
+            root_id: (st.st_dev, st.st_ino),
+            backing,
+            euid: nix::unistd::geteuid().as_raw(),
+            read_only: read_only || fs_ro,
+            dir: OnceLock::new(),
+            create: parking_lot::Mutex::new(()),
+        };
+        let path = j.backing.join(JOURNAL_DIR);
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let dir = match openat(&j.root, JOURNAL_DIR, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(j),
+            Err(e) => {
+                let what = match fstatat(&j.root, JOURNAL_DIR, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) if !is_dir(&st) => {
+                        format!("is {}, not the journal directory", kind(&st))
+                    }
+                    _ => format!("cannot be opened ({e})"),
+                };
+                let todo = format!(
+                    "Check it, then remove it (rm -r '{}') and mount again.",
+                    path.display()
+                );
+                return Err(refuse(&path, what, &todo));
+            }
+        };
+        j.check_dir(&dir).map_err(|what| {
+            let todo = format!(
+                "Only the daemon's own journal is trusted: check it, then remove it \
+                 (rm -r '{}') and mount again.",
+                path.display()
+            );
+            refuse(&path, what, &todo)
+        })?;
+        j.recover(&dir, &path)?;
+        if !j.read_only {
+            let _ = j.dir.set(dir);
+        }
+        Ok(j)
+    }
+
+    /// Whether this mount writes nothing to BACKING.
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The journal directory must be the daemon's: a directory on BACKING's
+    /// filesystem, owned by the daemon's user, not group/other writable.
+    fn check_dir(&self, dir: &OwnedFd) -> Result<(), String> {
+        let st = fstat(dir).map_err(|e| format!("cannot stat it ({e})"))?;
+        if !is_dir(&st) {
+            return Err(format!("is {}, not a directory", kind(&st)));
+        }
+        if st.st_uid != self.euid {
+            return Err(format!(
+                "is owned by uid {}, not by the daemon's user (uid {})",
+                st.st_uid, self.euid
+            ));
+        }
+        if st.st_mode & 0o022 != 0 {
+            return Err(format!(
+                "is writable by group or others (mode {:04o})",
+                st.st_mode & 0o7777
+            ));
+        }
+        if st.st_dev != self.root_id.0 {
+            return Err("is on another filesystem than BACKING".into());
+        }
+        Ok(())
+    }
+
+    /// Checks every entry, then finishes committed ones and drops the others
+    /// (on a read-only mount: refuses if any is committed, leaves the rest).
+    fn recover(&self, dir: &OwnedFd, path: &Path) -> io::Result<usize> {
+        let mut names = Vec::new();
+        {
+            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let mut d = nix::dir::Dir::openat(dir, ".", flags, Mode::empty()).map_err(nix_io)?;
+            for e in d.iter() {
+                let e = e.map_err(nix_io)?;
+                let n = e.file_name().to_bytes();
+                if n != b"." && n != b".." {
+                    names.push(OsStr::from_bytes(n).to_owned());
+                }
+            }
+        }
+        names.sort();
+        let mut found = Vec::new();
+        for name in names {
+            let epath = path.join(&name);
+            let bad = |what: String| {
+                let todo = format!(
+                    "It was not written by this daemon: check it, then remove it \
+                     (rm -r '{}') and mount again.",
+                    epath.display()
+                );
+                refuse(&epath, what, &todo)
+            };
+            found.push(self.check_entry(dir, name.clone()).map_err(bad)?);
+        }
+        // Nothing is done before every entry passed.
+        let mut replayed = 0;
+        for f in found {
+            let epath = path.join(&f.name);
+            match f.state {
+                State::Commit => {
+                    let (meta, target, tail) = self.check_commit(&f).map_err(|what| {
+                        let todo = format!(
+                            "Check it, then remove it (rm -r '{}') and mount again; \
+                             the file it names may hold a half-finished rewrite.",
+                            epath.display()
+                        );
+                        refuse(&epath, what, &todo)
+                    })?;
+                    let file = String::from_utf8_lossy(&meta.name).into_owned();
+                    if self.read_only {
+                        return Err(io::Error::other(format!(
+                            "{}: an interrupted rewrite of {file} (inode {}) is committed \
+                             in the journal, but this mount is read-only (-o ro or a \
+                             read-only BACKING), so it cannot be finished and the file \
+                             must not be served half rewritten. Mount read-write once to \
+                             finish it.",
+                            epath.display(),
+                            meta.target.1
+                        )));
+                    }
+                    apply(&target, meta.offset, &tail)?;
+                    log::warn!("journal: finished an interrupted rewrite of {file}");
+                    replayed += 1;
+                    retire(dir, &f)?;
+                }
+                State::Open | State::Done if self.read_only => {}
+                State::Open | State::Done => remove_entry(dir, &f)?,
+            }
+        }
+        Ok(replayed)
+    }
+
+    /// The checks every entry passes before anything is done with it.
+    fn check_entry(&self, dir: &OwnedFd, name: OsString) -> Result<Found, String> {
+        let state = state_of(name.as_bytes()).ok_or("an unexpected name in the journal")?;
+        let st = fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| format!("cannot stat it ({e})"))?;
+        if !is_dir(&st) {
+            return Err(format!("is {}, not an entry directory", kind(&st)));
+        }
+        self.private(&st)?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(dir, name.as_os_str(), flags, Mode::empty())
+            .map_err(|e| format!("cannot open it ({e})"))?;
+        let again = fstat(&fd).map_err(|e| format!("cannot stat it ({e})"))?;
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) || again.st_nlink != 2 {
+            return Err("holds subdirectories or changed while checked".into());
+        }
+        let mut files = Vec::new();
+        let mut count = 0;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut d = nix::dir::Dir::openat(&fd, ".", flags, Mode::empty())
+            .map_err(|e| format!("cannot list it ({e})"))?;
+        for e in d.iter() {
+            let e = e.map_err(|e| format!("cannot list it ({e})"))?;
+            let n = e.file_name().to_bytes();
+            if n == b"." || n == b".." {
+                continue;
+            }
+            count += 1;
+            let Some(&known) = FILES.iter().find(|f| f.as_bytes() == n) else {
+                return Err(format!(
+                    "holds an unexpected file {:?}",
+                    String::from_utf8_lossy(n)
+                ));
+            };
+            let st = fstatat(&fd, known, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map_err(|e| format!("{known}: cannot stat it ({e})"))?;
+            if !is_reg(&st) {
+                return Err(format!("{known} is {}, not a regular file", kind(&st)));
+            }
+            if known == "target" {
+                if st.st_dev != self.root_id.0 {
+                    return Err("target is on another filesystem than BACKING".into());
+                }
+            } else {
+                self.private(&st).map_err(|w| format!("{known} {w}"))?;
+                if st.st_nlink != 1 {
+                    return Err(format!("{known} has {} links, not 1", st.st_nlink));
+                }
+            }
+            files.push(known);
+        }
+        if count != files.len() {
+            return Err("holds unexpected files".into());
+        }
+        Ok(Found {
+            name,
+            state,
+            fd,
+            files,
+        })
+    }
+
+    /// Owned by the daemon's user, no access for group or others.
+    fn private(&self, st: &FileStat) -> Result<(), String> {
+        if st.st_uid != self.euid {
+            return Err(format!(
+                "is owned by uid {}, not by the daemon's user (uid {})",
+                st.st_uid, self.euid
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(format!(
+                "is accessible to group or others (mode {:04o})",
+                st.st_mode & 0o7777
+            ));
+        }
+        Ok(())
+    }
+
+    /// A committed entry: everything present, `meta` well-formed and
+    /// matching the target's and BACKING root's identity, the tail whole.
+    fn check_commit(&self, f: &Found) -> Result<(Meta, File, File), String> {
+        if f.files.len() != FILES.len() {
+            return Err("a committed entry with files missing".into());
+        }
+        let open = |name: &str, flags: OFlag| -> Result<File, String> {
+            let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+            let fd = openat(&f.fd, name, flags, Mode::empty())
+                .map_err(|e| format!("{name}: cannot open it ({e})"))?;
+            let st = fstat(&fd).map_err(|e| format!("{name}: cannot stat it ({e})"))?;
+            if !is_reg(&st) {
+                return Err(format!("{name} is not a regular file"));
+            }
+            Ok(File::from(fd))
+        };
+        let mut text = String::new();
+        open("meta", OFlag::O_RDONLY)?
+            .take(64 << 10)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("meta: cannot read it ({e})"))?;
+        let meta = Meta::parse(&text).ok_or("meta is not a journal record of this daemon")?;
+        if meta.root != self.root_id {
+            return Err(format!(
+                "was written for another BACKING (root device/inode {:?}, this one {:?})",
+                meta.root, self.root_id
+            ));
+        }
+        let target = open(
+            "target",
+            if self.read_only {
+                OFlag::O_RDONLY
+            } else {
+                OFlag::O_WRONLY
+            },
+        )?;
+        let st = fstat(&target).map_err(|e| format!("target: cannot stat it ({e})"))?;
+        if (st.st_dev, st.st_ino) != meta.target {
+            return Err(format!(
+                "target is not the file the entry was written for (device/inode {:?}, \
+                 recorded {:?})",
+                (st.st_dev, st.st_ino),
+                meta.target
+            ));
+        }
+        let tail = open("tail", OFlag::O_RDONLY)?;
+        let mut sum = Sum::default();
+        let mut buf = vec![0u8; CHUNK];
+        let mut pos = 0u64;
+        loop {
+            let n = tail
+                .read_at(&mut buf, pos)
+                .map_err(|e| format!("tail: cannot read it ({e})"))?;
+            if n == 0 {
+                break;
+            }
+            sum.update(&buf[..n]);
+            pos += n as u64;
+        }
+        if pos != meta.tail_len || sum.finish() != meta.tail_sum {
+            return Err("tail does not match its recorded length and checksum".into());
+        }
+        Ok((meta, target, tail))
+    }
+
+    /// The journal directory, created (0700) and checked on first use.
+    fn dir(&self) -> io::Result<BorrowedFd<'_>> {
+        if let Some(fd) = self.dir.get() {
+            return Ok(fd.as_fd());
+        }
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let _g = self.create.lock();
+        if let Some(fd) = self.dir.get() {
+            return Ok(fd.as_fd());
+        }
+        let created = match mkdirat(&self.root, JOURNAL_DIR, Mode::from_bits_truncate(0o700)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
+            Err(e) => return Err(nix_io(e)),
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let path = self.backing.join(JOURNAL_DIR);
+        let fd = match openat(&self.root, JOURNAL_DIR, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                log::error!(
+                    "{}: cannot open the journal ({e}); rewrites that need it fail until it \
+                     is removed",
+                    path.display()
+                );
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
+            }
+        };
+        if let Err(what) = self.check_dir(&fd) {
+            log::error!(
+                "{}: {what}: not the daemon's journal, never used; rewrites that need it \
+                 fail until it is removed (rm -r '{}')",
+                path.display(),
+                path.display()
+            );
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        if created {
+            fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
+        }
+        Ok(self.dir.get_or_init(|| fd).as_fd())
+    }
+
+    /// The path of `file` below BACKING (for messages), or its full path.
+    fn name_of(&self, file: &File) -> Vec<u8> {
+        let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) else {
+            return Vec::new();
+        };
+        match p.strip_prefix(&self.backing) {
+            Ok(rel) => rel.as_os_str().as_bytes().to_vec(),
+            Err(_) => p.as_os_str().as_bytes().to_vec(),
+        }
+    }
+
+    /// Replaces `file[offset..]` with what `fill` writes, all or nothing.
+    pub fn rewrite(
+        &self,
+        file: &File,
+        offset: u64,
+        fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let (dir, name, entry, tail) = self.prepare(file, offset, fill)?;
+        // Committed: from here on a kill is finished at the next mount.
+        apply(file, offset, &tail)?;
+        let f = Found {
+            name: OsString::from(format!("{name}.commit")),
+            state: State::Commit,
+            fd: entry,
+            files: FILES.to_vec(),
+        };
+        retire(&dir, &f)
+    }
+
+    /// Writes and commits an entry for the rewrite of `file[offset..]` with
+    /// what `fill` writes, and stops there, as a kill right after the commit
+    /// point would: for crash tests.
+    #[doc(hidden)]
+    pub fn commit_only(
+        &self,
+        file: &File,
+        offset: u64,
+        fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.prepare(file, offset, fill).map(drop)
+    }
+
+    /// Everything up to and including the commit point. Returns the journal
+    /// directory, the entry's stem name, its descriptor and the tail.
+    fn prepare(
+        &self,
+        file: &File,
+        offset: u64,
+        fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<(BorrowedFd<'_>, String, OwnedFd, File)> {
+        let dir = self.dir()?;
+        let name = format!(
+            "{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        mkdirat(dir, name.as_str(), Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let entry = match openat(dir, name.as_str(), flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = unlinkat(dir, name.as_str(), UnlinkatFlags::RemoveDir);
+                return Err(nix_io(e));
+            }
+        };
+        let result = (|| {
+            fchmod(&entry, Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
+            let st = fstat(file.as_fd()).map_err(nix_io)?;
+            link_fd(file, &entry, "target")?;
+            let mut tail = create_private(&entry, "tail")?;
+            let sum = {
+                let mut w = Summing {
+                    inner: io::BufWriter::with_capacity(CHUNK, &mut tail),
+                    sum: Sum::default(),
+                };
+                fill(&mut w)?;
+                w.flush()?;
+                w.sum
+            };
+            tail.sync_all()?;
+            let tail_len = sum.len;
+            // Reserve the target's blocks first (without changing its
+            // size), so the copy cannot run out of space half way: ENOSPC
+            // comes now, while the file is untouched.
+            preallocate(file, offset, tail_len)?;
+            let meta = Meta {
+                offset,
+                tail_len,
+                tail_sum: sum.finish(),
+                target: (st.st_dev, st.st_ino),
+                root: self.root_id,
+                name: self.name_of(file),
+            };
+            let mut m = create_private(&entry, "meta")?;
+            m.write_all(meta.render().as_bytes())?;
+            m.sync_all()?;
+            nix::unistd::fsync(&entry).map_err(nix_io)?;
+            renameat(dir, name.as_str(), dir, format!("{name}.commit").as_str()).map_err(nix_io)?;
+            nix::unistd::fsync(dir).map_err(nix_io)?;
+            Ok::<File, io::Error>(tail)
+        })();
+        match result {
+            Ok(tail) => Ok((dir, name, entry, tail)),
+            Err(e) => {
+                let f = Found {
+                    name: OsString::from(&name),
+                    state: State::Open,
+                    fd: entry,
+                    files: FILES.to_vec(),
+                };
+                let _ = remove_entry(&dir, &f);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// `name` in `dir`, created exclusively with mode 0600 whatever the umask.
+fn create_private(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    let flags =
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600)).map_err(nix_io)?;
+    fchmod(&fd, Mode::from_bits_truncate(0o600)).map_err(nix_io)?;
+    Ok(File::from(fd))
+}
+
+/// Removes a checked entry: its (regular) files, then the directory.
+fn remove_entry(dir: &impl AsFd, f: &Found) -> io::Result<()> {
+    for name in FILES {
+        match unlinkat(&f.fd, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(nix_io(e)),
+        }
+    }
+    unlinkat(dir, f.name.as_os_str(), UnlinkatFlags::RemoveDir).map_err(nix_io)
+}
+
+/// Takes an applied entry out of the journal: first, atomically, out of
+/// the `*.commit` names (a kill during the removal that follows must not
+/// leave a committed entry with half its files), then off the disk.
+fn retire(dir: &impl AsFd, f: &Found) -> io::Result<()> {
+    let stem = f.name.as_bytes();
+    let stem = stem.strip_suffix(b".commit").unwrap_or(stem);
+    let mut done = stem.to_vec();
+    done.extend_from_slice(b".done");
+    let done = OsString::from(OsStr::from_bytes(&done));
+    renameat(dir, f.name.as_os_str(), dir, done.as_os_str()).map_err(nix_io)?;
+    let f = Found {
+        name: done,
+        state: State::Done,
+        fd: f.fd.try_clone()?,
+        files: f.files.clone(),
+    };
+    remove_entry(dir, &f)
+}
+
+/// Allocates `file[offset..offset + len)` without changing its size; a
+/// filesystem without fallocate is left to allocate as it writes.
+fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    match nix::fcntl::fallocate(
+        file,
+        nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        off,
+        len,
+    ) {
+        Ok(()) | Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => Ok(()),
+        Err(e) => Err(nix_io(e)),
+    }
+}
+
+/// Copies `tail` over `file` from `offset`, cuts the file there, syncs.
+fn apply(file: &File, offset: u64, tail: &File) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut pos = offset;
+    let mut src = 0u64;
+    loop {
+        let n = tail.read_at(&mut buf, src)?;
+        if n == 0 {
+            break;
+        }
+        file.write_all_at(&buf[..n], pos)?;
+        pos += n as u64;
+        src += n as u64;
+    }
+    file.set_len(pos)?;
+    file.sync_all()
+}
+
+/// Gives the inode open as `file` the name `name` in `dir`: linkat of the
+/// /proc/self/fd magic link with AT_SYMLINK_FOLLOW (works without
+/// CAP_DAC_READ_SEARCH, unlike AT_EMPTY_PATH).
+fn link_fd(file: &File, dir: &OwnedFd, name: &str) -> io::Result<()> {
+    let from = format!("/proc/self/fd/{}", file.as_raw_fd());
+    linkat(
+        nix::fcntl::AT_FDCWD,
+        from.as_str(),
+        dir,
+        name,
+        AtFlags::AT_SYMLINK_FOLLOW,
+    )
+    .map_err(nix_io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn root_of(dir: &Path) -> OwnedFd {
+        File::open(dir).unwrap().into()
+    }
+
+    #[test]
+    fn sum_does_not_depend_on_chunking() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let mut whole = Sum::default();
+        whole.update(&data);
+        let whole = whole.finish();
+        for cut in [0, 1, 3, 7, 8, 9, 500, 999, 1000] {
+            let mut s = Sum::default();
+            s.update(&data[..cut]);
+            for b in data[cut..].chunks(5) {
+                s.update(b);
+            }
+            assert_eq!(s.finish(), whole, "cut {cut}");
+        }
+        let mut other = Sum::default();
+        other.update(&data[..999]);
+        assert_ne!(other.finish(), whole);
+    }
+
+    #[test]
+    fn meta_round_trips_and_rejects_anything_else() {
+        let m = Meta {
+            offset: 12,
+            tail_len: 3,
+            tail_sum: 0xdead_beef,
+            target: (5, 6),
+            root: (5, 2),
+            name: b"dir/f \n.txt".to_vec(),
+        };
+        let text = m.render();
+        assert_eq!(Meta::parse(&text), Some(m));
+        assert_eq!(Meta::parse("4\n"), None);
+        assert_eq!(Meta::parse(&text.replace("offset", "offsets")), None);
+        assert_eq!(Meta::parse(&format!("{text}extra\n")), None);
+    }
+
+    #[test]
+    fn entry_names() {
+        assert_eq!(state_of(b"12-3"), Some(State::Open));
+        assert_eq!(state_of(b"12-3.commit"), Some(State::Commit));
+        assert_eq!(state_of(b"12-3.done"), Some(State::Done));
+        for bad in [
+            &b"x"[..],
+            b"12-",
+            b"-3",
+            b"1-2.commit.x",
+            b"1-2.tmp",
+            b"../1-2",
+        ] {
+            assert_eq!(state_of(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_is_created_until_a_rewrite_needs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(dir.path());
+        let j = Journal::open(root.as_fd(), false).unwrap();
+        assert!(!dir.path().join(JOURNAL_DIR).exists());
+        let p = dir.path().join("f");
+        fs::write(&p, b"old content").unwrap();
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        j.rewrite(&file, 4, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"old new");
+        let md = fs::metadata(dir.path().join(JOURNAL_DIR)).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o700);
+        assert!(fs::read_dir(dir.path().join(JOURNAL_DIR))
+            .unwrap()
+            .next()
+            .is_none());
+        // Read-only: the same rewrite is refused, nothing is created.
+        let dir2 = tempfile::tempdir().unwrap();
+        let j2 = Journal::open(root_of(dir2.path()).as_fd(), true).unwrap();
+        let e = j2.rewrite(&file, 0, |w| w.write_all(b"x")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+        assert!(!dir2.path().join(JOURNAL_DIR).exists());
+    }
+
+    #[test]
+    fn committed_entries_are_replayed_and_uncommitted_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"old content here").unwrap();
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let ino = fs::metadata(&p).unwrap().ino();
+        {
+            let j = Journal::open(root_of(dir.path()).as_fd(), false).unwrap();
+            j.commit_only(&file, 4, |w| w.write_all(b"NEW")).unwrap();
+        }
+        let jdir = dir.path().join(JOURNAL_DIR);
+        let entry = fs::read_dir(&jdir).unwrap().next().unwrap().unwrap().path();
+        assert!(entry.to_string_lossy().ends_with(".commit"));
+        for (f, mode) in [("tail", 0o600), ("meta", 0o600)] {
+            let md = fs::metadata(entry.join(f)).unwrap();
+            assert_eq!(md.permissions().mode() & 0o7777, mode, "{f}");
+        }
+        let md = fs::metadata(&entry).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o700);
+        // An uncommitted entry beside it: dropped, its file untouched.
+        fs::create_dir(jdir.join("1-0")).unwrap();
+        fs::set_permissions(jdir.join("1-0"), fs::Permissions::from_mode(0o700)).unwrap();
+        // Read-only: refused, naming the file, nothing changed.
+        let e = Journal::open(root_of(dir.path()).as_fd(), true).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("Mount read-write once"), "{msg}");
+        assert!(msg.contains(".commit"), "{msg}");
+        assert_eq!(fs::read(&p).unwrap(), b"old content here");
+        assert!(jdir.join("1-0").exists());
+        // Read-write: finished.
+        let j = Journal::open(root_of(dir.path()).as_fd(), false).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"old NEW");
+        assert!(fs::read_dir(&jdir).unwrap().next().is_none());
+        assert_eq!(fs::metadata(&p).unwrap().nlink(), 1);
+        assert_eq!(fs::metadata(&p).unwrap().ino(), ino);
+        j.rewrite(&file, 0, |w| w.write_all(b"rewritten")).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"rewritten");
+    }
+
+    #[test]
+    fn a_tampered_entry_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"old content here").unwrap();
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        Journal::open(root_of(dir.path()).as_fd(), false)
+            .unwrap()
+            .commit_only(&file, 4, |w| w.write_all(b"NEW"))
+            .unwrap();
+        let jdir = dir.path().join(JOURNAL_DIR);
+        let entry = fs::read_dir(&jdir).unwrap().next().unwrap().unwrap().path();
+        let tail = entry.join("tail");
+        fs::write(&tail, b"EVIL").unwrap();
+        let e = Journal::open(root_of(dir.path()).as_fd(), false).unwrap_err();
+        assert!(e.to_string().contains("checksum"), "{e}");
+        assert!(e.to_string().contains("rm -r"), "{e}");
+        assert_eq!(fs::read(&p).unwrap(), b"old content here");
+        assert!(entry.exists());
+    }
+}
