@@ -206,6 +206,10 @@ const STICKY_A_RWX: &str = "mkdir \"$1/d\"; chmod 1777 \"$1/d\"; setfacl -m u:cu
 const TWO_DIRS: &str = "mkdir \"$1/d1\" \"$1/d2\"; chmod 755 \"$1/d1\" \"$1/d2\"; printf x > \"$1/d1/f\"; setfacl -m u:cutf8t-a:rwx \"$1/d1\"";
 const OTHER_WITH_ACL: &str =
     "printf hi > \"$1/f\"; chmod 604 \"$1/f\"; setfacl -m u:cutf8t-a:--- \"$1/f\"";
+const A_WRITE_ONLY: &str =
+    "printf hi > \"$1/f\"; chmod 600 \"$1/f\"; setfacl -m u:cutf8t-a:-w- \"$1/f\"";
+const A_OWNS_SETGID_OTHER_GROUP: &str =
+    "printf hi > \"$1/f\"; chown cutf8t-a:cutf8t-c \"$1/f\"; chmod 2775 \"$1/f\"";
 const A_OWNS: &str = "printf hi > \"$1/f\"; chown cutf8t-a \"$1/f\"; chmod 600 \"$1/f\"";
 
 /// The deny/grant × user/group/mask × operation matrix, native vs mount.
@@ -267,6 +271,9 @@ fn acl_matrix_matches_backing() {
         Case { name: "setfacl by owner", setup: A_OWNS, who: A, op: "setfacl -m u:cutf8t-b:r--,g:cutf8t-shared:rw- \"$1/f\"", expect: Some("ok") },
         Case { name: "setfacl by owner then grantee reads", setup: A_OWNS, who: A, op: "setfacl -m u:cutf8t-c:r-- \"$1/f\" && getfacl -c \"$1/f\" | grep -q user:cutf8t-c:r--", expect: Some("ok") },
         Case { name: "chmod by owner narrows the mask", setup: A_OWNS, who: A, op: "setfacl -m u:cutf8t-b:rw- \"$1/f\" && chmod 640 \"$1/f\" && getfacl -c \"$1/f\" | grep -qx 'mask::r--'", expect: Some("ok") },
+        Case { name: "write-only grant: write", setup: A_WRITE_ONLY, who: A, op: "printf x >> \"$1/f\"", expect: Some("ok") },
+        Case { name: "write-only grant: no read", setup: A_WRITE_ONLY, who: A, op: "cat \"$1/f\"", expect: Some("Permission denied") },
+        Case { name: "setfacl by owner outside the group clears setgid", setup: A_OWNS_SETGID_OTHER_GROUP, who: A, op: "setfacl -m u:cutf8t-b:r-x \"$1/f\"", expect: Some("ok") },
         Case { name: "getfacl reads the ACL", setup: B_MAY_READ, who: C, op: "getfacl -c \"$1/f\" | grep -q user:cutf8t-b:r--", expect: Some("ok") },
     ];
     let bad = run_cases(&m, &cases);
@@ -421,6 +428,49 @@ fn identities_as_backing() {
     assert_ne!(md.mode() & 0o2000, 0, "setgid inherited by a subdirectory");
     let md = fs::metadata(m.b("c01/via/d/f")).unwrap();
     assert_eq!((md.uid(), md.gid()), (b.uid, shared_gid()));
+}
+
+/// Two users creating at once through the mount (the daemon's worker
+/// threads switch identity and umask per request): every file has its
+/// creator's owner and its creator's umask, never the other's.
+#[test]
+fn concurrent_creators_keep_their_own_identity_and_umask() {
+    let m = mount();
+    root_sh("mkdir \"$1/d\"; chmod 1777 \"$1/d\"", &m.backing);
+    let d = m.m("d");
+    let script = "umask $2; i=0; while [ $i -lt 150 ]; do : > \"$1/$3$i\" || exit 1; \
+                  mkdir \"$1/$3d$i\" || exit 1; i=$((i+1)); done";
+    let (a, c) = (user(A), user(C));
+    std::thread::scope(|s| {
+        let ja = s.spawn(|| sh_as(a, script, &[d.as_os_str(), "077".as_ref(), "a".as_ref()]));
+        let jc = s.spawn(|| sh_as(c, script, &[d.as_os_str(), "000".as_ref(), "c".as_ref()]));
+        for (who, j) in [("A", ja), ("C", jc)] {
+            let out = j.join().unwrap();
+            assert_eq!(
+                outcome(&out),
+                "ok",
+                "{who}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    });
+    let mut bad = Vec::new();
+    for e in fs::read_dir(m.b("d")).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let md = e.metadata().unwrap();
+        let want = match (name.starts_with('a'), md.is_dir()) {
+            (true, false) => (a.uid, a.gid, 0o600),
+            (true, true) => (a.uid, a.gid, 0o700),
+            (false, false) => (c.uid, c.gid, 0o666),
+            (false, true) => (c.uid, c.gid, 0o777),
+        };
+        let got = (md.uid(), md.gid(), md.mode() & 0o7777);
+        if got != want {
+            bad.push(format!("{name}: {got:?}, expected {want:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "{} wrong:\n{}", bad.len(), bad.join("\n"));
 }
 
 /// Finding 5: a root caller with a non-root gid creates with that gid.

@@ -7,10 +7,18 @@
 //! which never follow a symlink; so a symlink in BACKING, or a rename there
 //! while a request runs, can never lead the daemon outside BACKING.
 //!
+//! Permissions (man page, PERMISSIONS): the kernel checks every request
+//! itself before it reaches us (`default_permissions` is always on), mode
+//! bits and POSIX ACLs alike: the daemon negotiates FUSE_POSIX_ACL, and the
+//! kernel reads ACLs through `getxattr` here. So a daemon running as root
+//! lends nobody its rights, and decides nothing about them itself.
 //! Files are created as the caller (`sys::ActAs`: fsuid, fsgid and groups of
-//! the requesting process), so owners are right and a daemon running as root
-//! lends nobody its rights; everything else runs as the daemon after the
-//! kernel has checked permissions (`default_permissions` is always on).
+//! the requesting process, root callers included) under the caller's umask
+//! (`sys::Umask`; FUSE_DONT_MASK leaves it to us), so BACKING gives them the
+//! owner, group, mode and default ACL it would give them natively; xattrs
+//! (ACLs included) are changed as the caller too. Everything else runs as
+//! the daemon, after the kernel's check. `listxattr` hides `trusted.*` from
+//! callers without CAP_SYS_ADMIN, as the kernel does natively.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd};
@@ -949,8 +957,9 @@ impl CutFs {
         Ok(r)
     }
 
-    /// access(2) by mode bits (the kernel normally checks itself, since
-    /// `default_permissions` is always on).
+    /// access(2) by mode bits. Never called in practice: with
+    /// `default_permissions` (always on) the kernel answers access(2)
+    /// itself, ACLs included.
     pub(super) fn access(&self, req: &Request, ino: u64, mask: i32) -> Result<()> {
         let inode = self.inodes.get(ino)?;
         let st = inode.stat()?;

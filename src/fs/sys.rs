@@ -9,6 +9,11 @@
 //! xattrs) go through `/proc/self/fd/N`, which the kernel resolves to the
 //! inode the descriptor holds, not by a path walk, and so is rename-safe too.
 //!
+//! Identity: [`ActAs`] makes the calling thread act as a request's caller
+//! (fsuid, fsgid, groups: per-thread raw system calls, checked to have
+//! taken) and [`Umask`] gives it the caller's umask (the thread unshares its
+//! fs attributes once), so that BACKING creates files as natively.
+//!
 //! This module knows nothing of FUSE; `inodes`, `handles` and `mod` call it.
 //! Each `unsafe` block is a libc call on pointers borrowed for its duration.
 
