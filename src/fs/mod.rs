@@ -142,6 +142,15 @@ impl Filesystem for CutFs {
                 log::debug!("kernel lacks {missing:?}");
             }
         }
+        // POSIX ACLs: the kernel checks them with the mode bits (it reads
+        // them through getxattr), and leaves the umask to us, which lets
+        // BACKING apply a directory's default ACL instead (man page,
+        // PERMISSIONS).
+        if let Err(missing) =
+            config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+        {
+            log::warn!("kernel lacks {missing:?}: POSIX ACLs in BACKING are not honoured");
+        }
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())
@@ -456,7 +465,7 @@ impl Filesystem for CutFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -464,7 +473,7 @@ impl Filesystem for CutFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty(CutFs::setxattr(self, ino.0, name, value, flags), reply);
+        empty(CutFs::setxattr(self, req, ino.0, name, value, flags), reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -475,16 +484,16 @@ impl Filesystem for CutFs {
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match CutFs::listxattr(self, ino.0, size) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match CutFs::listxattr(self, req, ino.0, size) {
             Ok(ops::XattrReply::Size(n)) => reply.size(n),
             Ok(ops::XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(e),
         }
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(CutFs::removexattr(self, ino.0, name), reply);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(CutFs::removexattr(self, req, ino.0, name), reply);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

@@ -7,10 +7,18 @@
 //! which never follow a symlink; so a symlink in BACKING, or a rename there
 //! while a request runs, can never lead the daemon outside BACKING.
 //!
+//! Permissions (man page, PERMISSIONS): the kernel checks every request
+//! itself before it reaches us (`default_permissions` is always on), mode
+//! bits and POSIX ACLs alike: the daemon negotiates FUSE_POSIX_ACL, and the
+//! kernel reads ACLs through `getxattr` here. So a daemon running as root
+//! lends nobody its rights, and decides nothing about them itself.
 //! Files are created as the caller (`sys::ActAs`: fsuid, fsgid and groups of
-//! the requesting process), so owners are right and a daemon running as root
-//! lends nobody its rights; everything else runs as the daemon after the
-//! kernel has checked permissions (`default_permissions` is always on).
+//! the requesting process, root callers included) under the caller's umask
+//! (`sys::Umask`; FUSE_DONT_MASK leaves it to us), so BACKING gives them the
+//! owner, group, mode and default ACL it would give them natively; xattrs
+//! (ACLs included) are changed as the caller too. Everything else runs as
+//! the daemon, after the kernel's check. `listxattr` hides `trusted.*` from
+//! callers without CAP_SYS_ADMIN, as the kernel does natively.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd};
@@ -42,6 +50,35 @@ type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
 
 fn caller(req: &Request) -> Identity {
     Identity::of(req.uid(), req.gid(), req.pid())
+}
+
+/// This thread acts as the caller of `req` until the guard drops. A switch
+/// that did not take fails the request with EIO (and a log line) rather
+/// than doing anything with the daemon's own rights.
+fn act_as(req: &Request) -> Result<ActAs> {
+    ActAs::new(&caller(req)).map_err(|e| {
+        log::error!(
+            "cannot act as uid {} gid {} (pid {}): {e}; request refused with EIO",
+            req.uid(),
+            req.gid(),
+            req.pid()
+        );
+        Errno::EIO
+    })
+}
+
+/// This thread's umask is `umask` until the guard drops (EIO and a log
+/// line if the thread cannot have its own).
+fn with_umask(umask: u32) -> Result<sys::Umask> {
+    sys::Umask::set(umask).map_err(|e| {
+        log::error!("cannot give this thread its own umask: {e}; request refused with EIO");
+        Errno::EIO
+    })
+}
+
+/// Whether `name` is one of the two xattrs that hold POSIX ACLs.
+fn is_acl_name(name: &[u8]) -> bool {
+    name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
 }
 
 /// The first eight bytes a file would have after writing `data` at
@@ -139,12 +176,14 @@ impl CutFs {
         self.inodes.forget(ino, n);
     }
 
-    /// Creates `name` in `parent` as the caller with `make`, then enters it.
+    /// Creates `name` in `parent` with `make` as the caller, under the
+    /// caller's `umask` (None: none applies, a symlink), then enters it.
     fn make(
         &self,
         req: &Request,
         parent: u64,
         name: &OsStr,
+        umask: Option<u32>,
         make: impl FnOnce(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr) -> std::io::Result<()>,
     ) -> Result<FileAttr> {
         if is_journal(parent, name) {
@@ -153,7 +192,8 @@ impl CutFs {
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
         {
-            let _as = ActAs::new(&caller(req)).map_err(io)?;
+            let _mask = umask.map(with_umask).transpose()?;
+            let _as = act_as(req)?;
             make(dir.fd(), &cname).map_err(io)?;
         }
         let (inode, st) = self.inodes.lookup(&dir, &cname)?;
@@ -168,8 +208,8 @@ impl CutFs {
         mode: u32,
         umask: u32,
     ) -> Result<FileAttr> {
-        self.make(req, parent, name, |d, n| {
-            sys::mkdirat(d, n, mode & !umask & 0o7777)
+        self.make(req, parent, name, Some(umask), |d, n| {
+            sys::mkdirat(d, n, mode & 0o7777)
         })
     }
 
@@ -182,8 +222,8 @@ impl CutFs {
         umask: u32,
         rdev: u32,
     ) -> Result<FileAttr> {
-        let mode = (mode & libc::S_IFMT) | (mode & !umask & 0o7777);
-        self.make(req, parent, name, |d, n| {
+        let mode = mode & (libc::S_IFMT | 0o7777);
+        self.make(req, parent, name, Some(umask), |d, n| {
             sys::mknodat(d, n, mode, libc::dev_t::from(rdev))
         })
     }
@@ -196,7 +236,9 @@ impl CutFs {
         target: &std::path::Path,
     ) -> Result<FileAttr> {
         let target = sys::cstring(target.as_os_str().as_bytes()).map_err(io)?;
-        self.make(req, parent, name, |d, n| sys::symlinkat(&target, d, n))
+        self.make(req, parent, name, None, |d, n| {
+            sys::symlinkat(&target, d, n)
+        })
     }
 
     pub(super) fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<FileAttr> {
@@ -433,8 +475,9 @@ impl CutFs {
             asked
         };
         let fd = {
-            let _as = ActAs::new(&caller(req)).map_err(io)?;
-            let mode = mode & !umask & 0o7777;
+            let _mask = with_umask(umask)?;
+            let _as = act_as(req)?;
+            let mode = mode & 0o7777;
             match sys::openat(dir.fd(), &cname, oflags, mode) {
                 // An existing file the caller may write but not read.
                 Err(e) if upgraded && e.raw_os_error() == Some(libc::EACCES) => {
@@ -797,10 +840,21 @@ impl CutFs {
         sys::fstatvfs(root.fd()).map_err(io)
     }
 
-    pub(super) fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+    /// Sets an xattr as the caller (the kernel has checked the caller may;
+    /// as the caller, BACKING also applies its own side effects, e.g. an ACL
+    /// set by an owner outside the file's group clears its setgid bit).
+    pub(super) fn setxattr(
+        &self,
+        req: &Request,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<()> {
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
+            let _as = act_as(req)?;
             sys::setxattr(inode.fd(), &name, value, flags).map_err(io)
         })
     }
@@ -822,21 +876,66 @@ impl CutFs {
         Ok(XattrReply::Data(buf))
     }
 
+    /// getxattr. The kernel reads POSIX ACLs through here to check
+    /// permissions; on a BACKING without ACL support they are absent
+    /// (ENODATA), not an error that would refuse every access.
     pub(super) fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply> {
         let inode = self.inodes.get(ino)?;
+        let acl = is_acl_name(name.as_bytes());
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
-        Self::xattr_reply(size, |buf| sys::getxattr(inode.fd(), &name, buf))
+        Self::xattr_reply(size, |buf| sys::getxattr(inode.fd(), &name, buf)).map_err(|e| {
+            if acl && e == Errno::EOPNOTSUPP {
+                Errno::ENODATA
+            } else {
+                e
+            }
+        })
     }
 
-    pub(super) fn listxattr(&self, ino: u64, size: u32) -> Result<XattrReply> {
+    /// listxattr: the names BACKING lists, less `trusted.*` for a caller
+    /// who would not see them natively (the daemon, as root, always does):
+    /// one without CAP_SYS_ADMIN.
+    pub(super) fn listxattr(&self, req: &Request, ino: u64, size: u32) -> Result<XattrReply> {
         let inode = self.inodes.get(ino)?;
-        Self::xattr_reply(size, |buf| sys::listxattr(inode.fd(), buf))
+        if sys::has_sys_admin(req.pid(), req.uid()) {
+            return Self::xattr_reply(size, |buf| sys::listxattr(inode.fd(), buf));
+        }
+        let mut all = Vec::new();
+        loop {
+            let n = sys::listxattr(inode.fd(), &mut []).map_err(io)?;
+            all.resize(n, 0);
+            match sys::listxattr(inode.fd(), &mut all) {
+                Ok(n) => {
+                    all.truncate(n);
+                    break;
+                }
+                // Grown since the size was asked: again.
+                Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+                Err(e) => return Err(io(e)),
+            }
+        }
+        let shown: Vec<u8> = all
+            .split_inclusive(|&b| b == 0)
+            .filter(|n| !n.starts_with(b"trusted."))
+            .flatten()
+            .copied()
+            .collect();
+        let len = u32::try_from(shown.len()).map_err(|_| Errno::E2BIG)?;
+        match size {
+            0 => Ok(XattrReply::Size(len)),
+            s if s < len => Err(Errno::ERANGE),
+            _ => Ok(XattrReply::Data(shown)),
+        }
     }
 
-    pub(super) fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+    /// removexattr, as the caller (see `setxattr`).
+    pub(super) fn removexattr(&self, req: &Request, ino: u64, name: &OsStr) -> Result<()> {
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
-        self.keeping_content(&inode, || sys::removexattr(inode.fd(), &name).map_err(io))
+        self.keeping_content(&inode, || {
+            let _as = act_as(req)?;
+            sys::removexattr(inode.fd(), &name).map_err(io)
+        })
     }
 
     /// Runs a change of metadata only (`change` must not touch content)
@@ -859,8 +958,9 @@ impl CutFs {
         Ok(r)
     }
 
-    /// access(2) by mode bits (the kernel normally checks itself, since
-    /// `default_permissions` is always on).
+    /// access(2) by mode bits. Never called in practice: with
+    /// `default_permissions` (always on) the kernel answers access(2)
+    /// itself, ACLs included.
     pub(super) fn access(&self, req: &Request, ino: u64, mask: i32) -> Result<()> {
         let inode = self.inodes.get(ino)?;
         let st = inode.stat()?;

@@ -9,6 +9,11 @@
 //! xattrs) go through `/proc/self/fd/N`, which the kernel resolves to the
 //! inode the descriptor holds, not by a path walk, and so is rename-safe too.
 //!
+//! Identity: [`ActAs`] makes the calling thread act as a request's caller
+//! (fsuid, fsgid, groups: per-thread raw system calls, checked to have
+//! taken) and [`Umask`] gives it the caller's umask (the thread unshares its
+//! fs attributes once), so that BACKING creates files as natively.
+//!
 //! This module knows nothing of FUSE; `inodes`, `handles` and `mod` call it.
 //! Each `unsafe` block is a libc call on pointers borrowed for its duration.
 
@@ -345,16 +350,19 @@ pub struct Identity {
     groups: Vec<libc::gid_t>,
 }
 
+/// A field of `/proc/PID/status` (None if the process is gone).
+fn proc_status_field(pid: u32, field: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_owned()))
+}
+
 impl Identity {
     /// The identity of process `pid` (its supplementary groups from
     /// /proc/PID/status; none if the process is gone).
     pub fn of(uid: u32, gid: u32, pid: u32) -> Identity {
-        let groups = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Groups:").map(str::to_owned))
-            })
+        let groups = proc_status_field(pid, "Groups:")
             .map(|l| {
                 l.split_whitespace()
                     .filter_map(|g| g.parse().ok())
@@ -369,14 +377,46 @@ impl Identity {
     }
 }
 
-/// While alive, this thread acts as an [`Identity`]; dropping it returns to
-/// the daemon's own. Does nothing unless the daemon runs as root.
+/// Whether process `pid` (with fsuid `uid`) has CAP_SYS_ADMIN in its
+/// effective set in the daemon's user namespace, which is what lets a
+/// process see `trusted.*` names natively. A process in another user
+/// namespace is capable only there: no. A process already gone (or a pid
+/// from another pid namespace, sent as 0): uid 0 decides.
+pub fn has_sys_admin(pid: u32, uid: u32) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).ok();
+    if pid == 0 {
+        return uid == 0;
+    }
+    let Some(eff) = proc_status_field(pid, "CapEff:") else {
+        return uid == 0;
+    };
+    match (ns(&pid.to_string()), ns("self")) {
+        (Some(theirs), Some(ours)) if theirs == ours => {}
+        (None, _) => return uid == 0, // gone meanwhile
+        _ => return false,
+    }
+    u64::from_str_radix(&eff, 16).is_ok_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// While alive, this thread acts as an [`Identity`] (fsuid, fsgid and
+/// supplementary groups, root callers included: a root caller with a
+/// non-root gid creates with that gid); dropping it returns to the
+/// daemon's own. Does nothing unless the daemon runs as root (it cannot
+/// switch otherwise, and then everything is its own anyway).
 pub struct ActAs {
-    saved_groups: Option<Vec<libc::gid_t>>,
+    saved: Option<Saved>,
+}
+
+struct Saved {
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
 }
 
 fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
-    // SAFETY: `groups` is readable for its length.
+    // SAFETY: `groups` is readable for its length; the raw system call
+    // changes this thread only.
     let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
     if r < 0 {
         Err(io::Error::last_os_error())
@@ -385,40 +425,103 @@ fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
     }
 }
 
+/// Sets this thread's fsuid (`uid`) or fsgid (`gid`) and checks that it
+/// took: setfsuid/setfsgid report no error, only the previous value, so
+/// the second call (same value) must report the value just set. Returns
+/// the value before.
+fn set_fs_id(nr: libc::c_long, id: u32, what: &str) -> io::Result<u32> {
+    // SAFETY: setfsuid/setfsgid take one integer and change this thread
+    // only; they cannot fail other than by not taking, checked below.
+    let before = unsafe { libc::syscall(nr, id) } as u32;
+    // SAFETY: as above.
+    let now = unsafe { libc::syscall(nr, id) } as u32;
+    if now != id {
+        return Err(io::Error::other(format!(
+            "{what}({id}) did not take effect (still {now})"
+        )));
+    }
+    Ok(before)
+}
+
 impl ActAs {
+    /// Switches this thread to `id`. An error (the switch did not take)
+    /// leaves the thread as it was.
     pub fn new(id: &Identity) -> io::Result<ActAs> {
         // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 || id.uid == 0 {
-            return Ok(ActAs { saved_groups: None });
+        if unsafe { libc::geteuid() } != 0 {
+            return Ok(ActAs { saved: None });
         }
-        let mut saved = vec![0 as libc::gid_t; 256];
-        // SAFETY: `saved` is writable for 256 entries.
-        let n = unsafe { libc::getgroups(saved.len() as libc::c_int, saved.as_mut_ptr()) };
-        saved.truncate(usize::try_from(n).unwrap_or(0));
-        set_thread_groups(&id.groups)?;
-        let guard = ActAs {
-            saved_groups: Some(saved),
+        // SAFETY: a count of 0 only asks how many groups there are.
+        let n = cvt(unsafe { libc::getgroups(0, std::ptr::null_mut()) })?;
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        // SAFETY: `groups` is writable for `n` entries.
+        let n = cvt(unsafe { libc::getgroups(n, groups.as_mut_ptr()) })?;
+        groups.truncate(n as usize);
+        // SAFETY: getfsuid/getfsgid do not exist; setfs*(-1) changes
+        // nothing (an invalid id) and returns the current value.
+        let (uid, gid) = unsafe {
+            (
+                libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32,
+                libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32,
+            )
         };
-        // SAFETY: per-thread identity switch; restored in Drop.
-        unsafe {
-            libc::syscall(libc::SYS_setfsgid, id.gid);
-            libc::syscall(libc::SYS_setfsuid, id.uid);
-        }
+        let guard = ActAs {
+            saved: Some(Saved { uid, gid, groups }),
+        };
+        // Groups and gid first: once fsuid is not 0 the thread has lost
+        // the capabilities it needs to change them.
+        set_thread_groups(&id.groups)?;
+        set_fs_id(libc::SYS_setfsgid, id.gid, "setfsgid")?;
+        set_fs_id(libc::SYS_setfsuid, id.uid, "setfsuid")?;
         Ok(guard)
     }
 }
 
 impl Drop for ActAs {
     fn drop(&mut self) {
-        if let Some(groups) = self.saved_groups.take() {
-            // SAFETY: per-thread identity switch back to root's.
-            unsafe {
-                libc::syscall(libc::SYS_setfsuid, 0);
-                libc::syscall(libc::SYS_setfsgid, 0);
-            }
-            if let Err(e) = set_thread_groups(&groups) {
-                log::error!("cannot restore the daemon's groups: {e}");
+        if let Some(s) = self.saved.take() {
+            let back = set_fs_id(libc::SYS_setfsuid, s.uid, "setfsuid")
+                .and_then(|_| set_fs_id(libc::SYS_setfsgid, s.gid, "setfsgid"))
+                .and_then(|_| set_thread_groups(&s.groups));
+            if let Err(e) = back {
+                log::error!("cannot return to the daemon's own identity: {e}");
             }
         }
+    }
+}
+
+thread_local! {
+    /// Whether this thread has its own umask (and cwd/root): `Umask`
+    /// unshares them from the other threads the first time.
+    static OWN_FS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While alive, this thread's umask is the caller's, so that BACKING's own
+/// filesystem applies it exactly as natively: only when the new file's
+/// directory has no default ACL (with one, the ACL decides and the umask is
+/// ignored). The kernel leaves the umask to us because the daemon asks for
+/// POSIX ACLs (and FUSE_DONT_MASK); virtiofsd does the same.
+pub struct Umask {
+    old: libc::mode_t,
+}
+
+impl Umask {
+    pub fn set(mask: u32) -> io::Result<Umask> {
+        if !OWN_FS.with(|o| o.get()) {
+            // SAFETY: unshare(CLONE_FS) gives this thread its own copy of
+            // umask, cwd and root; no memory is involved.
+            cvt(unsafe { libc::unshare(libc::CLONE_FS) })?;
+            OWN_FS.with(|o| o.set(true));
+        }
+        // SAFETY: umask cannot fail; after the unshare it is this thread's.
+        let old = unsafe { libc::umask((mask & 0o777) as libc::mode_t) };
+        Ok(Umask { old })
+    }
+}
+
+impl Drop for Umask {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`.
+        unsafe { libc::umask(self.old) };
     }
 }
