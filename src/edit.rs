@@ -499,6 +499,26 @@ impl Journal {
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
         let entry = self.dir.join(&name);
+        if std::os::unix::fs::MetadataExt::nlink(&file.metadata()?) == 0 {
+            // Deleted (or replaced by a rename in BACKING) while open: no
+            // name will show it after a crash, so there is nothing to make
+            // all-or-nothing — and an unlinked inode cannot be linked into
+            // the journal. Stage the tail in an unnamed file and copy it.
+            let staged = entry.with_extension("tail");
+            let mut tail = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&staged)?;
+            fs::remove_file(&staged)?;
+            {
+                let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);
+                fill(&mut w)?;
+                w.flush()?;
+            }
+            return apply(file, offset, &mut tail);
+        }
         let commit = self.dir.join(format!("{name}.commit"));
         fs::create_dir(&entry)?;
         let result = (|| {

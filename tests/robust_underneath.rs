@@ -140,7 +140,7 @@ fn check_handle(what: &str, f: &mut fs::File, vs: &[Vec<u8>]) {
     f.read_to_end(&mut all)
         .unwrap_or_else(|e| panic!("{what}: read to EOF: {e}"));
     assert!(
-        vs.iter().any(|v| *v == all),
+        vs.contains(&all),
         "{what}: read to EOF ({} bytes) is no single version (lengths {:?})",
         all.len(),
         vs.iter().map(Vec::len).collect::<Vec<_>>()
@@ -158,9 +158,10 @@ fn name(c: Change) -> String {
 
 fn matrix_mount() -> Mount {
     // attr_timeout=0: the kernel asks for fresh attributes before reads,
+    // and entry_timeout=0 for a fresh lookup of a name replaced by rename,
     // so its page cache of the old version is dropped once the change is
     // visible; what remains to test is the daemon.
-    Mount::new(&["attr_timeout=0"], |b| {
+    Mount::new(&["attr_timeout=0", "entry_timeout=0"], |b| {
         for (i, c) in CHANGES.iter().enumerate() {
             fs::write(b.join(name(*c)), old_bytes(i as u64 + 1)).unwrap();
         }
@@ -233,7 +234,14 @@ fn writes_through_a_handle_opened_before_a_change_last_writer_wins() {
             (Change::Rename, Some(n)) => {
                 // The write went to the old, replaced inode; the new file
                 // is untouched.
-                assert!(fs::read(m.b(&name(*c))).unwrap() == *n, "{what}");
+                let now = fs::read(m.b(&name(*c))).unwrap();
+                assert!(
+                    now == *n,
+                    "{what}: BACKING's new file changed ({} bytes, was {}; first difference at {:?})",
+                    now.len(),
+                    n.len(),
+                    now.iter().zip(n.iter()).position(|(a, b)| a != b)
+                );
                 assert!(
                     fs::read(m.m(&name(*c))).unwrap() == expected_view(n),
                     "{what}"
