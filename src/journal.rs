@@ -671,6 +671,22 @@ impl Journal {
         offset: u64,
         fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> io::Result<()> {
+        if fstat(file.as_fd()).map_err(nix_io)?.st_nlink == 0 {
+            // Deleted (or replaced by a rename in BACKING) while open: no
+            // name shows it after a crash, so there is nothing to make
+            // all-or-nothing, and an unlinked inode cannot be linked into
+            // the journal. Stage the tail in an unnamed file and copy it.
+            let flags = OFlag::O_RDWR | OFlag::O_TMPFILE | OFlag::O_CLOEXEC;
+            let fd = openat(self.dir()?, ".", flags, Mode::from_bits_truncate(0o600))
+                .map_err(nix_io)?;
+            let mut tail = File::from(fd);
+            {
+                let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);
+                fill(&mut w)?;
+                w.flush()?;
+            }
+            return apply(file, offset, &tail);
+        }
         let (dir, name, entry, tail) = self.prepare(file, offset, fill)?;
         // Committed: from here on a kill is finished at the next mount.
         apply(file, offset, &tail)?;

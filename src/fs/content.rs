@@ -19,9 +19,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 use crate::codec::MAGIC;
 use crate::index::{read_view_at, OffsetIndex};
@@ -86,6 +88,9 @@ pub struct FileState {
     /// The stamp at the last open, to keep the kernel's page cache
     /// (FOPEN_KEEP_CACHE) only while the backing file is unchanged.
     last_open: Mutex<Option<Stamp>>,
+    /// Held while the file is classified (its head read, maybe a scan), so
+    /// two requests for one cold file scan it once.
+    scan: Mutex<()>,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,6 +104,7 @@ impl FileState {
             content: RwLock::new(Content::default()),
             class: Mutex::new(None),
             last_open: Mutex::new(None),
+            scan: Mutex::new(()),
         }
     }
 
@@ -151,6 +157,131 @@ impl FileState {
         }
     }
 
+    /// What the file open as `file` holds now: its stamp and, when it is
+    /// corrected, the index built from exactly that stamp; returned with the
+    /// content lock held shared, so the mount's own writes cannot change it
+    /// meanwhile. A stamp the state does not know (BACKING changed the file
+    /// behind the mount's back) is learned first, under the lock held alone:
+    /// an index is never applied to bytes it was not built from. `second`
+    /// opens a readable descriptor when `file` is write-only.
+    pub fn current<'a>(
+        &'a self,
+        cache: &IndexCache,
+        file: &File,
+        second: impl Fn() -> io::Result<File>,
+    ) -> Result<(
+        RwLockReadGuard<'a, Content>,
+        Stamp,
+        Option<Arc<OffsetIndex>>,
+    )> {
+        for _ in 0..4 {
+            let content = self.content.read().unwrap_or_else(PoisonError::into_inner);
+            let st = super::sys::fstat(file.as_fd()).map_err(io)?;
+            let stamp = Stamp::of(&st);
+            if (st.st_size as u64) < DATA_START {
+                return Ok((content, stamp, None));
+            }
+            match &content.view {
+                Some((s, index)) if *s == stamp => {
+                    let index = index.clone();
+                    return Ok((content, stamp, Some(index)));
+                }
+                None if self.known_class(&stamp) == Some(Class::Raw) => {
+                    return Ok((content, stamp, None));
+                }
+                _ => {}
+            }
+            drop(content);
+            let mut content = self.content.write().unwrap_or_else(PoisonError::into_inner);
+            let st = super::sys::fstat(file.as_fd()).map_err(io)?;
+            let stamp = Stamp::of(&st);
+            let learned;
+            let second_file;
+            let reader = match has_magic(file) {
+                Ok(m) => {
+                    learned = m;
+                    file
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    second_file = second().map_err(io)?;
+                    learned = has_magic(&second_file).map_err(io)?;
+                    &second_file
+                }
+                Err(e) => return Err(io(e)),
+            };
+            self.learn(&mut content, cache, reader, stamp, learned)?;
+        }
+        log::warn!("a file keeps changing in BACKING while it is read; the read fails with EIO");
+        Err(super::error::Errno::EIO)
+    }
+
+    /// Records what the file is at `stamp` (under the content lock).
+    fn learn(
+        &self,
+        content: &mut Content,
+        cache: &IndexCache,
+        reader: &File,
+        stamp: Stamp,
+        corrected: bool,
+    ) -> Result<()> {
+        if corrected {
+            let index = index_for(cache, reader, stamp)?;
+            self.remember_class(
+                stamp,
+                Class::Corrected {
+                    view_len: index.view_len(),
+                    lossless: index.lossless(),
+                },
+            );
+            content.view = Some((stamp, index));
+        } else {
+            self.remember_class(stamp, Class::Raw);
+            content.view = None;
+        }
+        Ok(())
+    }
+
+    /// The class of a regular file whose backing state is `st`, learned
+    /// through a fresh descriptor from `open` when not known for its stamp:
+    /// the head is read (a file starting with a hole is raw, unread), and a
+    /// corrected file is scanned (holes skipped) unless its index is cached.
+    /// One classification per file at a time; a second caller waits and
+    /// takes the first one's answer.
+    pub fn classify(
+        &self,
+        cache: &IndexCache,
+        st: &libc::stat,
+        open: impl FnOnce() -> io::Result<File>,
+    ) -> Result<Class> {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < DATA_START {
+            return Ok(Class::Raw);
+        }
+        let stamp = Stamp::of(st);
+        if let Some(c) = self.known_class(&stamp) {
+            return Ok(c);
+        }
+        let _one = relock(&self.scan);
+        if let Some(c) = self.known_class(&stamp) {
+            return Ok(c);
+        }
+        let file = open().map_err(io)?;
+        // One page for the head, not a readahead window: the read must not
+        // bring more of the file (unwritten extents) into the page cache.
+        advise(&file, libc::POSIX_FADV_RANDOM);
+        let class = if has_magic(&file).map_err(io)? {
+            advise(&file, libc::POSIX_FADV_SEQUENTIAL);
+            let index = index_for(cache, &file, stamp)?;
+            Class::Corrected {
+                view_len: index.view_len(),
+                lossless: index.lossless(),
+            }
+        } else {
+            Class::Raw
+        };
+        self.remember_class(stamp, class);
+        Ok(class)
+    }
+
     /// Forgets the last-open stamp (after the mount itself changed content).
     pub fn content_changed(&self) {
         *relock(&self.last_open) = None;
@@ -164,22 +295,22 @@ impl Default for FileState {
     }
 }
 
-/// Reads a file from a position without moving any file offset.
-struct PosReader<'a> {
-    file: &'a File,
-    pos: u64,
-}
-
-impl Read for PosReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-/// Whether `file` begins with the magic number.
+/// Whether `file` begins with the magic number. A file whose first data
+/// is not at offset 0 (a hole, or unwritten extents after `fallocate`)
+/// starts with NUL bytes, so it cannot: nothing is read then, which keeps
+/// the read from pulling unwritten extents into the page cache (where ext4
+/// would then report them as data to SEEK_DATA/SEEK_HOLE).
 pub fn has_magic(file: &File) -> io::Result<bool> {
+    // SAFETY: lseek on a descriptor we borrow; only positioned I/O is done
+    // on it, so moving its offset changes nothing.
+    let first_data = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_DATA) };
+    if first_data != 0 {
+        let e = io::Error::last_os_error();
+        if first_data > 0 || e.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(false);
+        }
+        // EINVAL/EOPNOTSUPP: the filesystem does not say; read.
+    }
     let mut head = [0u8; MAGIC.len()];
     let mut got = 0;
     while got < head.len() {
@@ -193,13 +324,54 @@ pub fn has_magic(file: &File) -> io::Result<bool> {
     Ok(head == MAGIC)
 }
 
-/// Builds the index of a corrected file by one scan of its bytes.
+/// Builds the index of a corrected file by one scan of its bytes, holes
+/// skipped.
 pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
-    // The index reads in large chunks itself: no buffer (and copy) between.
-    OffsetIndex::build(PosReader {
-        file,
-        pos: DATA_START,
-    })
+    OffsetIndex::build_file(file, DATA_START, u64::MAX)
+}
+
+fn advise(file: &File, advice: libc::c_int) {
+    // SAFETY: posix_fadvise on a descriptor we own; it is only a hint.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+}
+
+/// Files larger than this whose class is not known are classified on the
+/// scan threads (a scan of a dense file costs about a millisecond per MiB),
+/// so the FUSE workers stay free for other requests.
+pub const SCAN_INLINE: u64 = 8 << 20;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A few threads for long scans; the request's reply goes with the job.
+pub struct ScanPool {
+    tx: Mutex<mpsc::Sender<Job>>,
+}
+
+impl ScanPool {
+    pub fn new(threads: usize) -> io::Result<ScanPool> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("scan-{i}"))
+                .spawn(move || loop {
+                    let job = relock(&rx).recv();
+                    let Ok(job) = job else { break };
+                    // A panicking job drops its reply, which answers EIO;
+                    // the hook has logged it; the thread goes on.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                })?;
+        }
+        Ok(ScanPool { tx: Mutex::new(tx) })
+    }
+
+    /// Queues `job`; runs it here if the pool is gone.
+    pub fn run(&self, job: impl FnOnce() + Send + 'static) {
+        if let Err(mpsc::SendError(job)) = relock(&self.tx).send(Box::new(job)) {
+            job();
+        }
+    }
 }
 
 fn index_cost(index: &OffsetIndex) -> usize {

@@ -258,6 +258,11 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
     // background, where stderr is /dev/null).
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // A panic inside a request is logged once, with the request's
+        // operation and path, by `error::guard`, which answers it EIO.
+        if super::error::stash_panic(info) {
+            return;
+        }
         log::error!("BUG: {info}");
         default_hook(info);
     }));

@@ -6,6 +6,7 @@
 //! EIO, … reach the caller as they are); errors without an OS code (bad
 //! bytes on disk, a bug) become EIO and are logged here, never a panic.
 
+use std::cell::{Cell, RefCell};
 use std::io;
 
 pub use fuser::Errno;
@@ -38,12 +39,72 @@ pub fn io(e: io::Error) -> Errno {
     errno(&e)
 }
 
+thread_local! {
+    /// Whether this thread runs a request under [`guard`].
+    static IN_REQUEST: Cell<bool> = const { Cell::new(false) };
+    /// The message of a panic caught by [`guard`], with its location.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// The last line of defence: runs one request's `work`; a panic in it (a
+/// bug) answers the request EIO and logs one line, `BUG: <op> <path>:
+/// <panic message>`, and the session goes on. `name` gives the path (it is
+/// only called then).
+pub fn guard<T>(
+    op: &str,
+    name: impl FnOnce() -> String,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let outer = IN_REQUEST.with(|c| c.replace(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+    IN_REQUEST.with(|c| c.set(outer));
+    match r {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = LAST_PANIC
+                .with(|p| p.borrow_mut().take())
+                .unwrap_or_else(|| {
+                    payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "panic".into())
+                });
+            log::error!(
+                "BUG: {op} {}: {msg} (the request failed with EIO; the mount goes on)",
+                name()
+            );
+            Err(Errno::EIO)
+        }
+    }
+}
+
+/// For the panic hook: true when [`guard`] will report this panic (its
+/// message is kept for that), false when the hook must log it itself.
+pub fn stash_panic(info: &std::panic::PanicHookInfo<'_>) -> bool {
+    if !IN_REQUEST.with(Cell::get) {
+        return false;
+    }
+    let msg = info.to_string().replace('\n', " ");
+    LAST_PANIC.with(|p| *p.borrow_mut() = Some(msg));
+    true
+}
+
 /// Writes to a corrected file are not supported yet (issue 4).
 pub const READ_ONLY_VIEW: Errno = Errno::EROFS;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_in_a_request_is_eio_and_the_thread_goes_on() {
+        let r: Result<()> = guard("read", || "a/b.txt".into(), || panic!("boom"));
+        assert_eq!(r.unwrap_err().code(), libc::EIO);
+        let r = guard("read", || unreachable!(), || Ok(7));
+        assert_eq!(r.unwrap(), 7);
+        assert!(!IN_REQUEST.with(Cell::get));
+    }
 
     #[test]
     fn os_codes_pass_through() {

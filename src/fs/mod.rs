@@ -49,13 +49,14 @@ mod write;
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, FileHandle, Filesystem, Generation, INodeNo, InitFlags,
+    AccessFlags, BsdFileFlags, FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 pub use daemon::{run, Config, Failure};
@@ -68,9 +69,12 @@ use options::Options;
 
 /// The filesystem: shared by all worker threads (every field is `Sync`).
 pub struct CutFs {
-    inodes: InodeTable,
+    /// Shared with the scan threads (`scans`), as is `cache`.
+    inodes: Arc<InodeTable>,
     handles: HandleTable,
-    cache: IndexCache,
+    cache: Arc<IndexCache>,
+    /// Threads that classify large files, so FUSE workers stay free.
+    scans: content::ScanPool,
     /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`,
     /// created on first use, never on a read-only mount).
     journal: crate::journal::Journal,
@@ -80,6 +84,10 @@ pub struct CutFs {
 }
 
 const GEN: Generation = Generation(0);
+
+/// Threads scanning large files whose class is not known yet: at most this
+/// many scans run at once; more wait in a queue, not in FUSE workers.
+const SCAN_THREADS: usize = 2;
 
 impl CutFs {
     /// A filesystem serving the directory behind `root` (an `O_PATH`
@@ -93,9 +101,10 @@ impl CutFs {
         Ok(CutFs {
             journal,
             newfiles: opts.newfiles,
-            inodes: InodeTable::new(root)?,
+            inodes: Arc::new(InodeTable::new(root)?),
             handles: HandleTable::default(),
-            cache: IndexCache::new(opts.index_cache),
+            cache: Arc::new(IndexCache::new(opts.index_cache)),
+            scans: content::ScanPool::new(SCAN_THREADS)?,
             attr_ttl: opts.attr_timeout,
             entry_ttl: opts.entry_timeout,
         })
@@ -116,6 +125,54 @@ impl CutFs {
             Ok(a) => reply.entry_with_ttls(&self.attr_ttl, &self.entry_ttl, &a, GEN),
             Err(e) => reply.error(e),
         }
+    }
+}
+
+impl CutFs {
+    /// Runs one request's work under `error::guard`: a panic answers EIO
+    /// and is logged with `op` and the path of `ino`; the session goes on.
+    fn guard<T>(&self, op: &str, ino: u64, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        error::guard(op, || self.name_of_ino(ino), work)
+    }
+
+    /// Finishes a lookup whose file needs a long scan on the scan threads.
+    fn entry_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyEntry) {
+        let cache = self.cache.clone();
+        let inodes = self.inodes.clone();
+        let (attr_ttl, entry_ttl) = (self.attr_ttl, self.entry_ttl);
+        self.scans.run(move || {
+            let ino = inode.ino;
+            let r = error::guard(
+                "lookup",
+                || format!("inode {ino}"),
+                || ops::classify(&cache, &inode, &st).map(|c| ops::attr_with(&inode, &st, c)),
+            );
+            match r {
+                Ok(a) => reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GEN),
+                Err(e) => {
+                    inodes.forget(ino, 1);
+                    reply.error(e)
+                }
+            }
+        });
+    }
+
+    /// Finishes a getattr whose file needs a long scan on the scan threads.
+    fn attr_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyAttr) {
+        let cache = self.cache.clone();
+        let ttl = self.attr_ttl;
+        self.scans.run(move || {
+            let ino = inode.ino;
+            let r = error::guard(
+                "getattr",
+                || format!("inode {ino}"),
+                || ops::classify(&cache, &inode, &st).map(|c| ops::attr_with(&inode, &st, c)),
+            );
+            match r {
+                Ok(a) => reply.attr(&ttl, &a),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 }
 
@@ -157,16 +214,39 @@ impl Filesystem for CutFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.reply_entry(self.lookup(parent.0, name), reply);
+        let r = self.guard("lookup", parent.0, || {
+            let (inode, st) = self.lookup_inode(parent.0, name)?;
+            if CutFs::needs_scan(&inode, &st) {
+                return Ok(Err((inode, st)));
+            }
+            Ok(Ok(self.entry(inode, &st)?))
+        });
+        match r {
+            Ok(Err((inode, st))) => self.entry_later(inode, st, reply),
+            Ok(Ok(a)) => self.reply_entry(Ok(a), reply),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        CutFs::forget(self, ino.0, nlookup);
+        let _ = self.guard("forget", ino.0, || {
+            CutFs::forget(self, ino.0, nlookup);
+            Ok(())
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match CutFs::getattr(self, ino.0) {
-            Ok(a) => reply.attr(&self.attr_ttl, &a),
+        let r = self.guard("getattr", ino.0, || {
+            let inode = self.inodes.get(ino.0)?;
+            let st = inode.stat()?;
+            if CutFs::needs_scan(&inode, &st) {
+                return Ok(Err((inode, st)));
+            }
+            Ok(Ok(self.attr(&inode, &st)?))
+        });
+        match r {
+            Ok(Err((inode, st))) => self.attr_later(inode, st, reply),
+            Ok(Ok(a)) => reply.attr(&self.attr_ttl, &a),
             Err(e) => reply.error(e),
         }
     }
@@ -190,14 +270,16 @@ impl Filesystem for CutFs {
         reply: ReplyAttr,
     ) {
         let fh = fh.map(|f| f.0);
-        match CutFs::setattr(self, ino.0, mode, uid, gid, size, atime, mtime, fh) {
+        match self.guard("setattr", ino.0, || {
+            CutFs::setattr(self, ino.0, mode, uid, gid, size, atime, mtime, fh)
+        }) {
             Ok(a) => reply.attr(&self.attr_ttl, &a),
             Err(e) => reply.error(e),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match CutFs::readlink(self, ino.0) {
+        match self.guard("readlink", ino.0, || CutFs::readlink(self, ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
@@ -214,7 +296,9 @@ impl Filesystem for CutFs {
         reply: ReplyEntry,
     ) {
         self.reply_entry(
-            CutFs::mknod(self, req, parent.0, name, mode, umask, rdev),
+            self.guard("mknod", parent.0, || {
+                CutFs::mknod(self, req, parent.0, name, mode, umask, rdev)
+            }),
             reply,
         );
     }
@@ -228,16 +312,28 @@ impl Filesystem for CutFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(CutFs::mkdir(self, req, parent.0, name, mode, umask), reply);
+        self.reply_entry(
+            self.guard("mkdir", parent.0, || {
+                CutFs::mkdir(self, req, parent.0, name, mode, umask)
+            }),
+            reply,
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(CutFs::unlink(self, parent.0, name, 0), reply);
+        empty(
+            self.guard("unlink", parent.0, || {
+                CutFs::unlink(self, parent.0, name, 0)
+            }),
+            reply,
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
-            CutFs::unlink(self, parent.0, name, libc::AT_REMOVEDIR),
+            self.guard("rmdir", parent.0, || {
+                CutFs::unlink(self, parent.0, name, libc::AT_REMOVEDIR)
+            }),
             reply,
         );
     }
@@ -251,7 +347,9 @@ impl Filesystem for CutFs {
         reply: ReplyEntry,
     ) {
         self.reply_entry(
-            CutFs::symlink(self, req, parent.0, link_name, target),
+            self.guard("symlink", parent.0, || {
+                CutFs::symlink(self, req, parent.0, link_name, target)
+            }),
             reply,
         );
     }
@@ -267,7 +365,9 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         empty(
-            CutFs::rename(self, parent.0, name, newparent.0, newname, flags.bits()),
+            self.guard("rename", parent.0, || {
+                CutFs::rename(self, parent.0, name, newparent.0, newname, flags.bits())
+            }),
             reply,
         );
     }
@@ -280,11 +380,16 @@ impl Filesystem for CutFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.reply_entry(CutFs::link(self, ino.0, newparent.0, newname), reply);
+        self.reply_entry(
+            self.guard("link", ino.0, || {
+                CutFs::link(self, ino.0, newparent.0, newname)
+            }),
+            reply,
+        );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match CutFs::open(self, ino.0, flags.0) {
+        match self.guard("open", ino.0, || CutFs::open(self, ino.0, flags.0)) {
             Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
             Err(e) => reply.error(e),
         }
@@ -293,7 +398,7 @@ impl Filesystem for CutFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -301,7 +406,7 @@ impl Filesystem for CutFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match CutFs::read(self, fh.0, offset, size) {
+        match self.guard("read", ino.0, || CutFs::read(self, fh.0, offset, size)) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e),
         }
@@ -310,7 +415,7 @@ impl Filesystem for CutFs {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -319,7 +424,7 @@ impl Filesystem for CutFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match CutFs::write(self, fh.0, offset, data) {
+        match self.guard("write", ino.0, || CutFs::write(self, fh.0, offset, data)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -340,30 +445,36 @@ impl Filesystem for CutFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        CutFs::release(self, fh.0);
+        let _ = self.guard("release", ino.0, || {
+            CutFs::release(self, fh.0);
+            Ok(())
+        });
         reply.ok();
     }
 
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(CutFs::fsync(self, fh.0, datasync), reply);
+        empty(
+            self.guard("fsync", ino.0, || CutFs::fsync(self, fh.0, datasync)),
+            reply,
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match CutFs::opendir(self, ino.0) {
+        match self.guard("opendir", ino.0, || CutFs::opendir(self, ino.0)) {
             Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(e),
         }
@@ -372,13 +483,15 @@ impl Filesystem for CutFs {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = CutFs::readdir(self, fh.0, offset, |next, e| {
-            reply.add(INodeNo(e.ino), next, e.kind, &e.name)
+        let r = self.guard("readdir", ino.0, || {
+            CutFs::readdir(self, fh.0, offset, |next, e| {
+                reply.add(INodeNo(e.ino), next, e.kind, &e.name)
+            })
         });
         match r {
             Ok(()) => reply.ok(),
@@ -389,7 +502,7 @@ impl Filesystem for CutFs {
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
@@ -405,18 +518,20 @@ impl Filesystem for CutFs {
             Ok(a) => a,
             Err(e) => return reply.error(e),
         };
-        let r = CutFs::readdirplus(self, fh.0, offset, |next, e, attr| match attr {
-            None => reply.add(
-                INodeNo(dir.ino),
-                next,
-                &e.name,
-                &self.attr_ttl,
-                &dir_attr,
-                GEN,
-            ),
-            Some(Ok(a)) => reply.add(a.ino, next, &e.name, &self.entry_ttl, &a, GEN),
-            // Gone since the listing was read: skip it.
-            Some(Err(_)) => false,
+        let r = self.guard("readdirplus", ino.0, || {
+            CutFs::readdirplus(self, fh.0, offset, |next, e, attr| match attr {
+                None => reply.add(
+                    INodeNo(dir.ino),
+                    next,
+                    &e.name,
+                    &self.attr_ttl,
+                    &dir_attr,
+                    GEN,
+                ),
+                Some(Ok(a)) => reply.add(a.ino, next, &e.name, &self.entry_ttl, &a, GEN),
+                // Gone since the listing was read: skip it.
+                Some(Err(_)) => false,
+            })
         });
         match r {
             Ok(()) => reply.ok(),
@@ -427,28 +542,34 @@ impl Filesystem for CutFs {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        CutFs::releasedir(self, fh.0);
+        let _ = self.guard("releasedir", ino.0, || {
+            CutFs::releasedir(self, fh.0);
+            Ok(())
+        });
         reply.ok();
     }
 
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(CutFs::fsync(self, fh.0, datasync), reply);
+        empty(
+            self.guard("fsyncdir", ino.0, || CutFs::fsync(self, fh.0, datasync)),
+            reply,
+        );
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match CutFs::statfs(self) {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.guard("statfs", ino.0, || CutFs::statfs(self)) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -473,11 +594,18 @@ impl Filesystem for CutFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty(CutFs::setxattr(self, req, ino.0, name, value, flags), reply);
+        empty(
+            self.guard("setxattr", ino.0, || {
+                CutFs::setxattr(self, req, ino.0, name, value, flags)
+            }),
+            reply,
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match CutFs::getxattr(self, ino.0, name, size) {
+        match self.guard("getxattr", ino.0, || {
+            CutFs::getxattr(self, ino.0, name, size)
+        }) {
             Ok(ops::XattrReply::Size(n)) => reply.size(n),
             Ok(ops::XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(e),
@@ -485,7 +613,9 @@ impl Filesystem for CutFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match CutFs::listxattr(self, req, ino.0, size) {
+        match self.guard("listxattr", ino.0, || {
+            CutFs::listxattr(self, req, ino.0, size)
+        }) {
             Ok(ops::XattrReply::Size(n)) => reply.size(n),
             Ok(ops::XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(e),
@@ -493,11 +623,21 @@ impl Filesystem for CutFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(CutFs::removexattr(self, req, ino.0, name), reply);
+        empty(
+            self.guard("removexattr", ino.0, || {
+                CutFs::removexattr(self, req, ino.0, name)
+            }),
+            reply,
+        );
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        empty(CutFs::access(self, req, ino.0, mask.bits()), reply);
+        empty(
+            self.guard("access", ino.0, || {
+                CutFs::access(self, req, ino.0, mask.bits())
+            }),
+            reply,
+        );
     }
 
     fn create(
@@ -510,7 +650,9 @@ impl Filesystem for CutFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match CutFs::create(self, req, parent.0, name, mode, umask, flags) {
+        match self.guard("create", parent.0, || {
+            CutFs::create(self, req, parent.0, name, mode, umask, flags)
+        }) {
             Ok((a, fh, fl)) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(fh), fl),
             Err(e) => reply.error(e),
         }
@@ -519,26 +661,47 @@ impl Filesystem for CutFs {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(CutFs::fallocate(self, fh.0, offset, length, mode), reply);
+        empty(
+            self.guard("fallocate", ino.0, || {
+                CutFs::fallocate(self, fh.0, offset, length, mode)
+            }),
+            reply,
+        );
+    }
+
+    /// No ioctl is supported: ENOTTY (what isatty() expects), quietly.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        log::debug!("ioctl {cmd:#x} on inode {}: not supported (ENOTTY)", ino.0);
+        reply.error(fuser::Errno::ENOTTY);
     }
 
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match CutFs::lseek(self, fh.0, offset, whence) {
+        match self.guard("lseek", ino.0, || CutFs::lseek(self, fh.0, offset, whence)) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
         }

@@ -108,68 +108,105 @@ fn is_journal(parent: u64, name: &OsStr) -> bool {
     parent == super::inodes::ROOT && crate::journal::is_internal(name)
 }
 
+/// The class of a regular file in state `st` (cached per stamp); a free
+/// function so that the scan threads can run it.
+pub(super) fn classify(
+    cache: &content::IndexCache,
+    inode: &Inode,
+    st: &libc::stat,
+) -> Result<Class> {
+    if !inode.is_reg() || (st.st_size as u64) < MAGIC.len() as u64 {
+        return Ok(Class::Raw);
+    }
+    inode.state().classify(cache, st, || {
+        sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
+            .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
+    })
+}
+
+/// FUSE attributes of `inode` in state `st` and class `class`.
+pub(super) fn attr_with(inode: &Inode, st: &libc::stat, class: Class) -> FileAttr {
+    let size = match class {
+        Class::Raw => st.st_size as u64,
+        Class::Corrected { view_len, .. } => view_len,
+    };
+    let mut a = attr::from_stat(inode.ino, st, size);
+    if inode.ino == super::inodes::ROOT {
+        a.ino = fuser::INodeNo(super::inodes::ROOT);
+    }
+    a
+}
+
 impl CutFs {
     /// The class of a regular file in state `st` (cached per stamp).
     pub(super) fn class(&self, inode: &Inode, st: &libc::stat) -> Result<Class> {
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < MAGIC.len() as u64 {
-            return Ok(Class::Raw);
-        }
-        let stamp = Stamp::of(st);
-        let state = inode.state();
-        if let Some(c) = state.known_class(&stamp) {
-            return Ok(c);
-        }
-        let file = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
-            .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
-            .map_err(io)?;
-        let class = if content::has_magic(&file).map_err(io)? {
-            let index = content::index_for(&self.cache, &file, stamp)?;
-            Class::Corrected {
-                view_len: index.view_len(),
-                lossless: index.lossless(),
-            }
-        } else {
-            Class::Raw
-        };
-        state.remember_class(stamp, class);
-        Ok(class)
+        classify(&self.cache, inode, st)
     }
 
     /// The attributes every reply carries: the view's size for corrected
     /// files, everything else as in BACKING.
     pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
-        let size = match self.class(inode, st)? {
-            Class::Raw => st.st_size as u64,
-            Class::Corrected { view_len, .. } => view_len,
-        };
-        let mut a = attr::from_stat(inode.ino, st, size);
-        if inode.ino == super::inodes::ROOT {
-            a.ino = fuser::INodeNo(super::inodes::ROOT);
-        }
-        Ok(a)
+        Ok(attr_with(inode, st, self.class(inode, st)?))
     }
 
-    pub(super) fn getattr(&self, ino: u64) -> Result<FileAttr> {
-        let inode = self.inodes.get(ino)?;
-        let st = inode.stat()?;
-        self.attr(&inode, &st)
+    /// Whether classifying this file may take long (a scan of a large file
+    /// not known yet): then the reply is sent from the scan threads.
+    pub(super) fn needs_scan(inode: &Inode, st: &libc::stat) -> bool {
+        inode.is_reg()
+            && st.st_size as u64 > content::SCAN_INLINE
+            && inode.state().known_class(&Stamp::of(st)).is_none()
     }
 
     /// An entry for the kernel: counts one lookup, which is given back if
     /// the attributes cannot be had.
-    fn entry(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<FileAttr> {
+    pub(super) fn entry(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<FileAttr> {
         self.attr(&inode, st)
             .inspect_err(|_| self.inodes.forget(inode.ino, 1))
     }
 
-    pub(super) fn lookup(&self, parent: u64, name: &OsStr) -> Result<FileAttr> {
+    /// A best-effort name for logs: the path of `inode` relative to
+    /// BACKING ("." for its root; "(deleted)" appended when unlinked), or
+    /// its number when the path cannot be had.
+    pub(super) fn name_of(&self, inode: &Inode) -> String {
+        let link = |fd: std::os::fd::BorrowedFd<'_>| {
+            let p = sys::proc_path(fd);
+            std::fs::read_link(OsStr::from_bytes(p.as_bytes())).ok()
+        };
+        let root = self
+            .inodes
+            .get(super::inodes::ROOT)
+            .ok()
+            .and_then(|r| link(r.fd()));
+        match (link(inode.fd()), root) {
+            (Some(p), Some(r)) => match p.strip_prefix(&r) {
+                Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => format!("inode {}", inode.ino),
+            },
+            _ => format!("inode {}", inode.ino),
+        }
+    }
+
+    /// `name_of` by FUSE inode number.
+    pub(super) fn name_of_ino(&self, ino: u64) -> String {
+        match self.inodes.get(ino) {
+            Ok(inode) => self.name_of(&inode),
+            Err(_) => format!("inode {ino}"),
+        }
+    }
+
+    /// The first half of a lookup: the entry, counted, without its class.
+    pub(super) fn lookup_inode(
+        &self,
+        parent: u64,
+        name: &OsStr,
+    ) -> Result<(Arc<Inode>, libc::stat)> {
         if is_journal(parent, name) {
             return Err(Errno::ENOENT);
         }
         let dir = self.inodes.get(parent)?;
         let name = sys::component(name).map_err(io)?;
-        let (inode, st) = self.inodes.lookup(&dir, &name)?;
-        self.entry(inode, &st)
+        self.inodes.lookup(&dir, &name)
     }
 
     pub(super) fn forget(&self, ino: u64, n: u64) {
@@ -505,17 +542,47 @@ impl CutFs {
     /// bytes otherwise. The per-file state, not the handle, says which: a
     /// write through any handle may change it (an empty file filled with
     /// text becomes corrected; content W cannot store makes it raw).
+    ///
+    /// A change made in BACKING behind the mount's back is seen here: the
+    /// view is served only through the index of the file's current stamp,
+    /// and a view read that raced with such a change (the stamp moved
+    /// during it) is read again, so it returns bytes of one version.
     pub(super) fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        let state = h.inode.state();
-        let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-        match &content.view {
-            Some((_, index)) => content::read_view(&h.file, index, offset, size as usize),
-            None => content::read_raw(&h.file, offset, size as usize),
+        for _ in 0..4 {
+            let (content, stamp, view) = self.current(h)?;
+            let Some(index) = view else {
+                return content::read_raw(&h.file, offset, size as usize);
+            };
+            let data = content::read_view(&h.file, &index, offset, size as usize)?;
+            let after = sys::fstat(h.file.as_fd()).map_err(io)?;
+            drop(content);
+            if Stamp::of(&after) == stamp {
+                return Ok(data);
+            }
         }
+        log::warn!(
+            "{}: changes in BACKING faster than it can be read; the read fails with EIO",
+            self.name_of(&h.inode)
+        );
+        Err(Errno::EIO)
+    }
+
+    /// The file's current state through handle `h` (see `FileState::current`).
+    fn current<'a>(
+        &self,
+        h: &'a FileHandle,
+    ) -> Result<(
+        std::sync::RwLockReadGuard<'a, content::Content>,
+        Stamp,
+        Option<Arc<crate::index::OffsetIndex>>,
+    )> {
+        h.inode.state().current(&self.cache, &h.file, || {
+            sys::reopen(h.inode.fd(), libc::O_RDONLY)
+        })
     }
 
     /// Refuses a change that would make a raw file begin with the magic
@@ -608,9 +675,8 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        let state = h.inode.state();
-        let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-        let Some((_, index)) = &content.view else {
+        let (_content, _, view) = self.current(h)?;
+        let Some(index) = view else {
             return sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io);
         };
         let len = i64::try_from(index.view_len()).unwrap_or(i64::MAX);

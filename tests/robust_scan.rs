@@ -1,0 +1,190 @@
+//! Scans never block other users (issue 10): index building skips holes, so
+//! a sparse 20 GiB corrected file is classified in milliseconds; scans of
+//! large dense files run off the FUSE workers, so a small `cat` by another
+//! process completes while two 2 GiB files are first stat'ed; and
+//! classification leaves what SEEK_DATA/SEEK_HOLE answer on the backing file
+//! unchanged. Times are printed, never asserted.
+
+mod support_mount;
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::process::Command;
+use std::time::Instant;
+
+use support_mount::*;
+
+const GIB: u64 = 1 << 30;
+
+fn read_at(path: &std::path::Path, off: u64, len: usize) -> Vec<u8> {
+    let f = fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; len];
+    let n = f.read_at(&mut buf, off).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn sparse_20_gib_files_are_classified_without_reading_the_holes() {
+    // A sparse corrected file made in BACKING: 1 MiB of text with growing
+    // characters at the start, 1 MiB at 10 GiB, a hole up to 20 GiB.
+    let mut a = random_disk(1 << 20, 5);
+    a.push(b'\n');
+    let mut b = random_disk(1 << 20, 6);
+    b.push(b'\n');
+    let far = 10 * GIB;
+    let len = 20 * GIB;
+    let m = Mount::new(&[], |d| {
+        let f = fs::File::create(d.join("sparse.txt")).unwrap();
+        f.write_all_at(&corrected(&a), 0).unwrap();
+        f.write_all_at(&b, far).unwrap();
+        f.set_len(len).unwrap();
+    });
+    let (va, vb) = (expected_view(&corrected(&a)), expected_view(&corrected(&b)));
+    let grow_a = (va.len() - a.len()) as u64;
+    let grow_b = (vb.len() - b.len()) as u64;
+    let t = Instant::now();
+    let size = fs::metadata(m.m("sparse.txt")).unwrap().len();
+    eprintln!("stat of a sparse 20 GiB corrected file (made in BACKING): {:?}", t.elapsed());
+    assert_eq!(size, len - 8 + grow_a + grow_b);
+    let path = m.m("sparse.txt");
+    assert_eq!(read_at(&path, 0, 4096), va[..4096]);
+    assert_eq!(read_at(&path, 5 * GIB, 4096), vec![0u8; 4096]);
+    let vfar = far - 8 + grow_a;
+    assert_eq!(read_at(&path, vfar - 100, 100), vec![0u8; 100]);
+    assert_eq!(read_at(&path, vfar, 4096), vb[..4096]);
+    assert_eq!(read_at(&path, size - 10, 100), vec![0u8; 10]);
+
+    // The same through the mount, as any user can: a one-line corrected
+    // file extended to 20 GiB by truncate.
+    fs::write(m.m("x.txt"), "x\n").unwrap();
+    assert_eq!(&fs::read(m.b("x.txt")).unwrap()[..8], &cutf8fs::codec::MAGIC);
+    let t = Instant::now();
+    let st = Command::new("truncate")
+        .args(["-s", "20G"])
+        .arg(m.m("x.txt"))
+        .status()
+        .unwrap();
+    eprintln!("truncate -s 20G through the mount: {:?}", t.elapsed());
+    assert!(st.success());
+    let t = Instant::now();
+    let size = fs::metadata(m.m("x.txt")).unwrap().len();
+    eprintln!("stat of it: {:?}", t.elapsed());
+    assert_eq!(size, 20 * GIB);
+    let path = m.m("x.txt");
+    assert_eq!(read_at(&path, 0, 4), b"x\n\0\0");
+    assert_eq!(read_at(&path, 10 * GIB, 64), vec![0u8; 64]);
+    assert_eq!(read_at(&path, 20 * GIB - 1, 64), vec![0u8; 1]);
+    // Still corrected in BACKING, and still sparse.
+    let bk = fs::metadata(m.b("x.txt")).unwrap();
+    assert_eq!(bk.len(), 20 * GIB + 8);
+    assert!(std::os::unix::fs::MetadataExt::blocks(&bk) < 1024);
+}
+
+#[test]
+fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
+    // Dense corrected text: every few bytes a character that grows.
+    let mut chunk = Vec::new();
+    while chunk.len() < (1 << 20) {
+        chunk.extend(enc(0x0800 + (chunk.len() as u32 % 0xA0)));
+        chunk.extend_from_slice(b"ab");
+    }
+    chunk.truncate(1 << 20);
+    // Cut at a unit boundary: 4 bytes per (2-byte unit + "ab").
+    let chunk_view = expected_view(&corrected(&chunk)).len() as u64;
+    let n_chunks = 2048u64;
+    let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
+    let m = Mount::new(&[], |d| {
+        for name in ["big1.txt", "big2.txt"] {
+            let mut f = std::io::BufWriter::new(fs::File::create(d.join(name)).unwrap());
+            f.write_all(&cutf8fs::codec::MAGIC).unwrap();
+            for _ in 0..n_chunks {
+                f.write_all(&chunk).unwrap();
+            }
+            f.flush().unwrap();
+        }
+        fs::write(d.join("small.txt"), &small).unwrap();
+    });
+    let want_big = n_chunks * chunk_view;
+    let t0 = Instant::now();
+    let stats: Vec<_> = ["big1.txt", "big2.txt"]
+        .into_iter()
+        .map(|n| {
+            let p = m.m(n);
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let len = fs::metadata(&p).map(|md| md.len());
+                (len, t.elapsed(), Instant::now())
+            })
+        })
+        .collect();
+    // Let both stats reach the daemon first.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = Instant::now();
+    let out = Command::new("cat").arg(m.m("small.txt")).output().unwrap();
+    let cat_time = t.elapsed();
+    let cat_done = Instant::now();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, expected_view(&small));
+    let mut last_stat = t0;
+    for (i, h) in stats.into_iter().enumerate() {
+        let (len, took, done) = h.join().unwrap();
+        eprintln!("stat of 2 GiB dense file {}: {took:?}", i + 1);
+        assert_eq!(len.unwrap(), want_big);
+        last_stat = last_stat.max(done);
+    }
+    // The behaviour: the scans did not hold the workers the cat needed,
+    // so it did not wait for them (a 2 GiB scan takes about a second).
+    assert!(
+        cat_done < last_stat,
+        "the small cat waited until the big scans were done"
+    );
+    eprintln!(
+        "cat of a small file meanwhile: {cat_time:?} (all done after {:?})",
+        t0.elapsed()
+    );
+    drop(m); // the big files go with the temp dir
+}
+
+fn seek(f: &fs::File, whence: i32) -> i64 {
+    // SAFETY: lseek on an open descriptor.
+    unsafe { libc::lseek(f.as_raw_fd(), 0, whence) }
+}
+
+#[test]
+fn classification_leaves_seek_hole_as_it_was() {
+    let m = Mount::new(&[], |_| {});
+    // fallocate of a new file: unwritten extents, which ext4 reports as a
+    // hole — until something reads them into the page cache.
+    let st = Command::new("fallocate")
+        .args(["-l", "1M"])
+        .arg(m.b("f"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // And a file with 4 KiB of data followed by unwritten extents.
+    fs::write(m.b("g"), vec![b'a'; 4096]).unwrap();
+    let g = fs::OpenOptions::new().write(true).open(m.b("g")).unwrap();
+    // SAFETY: fallocate on an open descriptor (KEEP_SIZE off: extends).
+    assert_eq!(unsafe { libc::fallocate(g.as_raw_fd(), 0, 4096, 1 << 20) }, 0);
+    g.sync_all().unwrap();
+    drop(g);
+    for name in ["f", "g"] {
+        let before = {
+            let f = fs::File::open(m.b(name)).unwrap();
+            (seek(&f, libc::SEEK_DATA), seek(&f, libc::SEEK_HOLE))
+        };
+        let md = fs::metadata(m.m(name)).unwrap();
+        assert_eq!(md.len(), fs::metadata(m.b(name)).unwrap().len());
+        let after = {
+            let f = fs::File::open(m.b(name)).unwrap();
+            (seek(&f, libc::SEEK_DATA), seek(&f, libc::SEEK_HOLE))
+        };
+        assert_eq!(
+            before, after,
+            "{name}: SEEK_DATA/SEEK_HOLE changed by one stat through the mount"
+        );
+    }
+}
