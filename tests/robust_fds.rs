@@ -12,7 +12,6 @@
 mod support_mount;
 
 use std::fs;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
@@ -126,72 +125,100 @@ fn ls_l_of_3000_files_lists_every_entry() {
     assert!(fds <= IDLE_BOUND, "the daemon holds {fds} descriptors");
 }
 
-/// While callers hold nearly all of the daemon's descriptors (open files),
-/// a listing either lists every entry or fails with an errno, and the
-/// daemon says so in its log; once the files are closed it works again.
+/// Whether one line of the daemon's log holds both `a` and `b`.
+fn logged(m: &Mount, a: &str, b: &str) -> bool {
+    m.log_text().lines().any(|l| l.contains(a) && l.contains(b))
+}
+
+/// `ls -l` of a 3 000-entry directory: exit 0 with every entry, or a
+/// failure that says why — never exit 0 with fewer lines.
+fn ls_l_complete_or_loud(m: &Mount, when: &str) -> bool {
+    let o = sh("ls -l \"$1\"", &[&m.m("big/d000")]);
+    let lines = String::from_utf8_lossy(&o.stdout).lines().count();
+    println!("ls -l {when}: {lines} lines, {}", show(&o));
+    if o.status.success() {
+        assert_eq!(
+            lines, 3001,
+            "ls -l {when} exited 0 but printed {lines} lines"
+        );
+        return true;
+    }
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Too many open files"),
+        "ls -l {when} failed without saying why: {}",
+        show(&o)
+    );
+    assert!(
+        logged(m, "big", "descriptors"),
+        "ls -l {when} failed and the daemon did not log why:\n{}",
+        m.log_text()
+    );
+    false
+}
+
+/// A process holding up to `n` files open through the mount (each its own
+/// open, so its own descriptor in the daemon) until killed. Returns it and
+/// how many it opened, with its stderr so far.
+fn holder(file: &Path, n: usize) -> (std::process::Child, usize, String) {
+    use std::io::{BufRead, Read};
+    let script = "n=0; while [ $n -lt $2 ]; do exec {fd}<\"$1\" || break; n=$((n+1)); done; \
+                  echo $n; exec 2>&-; read x";
+    let mut c = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg("bash")
+        .arg(file)
+        .arg(n.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let opened = line.trim().parse().unwrap_or(0);
+    (c, opened, err)
+}
+
+/// While callers hold all of the daemon's descriptors (files open through
+/// the mount), an open fails with EMFILE and a log line naming the file, a
+/// listing lists every entry or fails with the errno (and a log line); once
+/// files are closed listings work again (the inode cache gives way).
 #[test]
-fn exhausted_descriptors_fail_a_listing_loudly_never_shorten_it() {
+fn exhausted_descriptors_fail_loudly_never_shorten_a_listing() {
     let _g = serial();
     let m = Mount::new(&[], |b| {
         make_tree(b, "big", 1, 3000);
         fs::write(b.join("held"), b"x").unwrap();
     });
-    // The test process has 1024 descriptors too: 1000 open files leave it
-    // room for its own pipes.
-    let mut held = Vec::new();
-    let mut open_err = None;
-    for _ in 0..1000 {
-        match fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOATIME)
-            .open(m.m("held"))
-            .or_else(|_| fs::File::open(m.m("held")))
-        {
-            Ok(f) => held.push(f),
-            Err(e) => {
-                open_err = Some(e);
-                break;
-            }
-        }
-    }
+    // Two processes (each may hold 1024): the daemon runs out first.
+    let (mut a, na, err_a) = holder(&m.m("held"), 900);
+    assert_eq!(na, 900, "the first 900 opens: {err_a}");
+    let (mut b, nb, err_b) = holder(&m.m("held"), 900);
     println!(
-        "opened {} files through the mount (then: {open_err:?}); daemon holds {}",
-        held.len(),
+        "opened {na} + {nb} files through the mount ({}); the daemon holds {}",
+        err_b.trim(),
         daemon_fds(&m)
     );
-    if let Some(e) = &open_err {
-        // An open the daemon could not serve is an errno, and logged.
-        assert_eq!(e.raw_os_error(), Some(libc::EMFILE), "{e}");
-    }
-    let o = sh("ls -l \"$1\"", &[&m.m("big/d000")]);
-    let lines = String::from_utf8_lossy(&o.stdout).lines().count();
-    println!("ls -l with descriptors exhausted: {lines} lines, {}", show(&o));
-    if o.status.success() {
-        assert_eq!(lines, 3001, "ls -l exited 0 but printed {lines} lines");
-    } else {
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains("Too many open files"),
-            "ls failed without saying why: {}",
-            show(&o)
-        );
-        let log = m.log_text();
-        assert!(
-            log.contains("big/d000") && log.contains("descriptors"),
-            "the daemon did not log the exhausted descriptors:\n{log}"
-        );
-    }
-    if open_err.is_some() {
-        let log = m.log_text();
-        assert!(
-            log.contains("held") && log.contains("descriptors"),
-            "the refused open is not in the log:\n{log}"
-        );
-    }
-    drop(held);
-    let o = sh("ls -l \"$1\"", &[&m.m("big/d000")]);
-    let lines = String::from_utf8_lossy(&o.stdout).lines().count();
-    assert!(o.status.success(), "ls -l after closing: {}", show(&o));
-    assert_eq!(lines, 3001, "ls -l after closing printed {lines} lines");
+    assert!(nb < 900, "the daemon served more opens than its limit");
+    assert!(err_b.contains("Too many open files"), "{err_b}");
+    assert!(
+        logged(&m, "] held: ", "descriptors"),
+        "the refused open is not in the log:\n{}",
+        m.log_text()
+    );
+    ls_l_complete_or_loud(&m, "with no descriptor left");
+    let _ = b.kill();
+    let _ = b.wait();
+    ls_l_complete_or_loud(&m, &format!("with {nb} descriptors free"));
+    let _ = a.kill();
+    let _ = a.wait();
+    assert!(ls_l_complete_or_loud(&m, "after closing the files"));
+    assert!(ls_l_complete_or_loud(&m, "again"));
 }
 
 /// A 100 000-file `tar -x` into an empty mount, then `ls -lR`, `du -a` and
