@@ -22,6 +22,8 @@ pub struct FileHandle {
     pub file: File,
     /// Open for writing (O_WRONLY/O_RDWR from the caller).
     pub write: bool,
+    /// Keeps the inode's descriptor open while the file is (`inodes`).
+    pub _pin: super::inodes::Pinned,
 }
 
 /// One directory entry as read at opendir (or at a rewind).

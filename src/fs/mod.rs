@@ -528,9 +528,7 @@ impl Filesystem for CutFs {
                     &dir_attr,
                     GEN,
                 ),
-                Some(Ok(a)) => reply.add(a.ino, next, &e.name, &self.entry_ttl, &a, GEN),
-                // Gone since the listing was read: skip it.
-                Some(Err(_)) => false,
+                Some(a) => reply.add(a.ino, next, &e.name, &self.entry_ttl, a, GEN),
             })
         });
         match r {

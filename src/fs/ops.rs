@@ -119,8 +119,10 @@ pub(super) fn classify(
         return Ok(Class::Raw);
     }
     inode.state().classify(cache, st, || {
-        sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
-            .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
+        inode
+            .open(libc::O_RDONLY | libc::O_NOATIME)
+            .or_else(|_| inode.open(libc::O_RDONLY))
+            .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
     })
 }
 
@@ -164,27 +166,10 @@ impl CutFs {
             .inspect_err(|_| self.inodes.forget(inode.ino, 1))
     }
 
-    /// A best-effort name for logs: the path of `inode` relative to
-    /// BACKING ("." for its root; "(deleted)" appended when unlinked), or
-    /// its number when the path cannot be had.
+    /// A name for logs: the path relative to BACKING under which the inode
+    /// table last saw `inode` (`Inode::path`).
     pub(super) fn name_of(&self, inode: &Inode) -> String {
-        let link = |fd: std::os::fd::BorrowedFd<'_>| {
-            let p = sys::proc_path(fd);
-            std::fs::read_link(OsStr::from_bytes(p.as_bytes())).ok()
-        };
-        let root = self
-            .inodes
-            .get(super::inodes::ROOT)
-            .ok()
-            .and_then(|r| link(r.fd()));
-        match (link(inode.fd()), root) {
-            (Some(p), Some(r)) => match p.strip_prefix(&r) {
-                Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
-                Ok(rel) => rel.display().to_string(),
-                Err(_) => format!("inode {}", inode.ino),
-            },
-            _ => format!("inode {}", inode.ino),
-        }
+        inode.path()
     }
 
     /// `name_of` by FUSE inode number.
@@ -231,7 +216,7 @@ impl CutFs {
         {
             let _mask = umask.map(with_umask).transpose()?;
             let _as = act_as(req)?;
-            make(dir.fd(), &cname).map_err(io)?;
+            make(dir.fd()?.as_fd(), &cname).map_err(io)?;
         }
         let (inode, st) = self.inodes.lookup(&dir, &cname)?;
         self.entry(inode, &st)
@@ -286,7 +271,7 @@ impl CutFs {
         let dir = self.inodes.get(newparent)?;
         let cname = sys::component(newname).map_err(io)?;
         self.keeping_content(&inode, || {
-            sys::linkat(inode.fd(), dir.fd(), &cname).map_err(io)
+            sys::linkat(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname).map_err(io)
         })?;
         let (inode, st) = self.inodes.lookup(&dir, &cname)?;
         self.entry(inode, &st)
@@ -298,7 +283,7 @@ impl CutFs {
         }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
-        sys::unlinkat(dir.fd(), &cname, flags).map_err(io)
+        sys::unlinkat(dir.fd()?.as_fd(), &cname, flags).map_err(io)
     }
 
     pub(super) fn rename(
@@ -316,12 +301,18 @@ impl CutFs {
         let to = self.inodes.get(newparent)?;
         let old = sys::component(name).map_err(io)?;
         let new = sys::component(newname).map_err(io)?;
-        sys::renameat2(from.fd(), &old, to.fd(), &new, flags).map_err(io)
+        sys::renameat2(from.fd()?.as_fd(), &old, to.fd()?.as_fd(), &new, flags).map_err(io)?;
+        // Reopening by name follows the inodes to their new names.
+        self.inodes.renamed(&to, &new);
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            self.inodes.renamed(&from, &old);
+        }
+        Ok(())
     }
 
     pub(super) fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let inode = self.inodes.get(ino)?;
-        sys::readlink(inode.fd()).map_err(io)
+        sys::readlink(inode.fd()?.as_fd()).map_err(io)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -340,14 +331,18 @@ impl CutFs {
         if uid.is_some() || gid.is_some() || mode.is_some() {
             self.keeping_content(&inode, || {
                 if uid.is_some() || gid.is_some() {
-                    sys::chown(inode.fd(), uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX))
-                        .map_err(io)?;
+                    sys::chown(
+                        inode.fd()?.as_fd(),
+                        uid.unwrap_or(u32::MAX),
+                        gid.unwrap_or(u32::MAX),
+                    )
+                    .map_err(io)?;
                 }
                 if let Some(mode) = mode {
                     if inode.fmt == libc::S_IFLNK {
                         return Err(Errno::EOPNOTSUPP);
                     }
-                    sys::chmod(inode.fd(), mode & 0o7777).map_err(io)?;
+                    sys::chmod(inode.fd()?.as_fd(), mode & 0o7777).map_err(io)?;
                 }
                 Ok(())
             })?;
@@ -357,8 +352,11 @@ impl CutFs {
         }
         if atime.is_some() || mtime.is_some() {
             self.keeping_content(&inode, || {
-                sys::utimens(inode.fd(), &[attr::timespec(atime), attr::timespec(mtime)])
-                    .map_err(io)
+                sys::utimens(
+                    inode.fd()?.as_fd(),
+                    &[attr::timespec(atime), attr::timespec(mtime)],
+                )
+                .map_err(io)
             })?;
         }
         let st = inode.stat()?;
@@ -378,7 +376,7 @@ impl CutFs {
         match handle.as_deref() {
             Some(Handle::File(h)) if h.write => self.set_size(&state, &h.file, size),
             _ => {
-                let file = sys::reopen(inode.fd(), libc::O_RDWR).map_err(io)?;
+                let file = inode.open(libc::O_RDWR)?;
                 self.set_size(&state, &file, size)
             }
         }
@@ -396,8 +394,10 @@ impl CutFs {
                 Errno::EINVAL
             });
         }
+        // Pinned first: a file unlinked while open keeps its descriptor.
+        let pin = inode.pin()?;
         let file = self.open_file(&inode, flags)?;
-        self.new_file_handle(inode, file, flags)
+        self.new_file_handle(inode, pin, file, flags)
     }
 
     fn open_file(&self, inode: &Inode, flags: i32) -> Result<std::fs::File> {
@@ -414,16 +414,17 @@ impl CutFs {
         if flags & libc::O_ACCMODE == libc::O_WRONLY {
             // A readable descriptor lets the view (and issue 4) read too.
             let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
-            if let Ok(f) = sys::reopen(inode.fd(), rw) {
+            if let Ok(f) = inode.open(rw) {
                 return Ok(f);
             }
         }
-        sys::reopen(inode.fd(), flags).map_err(io)
+        inode.open(flags)
     }
 
     fn new_file_handle(
         &self,
         inode: Arc<Inode>,
+        pin: super::inodes::Pinned,
         file: std::fs::File,
         flags: i32,
     ) -> Result<(u64, FopenFlags)> {
@@ -443,7 +444,7 @@ impl CutFs {
             && match content::has_magic(&file) {
                 Ok(m) => m,
                 Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    second = sys::reopen(inode.fd(), libc::O_RDONLY).map_err(io)?;
+                    second = inode.open(libc::O_RDONLY)?;
                     reader = &second;
                     content::has_magic(reader).map_err(io)?
                 }
@@ -473,9 +474,12 @@ impl CutFs {
         content.open += 1;
         let keep = state.opened_at(stamp);
         drop(content);
-        let fh = self
-            .handles
-            .insert(Handle::File(FileHandle { inode, file, write }));
+        let fh = self.handles.insert(Handle::File(FileHandle {
+            inode,
+            file,
+            write,
+            _pin: pin,
+        }));
         let mut flags = FopenFlags::empty();
         if keep {
             flags |= FopenFlags::FOPEN_KEEP_CACHE;
@@ -511,25 +515,38 @@ impl CutFs {
         } else {
             asked
         };
+        let dir_fd = dir.fd()?;
         let fd = {
             let _mask = with_umask(umask)?;
             let _as = act_as(req)?;
             let mode = mode & 0o7777;
-            match sys::openat(dir.fd(), &cname, oflags, mode) {
+            match sys::openat(dir_fd.as_fd(), &cname, oflags, mode) {
                 // An existing file the caller may write but not read.
                 Err(e) if upgraded && e.raw_os_error() == Some(libc::EACCES) => {
-                    sys::openat(dir.fd(), &cname, asked, mode).map_err(io)?
+                    sys::openat(dir_fd.as_fd(), &cname, asked, mode).map_err(io)?
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    log::warn!(
+                        "{}: cannot create or open: out of file descriptors ({e}); close \
+                         files open through the mount, or raise the daemon's limit (ulimit -n)",
+                        dir.path_of(name)
+                    );
+                    return Err(io(e));
                 }
                 r => r.map_err(io)?,
             }
         };
+        drop(dir_fd);
         let file = std::fs::File::from(fd);
         let path_fd = sys::reopen(file.as_fd(), libc::O_PATH).map_err(io)?;
         let st = sys::fstat(file.as_fd()).map_err(io)?;
-        let inode = self.inodes.insert(path_fd.into(), &st);
+        let inode = self.inodes.insert(path_fd.into(), &st, &dir, &cname);
         let ino = inode.ino;
         let attr = self.entry(inode.clone(), &st)?;
-        match self.new_file_handle(inode, file, flags) {
+        let handle = inode
+            .pin()
+            .and_then(|pin| self.new_file_handle(inode, pin, file, flags));
+        match handle {
             Ok((fh, fl)) => Ok((attr, fh, fl)),
             Err(e) => {
                 self.inodes.forget(ino, 1);
@@ -581,7 +598,9 @@ impl CutFs {
         Option<Arc<crate::index::OffsetIndex>>,
     )> {
         h.inode.state().current(&self.cache, &h.file, || {
-            sys::reopen(h.inode.fd(), libc::O_RDONLY)
+            h.inode
+                .open(libc::O_RDONLY)
+                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
         })
     }
 
@@ -592,7 +611,7 @@ impl CutFs {
             return Ok(());
         }
         let head = content::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
-            let r = sys::reopen(h.inode.fd(), libc::O_RDONLY).map_err(io)?;
+            let r = h.inode.open(libc::O_RDONLY)?;
             content::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
         })?;
         match head_after(&head, offset, data) {
@@ -696,7 +715,7 @@ impl CutFs {
     /// the mount invalidate the kernel's cache themselves).
     pub(super) fn opendir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
-        let dir = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
+        let dir = inode.open(libc::O_RDONLY | libc::O_DIRECTORY)?;
         let st = sys::fstat(dir.as_fd()).map_err(io)?;
         let mut flags = FopenFlags::FOPEN_CACHE_DIR;
         if inode.state().opened_at(Stamp::of(&st)) {
@@ -766,7 +785,7 @@ impl CutFs {
         };
         let mut entries = d.entries();
         if offset == 0 {
-            *entries = Self::list(d)?;
+            *entries = self.listed(d)?;
         }
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         for (i, e) in entries.iter().enumerate().skip(start) {
@@ -779,15 +798,21 @@ impl CutFs {
 
     /// readdirplus: like `readdir`, but `add(next, entry, attr)` also gets
     /// the entry's attributes (None for "." and "..", which the kernel does
-    /// not enter; an error for a name gone since the listing was read).
-    /// Every `Ok` attribute counts one lookup; when `add` says the reply is
-    /// full, that lookup and those of entries prepared but not sent are
-    /// given back here.
+    /// not enter). Every attribute sent counts one lookup; when `add` says
+    /// the reply is full, that lookup and those of entries prepared but not
+    /// sent are given back here.
+    ///
+    /// No entry is dropped silently: a name gone since the listing was read
+    /// (ENOENT) is left out, as readdir racing an unlink would; any other
+    /// failure (out of descriptors or memory, EIO, …) is logged with the
+    /// path and ends the reply before that entry, so the kernel asks again
+    /// from there and the caller gets the errno (at once if it is the first
+    /// entry of a reply).
     pub(super) fn readdirplus(
         &self,
         fh: u64,
         offset: u64,
-        mut add: impl FnMut(u64, &DirEntry, Option<Result<FileAttr>>) -> bool,
+        mut add: impl FnMut(u64, &DirEntry, Option<&FileAttr>) -> bool,
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
         let Handle::Dir(d) = &*h else {
@@ -795,42 +820,81 @@ impl CutFs {
         };
         let mut entries = d.entries();
         if offset == 0 {
-            *entries = Self::list(d)?;
+            *entries = self.listed(d)?;
         }
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(entries.len());
         let end = start.saturating_add(PLUS_BATCH).min(entries.len());
         let mut prepared = self.plus_batch(&d.inode, &entries[start..end]).into_iter();
+        let mut sent = 0usize;
+        let mut failed = None;
         for (i, e) in entries.iter().enumerate().skip(start) {
             let r = match prepared.next() {
                 Some(r) => r,
                 None => self.plus_entry(&d.inode, e),
             };
-            let sent_ino = match &r {
-                Some(Ok(a)) => Some(a.ino.0),
-                _ => None,
+            let attr = match r {
+                None => None,
+                Some(Ok(a)) => Some(a),
+                Some(Err(Errno::ENOENT)) => continue,
+                Some(Err(err)) => {
+                    log::warn!(
+                        "{}: listing with attributes failed ({}); the listing ends \
+                         there with that error{}",
+                        d.inode.path_of(&e.name),
+                        std::io::Error::from_raw_os_error(err.code()),
+                        if matches!(err, Errno::EMFILE | Errno::ENFILE) {
+                            ": out of file descriptors — close files open through the \
+                             mount, or raise the daemon's limit (ulimit -n)"
+                        } else {
+                            ""
+                        }
+                    );
+                    failed = Some(err);
+                    break;
+                }
             };
-            if add(i as u64 + 1, e, r) {
-                if let Some(ino) = sent_ino {
-                    self.inodes.forget(ino, 1);
+            if add(i as u64 + 1, e, attr.as_ref()) {
+                if let Some(a) = attr {
+                    self.inodes.forget(a.ino.0, 1);
                 }
                 break;
             }
+            sent += 1;
         }
         for r in prepared {
             if let Some(Ok(a)) = r {
                 self.inodes.forget(a.ino.0, 1);
             }
         }
-        Ok(())
+        match failed {
+            Some(err) if sent == 0 => Err(err),
+            _ => Ok(()),
+        }
+    }
+
+    /// The listing of a directory handle, read afresh; a failure is logged
+    /// with the path when it is for want of descriptors or memory.
+    fn listed(&self, d: &DirHandle) -> Result<Vec<DirEntry>> {
+        Self::list(d).inspect_err(|err| {
+            if matches!(*err, Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM) {
+                log::warn!(
+                    "{}: cannot read the directory: {} (out of file descriptors or \
+                     memory; close files open through the mount, or raise the daemon's \
+                     limit with ulimit -n)",
+                    d.inode.path(),
+                    std::io::Error::from_raw_os_error(err.code())
+                );
+            }
+        })
     }
 
     /// Looks a batch of entries up; the regular files whose class is not
     /// known yet (a cold cache: each needs its first bytes read and maybe an
     /// index built) are classified on a few threads at once, so a cold
     /// `ls -l` or `find` waits for the disk in parallel, not file by file.
-    fn plus_batch(&self, dir: &Inode, batch: &[DirEntry]) -> Vec<Option<Result<FileAttr>>> {
+    fn plus_batch(&self, dir: &Arc<Inode>, batch: &[DirEntry]) -> Vec<Option<Result<FileAttr>>> {
         let looked: Vec<Looked> = batch
             .iter()
             .map(|e| {
@@ -879,7 +943,7 @@ impl CutFs {
 
     /// The entry for one name in `dir` (counting one lookup), or None for
     /// "." and "..".
-    fn plus_entry(&self, dir: &Inode, e: &DirEntry) -> Option<Result<FileAttr>> {
+    fn plus_entry(&self, dir: &Arc<Inode>, e: &DirEntry) -> Option<Result<FileAttr>> {
         let b = e.name.as_bytes();
         if b == b"." || b == b".." {
             return None;
@@ -903,7 +967,7 @@ impl CutFs {
 
     pub(super) fn statfs(&self) -> Result<libc::statvfs> {
         let root = self.inodes.get(super::inodes::ROOT)?;
-        sys::fstatvfs(root.fd()).map_err(io)
+        sys::fstatvfs(root.fd()?.as_fd()).map_err(io)
     }
 
     /// Sets an xattr as the caller (the kernel has checked the caller may;
@@ -921,7 +985,7 @@ impl CutFs {
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
             let _as = act_as(req)?;
-            sys::setxattr(inode.fd(), &name, value, flags).map_err(io)
+            sys::setxattr(inode.fd()?.as_fd(), &name, value, flags).map_err(io)
         })
     }
 
@@ -949,7 +1013,8 @@ impl CutFs {
         let inode = self.inodes.get(ino)?;
         let acl = is_acl_name(name.as_bytes());
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
-        Self::xattr_reply(size, |buf| sys::getxattr(inode.fd(), &name, buf)).map_err(|e| {
+        let fd = inode.fd()?;
+        Self::xattr_reply(size, |buf| sys::getxattr(fd.as_fd(), &name, buf)).map_err(|e| {
             if acl && e == Errno::EOPNOTSUPP {
                 Errno::ENODATA
             } else {
@@ -963,14 +1028,15 @@ impl CutFs {
     /// one without CAP_SYS_ADMIN.
     pub(super) fn listxattr(&self, req: &Request, ino: u64, size: u32) -> Result<XattrReply> {
         let inode = self.inodes.get(ino)?;
+        let fd = inode.fd()?;
         if sys::has_sys_admin(req.pid(), req.uid()) {
-            return Self::xattr_reply(size, |buf| sys::listxattr(inode.fd(), buf));
+            return Self::xattr_reply(size, |buf| sys::listxattr(fd.as_fd(), buf));
         }
         let mut all = Vec::new();
         loop {
-            let n = sys::listxattr(inode.fd(), &mut []).map_err(io)?;
+            let n = sys::listxattr(fd.as_fd(), &mut []).map_err(io)?;
             all.resize(n, 0);
-            match sys::listxattr(inode.fd(), &mut all) {
+            match sys::listxattr(fd.as_fd(), &mut all) {
                 Ok(n) => {
                     all.truncate(n);
                     break;
@@ -1000,7 +1066,7 @@ impl CutFs {
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
             let _as = act_as(req)?;
-            sys::removexattr(inode.fd(), &name).map_err(io)
+            sys::removexattr(inode.fd()?.as_fd(), &name).map_err(io)
         })
     }
 
