@@ -305,6 +305,22 @@ fn acl_changed_in_backing_counts_after_attr_timeout() {
     root_sh("setfacl -b \"$1/f\"", &m.backing);
     std::thread::sleep(std::time::Duration::from_millis(1600));
     assert_eq!(read(&m.m("f")), "ok", "the ACL removed in BACKING");
+    // A grant, and a directory that stops being searchable.
+    root_sh(
+        "mkdir \"$1/d\"; printf x > \"$1/d/g\"; chmod 600 \"$1/d/g\"; chmod 755 \"$1/d\"",
+        &m.backing,
+    );
+    assert_eq!(read(&m.m("d/g")), "Permission denied");
+    root_sh("setfacl -m u:cutf8t-a:r-- \"$1/d/g\"", &m.backing);
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    assert_eq!(read(&m.m("d/g")), "ok", "a grant set in BACKING");
+    root_sh("setfacl -m u:cutf8t-a:r-- \"$1/d\"", &m.backing);
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    assert_eq!(
+        read(&m.m("d/g")),
+        "Permission denied",
+        "search taken away in BACKING"
+    );
 }
 
 /// Default ACLs are inherited by what is created through the mount exactly
