@@ -305,6 +305,22 @@ fn acl_changed_in_backing_counts_after_attr_timeout() {
     root_sh("setfacl -b \"$1/f\"", &m.backing);
     std::thread::sleep(std::time::Duration::from_millis(1600));
     assert_eq!(read(&m.m("f")), "ok", "the ACL removed in BACKING");
+    // A grant, and a directory that stops being searchable.
+    root_sh(
+        "mkdir \"$1/d\"; printf x > \"$1/d/g\"; chmod 600 \"$1/d/g\"; chmod 755 \"$1/d\"",
+        &m.backing,
+    );
+    assert_eq!(read(&m.m("d/g")), "Permission denied");
+    root_sh("setfacl -m u:cutf8t-a:r-- \"$1/d/g\"", &m.backing);
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    assert_eq!(read(&m.m("d/g")), "ok", "a grant set in BACKING");
+    root_sh("setfacl -m u:cutf8t-a:r-- \"$1/d\"", &m.backing);
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    assert_eq!(
+        read(&m.m("d/g")),
+        "Permission denied",
+        "search taken away in BACKING"
+    );
 }
 
 /// Default ACLs are inherited by what is created through the mount exactly
@@ -590,4 +606,59 @@ fn xattr_names_visible_as_natively() {
         bad.len(),
         bad.join("\n")
     );
+}
+
+/// A daemon whose switch of identity does not take (here: root without
+/// CAP_SETUID, so setfsuid changes nothing and says nothing) must not
+/// create as itself: the request fails with EIO and the log says why.
+#[test]
+fn an_identity_switch_that_does_not_take_fails_with_eio() {
+    for n in [A, B, C] {
+        user(n);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("cutf8fs-test-")
+        .tempdir()
+        .unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (backing, mnt, log) = (
+        dir.path().join("backing"),
+        dir.path().join("mnt"),
+        dir.path().join("daemon.log"),
+    );
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    fs::set_permissions(&backing, fs::Permissions::from_mode(0o777)).unwrap();
+    let out = fs::File::create(&log).unwrap();
+    let mut child = Command::new("setpriv")
+        .args(["--bounding-set=-setuid", "--"])
+        .arg(support_mount::BIN)
+        .arg("-f")
+        .arg(&backing)
+        .arg(&mnt)
+        .args(["-o", "allow_other"])
+        .env("RUST_LOG", "info")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("setpriv cutf8fs");
+    let up = support_mount::wait_for(20.0, || support_mount::is_mounted(&mnt));
+    let text = || fs::read_to_string(&log).unwrap_or_default();
+    let a = user(A);
+    let create = sh_as(a, ": > \"$1/f\"", &[mnt.as_os_str()]);
+    let mkdir = sh_as(a, "mkdir \"$1/d\"", &[mnt.as_os_str()]);
+    let root = sh_with(0, 0, &[], ": > \"$1/r\"", &[mnt.as_os_str()]);
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    let _ = child.wait();
+    assert!(up, "the daemon did not mount: {}", text());
+    assert_eq!(outcome(&create), "Input/output error", "log: {}", text());
+    assert_eq!(outcome(&mkdir), "Input/output error", "log: {}", text());
+    assert!(!backing.join("f").exists() && !backing.join("d").exists());
+    assert!(
+        text().contains("did not take effect"),
+        "no log line saying why: {}",
+        text()
+    );
+    // Root's own requests need no switch of user and still work.
+    assert_eq!(outcome(&root), "ok", "log: {}", text());
 }
