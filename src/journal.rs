@@ -17,10 +17,15 @@
 //!   file, so the entry finds the inode again whatever its names), `tail`
 //!   (the new tail, 0600) and `meta` (0600): the offset, the tail's length and
 //!   checksum, the target's device and inode, BACKING root's device and inode,
-//!   and, for messages only, the file's path when it was written. It counts
-//!   only once renamed to `*.commit` after everything in it is durable:
-//!   before that the file was not touched and the entry is dropped; after it
-//!   the copy is (re)done at the next mount and the entry removed.
+//!   and, for messages only, the file's path when it was written.
+//!   (The target's size and times are not part of the identity: the hard
+//!   link and a copy cut short change them, and a replay must still run.)
+//!   An entry counts only once renamed to `*.commit` after everything in
+//!   it is durable: before that the file was not touched and the entry is
+//!   dropped; after it the copy is (re)done at the next mount and the
+//!   entry removed. Each rewrite first checks that the name still refers
+//!   to the directory in use (its owner may rename it), so an entry always
+//!   sits where the next mount looks.
 //! * At start every entry is checked before anything is done: directories
 //!   and files owned by the daemon, not symlinks, private modes, one link
 //!   for `tail` and `meta`, and for a committed entry the identity in `meta`
@@ -451,13 +456,27 @@ impl Journal {
                             meta.target.1
                         )));
                     }
-                    apply(&target, meta.offset, &tail)?;
+                    let context = |e: io::Error| {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "{}: finishing the interrupted rewrite of {file}: {e}",
+                                epath.display()
+                            ),
+                        )
+                    };
+                    apply(&target, meta.offset, &tail).map_err(context)?;
                     log::warn!("journal: finished an interrupted rewrite of {file}");
                     replayed += 1;
-                    retire(dir, &f)?;
+                    retire(dir, &f).map_err(context)?;
                 }
                 State::Open | State::Done if self.read_only => {}
-                State::Open | State::Done => remove_entry(dir, &f)?,
+                State::Open | State::Done => remove_entry(dir, &f).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("{}: removing an unfinished entry: {e}", epath.display()),
+                    )
+                })?,
             }
         }
         Ok(replayed)
