@@ -17,10 +17,15 @@
 //!   file, so the entry finds the inode again whatever its names), `tail`
 //!   (the new tail, 0600) and `meta` (0600): the offset, the tail's length and
 //!   checksum, the target's device and inode, BACKING root's device and inode,
-//!   and, for messages only, the file's path when it was written. It counts
-//!   only once renamed to `*.commit` after everything in it is durable:
-//!   before that the file was not touched and the entry is dropped; after it
-//!   the copy is (re)done at the next mount and the entry removed.
+//!   and, for messages only, the file's path when it was written.
+//!   (The target's size and times are not part of the identity: the hard
+//!   link and a copy cut short change them, and a replay must still run.)
+//!   An entry counts only once renamed to `*.commit` after everything in
+//!   it is durable: before that the file was not touched and the entry is
+//!   dropped; after it the copy is (re)done at the next mount and the
+//!   entry removed. Each rewrite first checks that the name still refers
+//!   to the directory in use (its owner may rename it), so an entry always
+//!   sits where the next mount looks.
 //! * At start every entry is checked before anything is done: directories
 //!   and files owned by the daemon, not symlinks, private modes, one link
 //!   for `tail` and `meta`, and for a committed entry the identity in `meta`
@@ -39,7 +44,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
@@ -84,9 +89,9 @@ pub struct Journal {
     /// `-o ro` or a read-only BACKING: nothing is ever written.
     read_only: bool,
     /// The journal directory, once checked (at start, or when the first
-    /// rewrite created it); `create` serializes that creation.
-    dir: OnceLock<OwnedFd>,
-    create: parking_lot::Mutex<()>,
+    /// rewrite created it). Held only to look it up or replace it; each
+    /// rewrite keeps its own `Arc` of the directory it started in.
+    dir: parking_lot::Mutex<Option<Arc<OwnedFd>>>,
 }
 
 /// A refusal to start: `what` happened at `path`, `todo` says what to do.
@@ -330,8 +335,7 @@ impl Journal {
             backing,
             euid: nix::unistd::geteuid().as_raw(),
             read_only: read_only || fs_ro,
-            dir: OnceLock::new(),
-            create: parking_lot::Mutex::new(()),
+            dir: parking_lot::Mutex::new(None),
         };
         let path = j.backing.join(JOURNAL_DIR);
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -362,7 +366,7 @@ impl Journal {
         })?;
         j.recover(&dir, &path)?;
         if !j.read_only {
-            let _ = j.dir.set(dir);
+            *j.dir.lock() = Some(Arc::new(dir));
         }
         Ok(j)
     }
@@ -452,13 +456,27 @@ impl Journal {
                             meta.target.1
                         )));
                     }
-                    apply(&target, meta.offset, &tail)?;
+                    let context = |e: io::Error| {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "{}: finishing the interrupted rewrite of {file}: {e}",
+                                epath.display()
+                            ),
+                        )
+                    };
+                    apply(&target, meta.offset, &tail).map_err(context)?;
                     log::warn!("journal: finished an interrupted rewrite of {file}");
                     replayed += 1;
-                    retire(dir, &f)?;
+                    retire(dir, &f).map_err(context)?;
                 }
                 State::Open | State::Done if self.read_only => {}
-                State::Open | State::Done => remove_entry(dir, &f)?,
+                State::Open | State::Done => remove_entry(dir, &f).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("{}: removing an unfinished entry: {e}", epath.display()),
+                    )
+                })?,
             }
         }
         Ok(replayed)
@@ -477,8 +495,10 @@ impl Journal {
         let fd = openat(dir, name.as_os_str(), flags, Mode::empty())
             .map_err(|e| format!("cannot open it ({e})"))?;
         let again = fstat(&fd).map_err(|e| format!("cannot stat it ({e})"))?;
-        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) || again.st_nlink != 2 {
-            return Err("holds subdirectories or changed while checked".into());
+        // (Its link count says nothing on every filesystem — btrfs keeps 1
+        // for directories — so subdirectories are refused below by type.)
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+            return Err("changed while it was checked".into());
         }
         let mut files = Vec::new();
         let mut count = 0;
@@ -608,17 +628,31 @@ impl Journal {
         Ok((meta, target, tail))
     }
 
-    /// The journal directory, created (0700) and checked on first use.
-    fn dir(&self) -> io::Result<BorrowedFd<'_>> {
-        if let Some(fd) = self.dir.get() {
-            return Ok(fd.as_fd());
-        }
+    /// The journal directory, created (0700) and checked on first use. If
+    /// the one in use was moved or replaced since (BACKING's owner can
+    /// rename it), it is given up for whatever now has the name, checked
+    /// again: an entry must sit where the next mount will look for it.
+    fn dir(&self) -> io::Result<Arc<OwnedFd>> {
         if self.read_only {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
-        let _g = self.create.lock();
-        if let Some(fd) = self.dir.get() {
-            return Ok(fd.as_fd());
+        let path = self.backing.join(JOURNAL_DIR);
+        let mut held = self.dir.lock();
+        if let Some(fd) = held.as_ref() {
+            let named = fstatat(&self.root, JOURNAL_DIR, AtFlags::AT_SYMLINK_NOFOLLOW);
+            match (fstat(fd.as_ref()), named) {
+                (Ok(a), Ok(b)) if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) => {
+                    return Ok(fd.clone())
+                }
+                _ => {
+                    log::warn!(
+                        "{}: the journal directory was moved or replaced while mounted; \
+                         using a new one",
+                        path.display()
+                    );
+                    *held = None;
+                }
+            }
         }
         let created = match mkdirat(&self.root, JOURNAL_DIR, Mode::from_bits_truncate(0o700)) {
             Ok(()) => true,
@@ -626,7 +660,6 @@ impl Journal {
             Err(e) => return Err(nix_io(e)),
         };
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let path = self.backing.join(JOURNAL_DIR);
         let fd = match openat(&self.root, JOURNAL_DIR, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) => {
@@ -650,7 +683,9 @@ impl Journal {
         if created {
             fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
         }
-        Ok(self.dir.get_or_init(|| fd).as_fd())
+        let fd = Arc::new(fd);
+        *held = Some(fd.clone());
+        Ok(fd)
     }
 
     /// The path of `file` below BACKING (for messages), or its full path.
@@ -719,8 +754,9 @@ impl Journal {
         file: &File,
         offset: u64,
         fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-    ) -> io::Result<(BorrowedFd<'_>, String, OwnedFd, File)> {
-        let dir = self.dir()?;
+    ) -> io::Result<(Arc<OwnedFd>, String, OwnedFd, File)> {
+        let held = self.dir()?;
+        let dir: &OwnedFd = &held;
         let name = format!(
             "{}-{}",
             std::process::id(),
@@ -772,7 +808,7 @@ impl Journal {
             Ok::<File, io::Error>(tail)
         })();
         match result {
-            Ok(tail) => Ok((dir, name, entry, tail)),
+            Ok(tail) => Ok((held, name, entry, tail)),
             Err(e) => {
                 let f = Found {
                     name: OsString::from(&name),

@@ -430,10 +430,18 @@ fn slots_view(wide: &[bool]) -> Vec<u8> {
 
 /// Toggles slot `i` through the mount (a write that shifts the text).
 fn toggle(file: &File, wide: &mut [bool], i: usize) {
+    try_toggle(file, wide, i).unwrap();
+}
+
+/// Like [`toggle`]; a failed write leaves `wide` as it was.
+fn try_toggle(file: &File, wide: &mut [bool], i: usize) -> std::io::Result<()> {
     wide[i] = !wide[i];
     let view = slots_view(wide);
-    file.write_all_at(&view[3 * i..3 * i + 3], 3 * i as u64)
-        .unwrap();
+    let r = file.write_all_at(&view[3 * i..3 * i + 3], 3 * i as u64);
+    if r.is_err() {
+        wide[i] = !wide[i];
+    }
+    r
 }
 
 #[test]
@@ -513,12 +521,15 @@ fn a_journal_swapped_while_mounted_misdirects_nothing() {
     toggle(&file, &mut wide, 1);
     let md = fs::symlink_metadata(f.b(JOURNAL)).expect("the shifting write made no journal");
     assert!(md.is_dir() && md.uid() == 0 && md.mode() & 0o7777 == 0o700);
-    let stop = f.dir.path().join("stop");
     let attacker = {
-        let script = "cd \"$1\"; i=0; while [ ! -e \"$3/stop\" ]; do i=$((i+1)); \
+        // Each round: move whatever has the name away, plant a symlink to
+        // `outside`, and every other round free the name again (so the
+        // daemon makes new journals that the next round moves away).
+        let script = "cd \"$1\"; for i in $(seq 1 200); do \
              mv -T .cutf8fs-journal .cutf8fs-j$i 2>/dev/null; \
-             ln -s \"$3/outside\" .cutf8fs-journal 2>/dev/null; \
-             done; echo $i"
+             ln -s \"$3/outside\" .cutf8fs-journal; \
+             if [ $((i % 2)) = 0 ]; then rm -f .cutf8fs-journal; fi; \
+             done"
             .to_string();
         let a = f.a;
         let args = [
@@ -531,19 +542,43 @@ fn a_journal_swapped_while_mounted_misdirects_nothing() {
             sh_as(a, &script, &refs)
         })
     };
+    // A rewrite that finds the name taken by A's symlink fails (EPERM) and
+    // changes nothing; the others go through the daemon's own directory.
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    for _ in 0..400 {
+    let (mut ok, mut failed) = (0, 0);
+    while ok + failed < 400 || !attacker.is_finished() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        toggle(&file, &mut wide, (rng % 2000) as usize);
+        match try_toggle(&file, &mut wide, (rng % 2000) as usize) {
+            Ok(()) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+                failed += 1;
+            }
+        }
     }
-    fs::write(&stop, b"").unwrap();
     let out = attacker.join().unwrap();
-    eprintln!(
-        "attacker swaps: {}",
-        String::from_utf8_lossy(&out.stdout).trim()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let moved = fs::read_dir(&f.backing)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .as_bytes()
+                .starts_with(b".cutf8fs-j")
+        })
+        .count();
+    eprintln!("rewrites: {ok} done, {failed} refused; {moved} journals or symlinks moved away");
+    assert!(ok > 0, "no rewrite went through while the name was free");
+    // Once the name is free again, the daemon makes a new journal of its own.
+    f.as_a("rm -f .cutf8fs-journal");
+    toggle(&file, &mut wide, 7);
     drop(file);
 
     // Nothing appeared outside BACKING (not even for a while: the

@@ -55,7 +55,9 @@ pub enum Target {
 /// never crossing into another filesystem) and replaces every text file by
 /// its verified conversion, keeping mode, owner, times, xattrs and hard
 /// links. Everything else is left byte for byte alone and reported with the
-/// reason. Re-running is safe and finishes what a killed run left.
+/// reason, except the mount's own files (`.cutf8fs-*`), which are neither
+/// entered nor reported. Re-running is safe and finishes what a killed run
+/// left.
 ///
 /// Exit status: 0 when every file was converted or skipped, 1 when some
 /// failed, 2 on a usage error.
@@ -68,7 +70,9 @@ Split a large archive over N machines or jobs: run `cutf8 migrate --shard K/N PA
 for K = 1..N with the same PATH (see docs/migrate.md)."
 )]
 pub struct MigrateArgs {
-    /// Files and directories to convert.
+    /// Files and directories to convert. Names beginning with .cutf8fs-
+    /// (the cutf8fs mount's own files, such as its journal) are never
+    /// entered, converted or reported, at any level.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 
