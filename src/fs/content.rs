@@ -10,6 +10,20 @@
 //!   (readers share it; writers, issue 4, take it alone), the class of the
 //!   file (raw, or corrected with its view length) and, while the file is
 //!   open, its offset index.
+//! * [`FileState::current`] is how every read and lseek sees the file: a
+//!   fresh `fstat` under the content lock, and the index of exactly that
+//!   stamp (learned under the lock held alone when BACKING changed the file
+//!   behind the mount's back), so an index is never applied to bytes it was
+//!   not built from. The read itself (`ops`) checks the stamp again after
+//!   reading and reads again if it moved.
+//! * [`FileState::classify`] learns raw or corrected for `stat`: a file
+//!   whose first data is not at offset 0 (a hole, unwritten extents) is raw
+//!   unread; otherwise one page is read (no readahead, which would pull
+//!   unwritten extents into the page cache and change SEEK_HOLE's answer);
+//!   a corrected file is scanned, holes skipped, once per file at a time.
+//!   Files larger than [`SCAN_INLINE`] whose class is not known are
+//!   classified on the [`ScanPool`]'s threads, the FUSE reply going with the
+//!   job, so a long scan never holds a worker other requests need.
 //! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
