@@ -112,6 +112,8 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
             f.flush().unwrap();
         }
         fs::write(d.join("small.txt"), &small).unwrap();
+        // A large raw file: told raw by its head, never queued for a scan.
+        fs::write(d.join("video.raw"), vec![0x5Au8; 32 << 20]).unwrap();
     });
     let want_big = n_chunks * chunk_view;
     let t0 = Instant::now();
@@ -131,6 +133,10 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
     let t = Instant::now();
     let out = Command::new("cat").arg(m.m("small.txt")).output().unwrap();
     let cat_time = t.elapsed();
+    let t = Instant::now();
+    let raw_len = fs::metadata(m.m("video.raw")).unwrap().len();
+    let raw_time = t.elapsed();
+    assert_eq!(raw_len, 32 << 20);
     let cat_done = Instant::now();
     assert!(out.status.success());
     assert_eq!(out.stdout, expected_view(&small));
@@ -145,10 +151,11 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
     // so it did not wait for either of them (a 2 GiB scan takes seconds).
     assert!(
         first_stat.is_some_and(|f| cat_done < f),
-        "the small cat waited for a big scan to end"
+        "the small cat or the raw file's stat waited for a big scan to end"
     );
     eprintln!(
-        "cat of a small file meanwhile: {cat_time:?} (all done after {:?})",
+        "cat of a small file meanwhile: {cat_time:?}; stat of a 32 MiB raw file: {raw_time:?} \
+         (all done after {:?})",
         t0.elapsed()
     );
     drop(m); // the big files go with the temp dir

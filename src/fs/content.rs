@@ -267,24 +267,54 @@ impl FileState {
         st: &libc::stat,
         open: impl FnOnce() -> io::Result<File>,
     ) -> Result<Class> {
+        let class = self.learn_class(cache, st, open, true)?;
+        // With `scan`, learn_class always answers.
+        Ok(class.unwrap_or(Class::Raw))
+    }
+
+    /// Like `classify`, but never scans: None when only a scan can tell
+    /// (a corrected file whose index is not cached). Raw files, however
+    /// large, are answered by their head alone.
+    pub fn peek(
+        &self,
+        cache: &IndexCache,
+        st: &libc::stat,
+        open: impl FnOnce() -> io::Result<File>,
+    ) -> Result<Option<Class>> {
+        self.learn_class(cache, st, open, false)
+    }
+
+    fn learn_class(
+        &self,
+        cache: &IndexCache,
+        st: &libc::stat,
+        open: impl FnOnce() -> io::Result<File>,
+        scan: bool,
+    ) -> Result<Option<Class>> {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < DATA_START {
-            return Ok(Class::Raw);
+            return Ok(Some(Class::Raw));
         }
         let stamp = Stamp::of(st);
         if let Some(c) = self.known_class(&stamp) {
-            return Ok(c);
+            return Ok(Some(c));
         }
-        let _one = relock(&self.scan);
+        let _one = scan.then(|| relock(&self.scan));
         if let Some(c) = self.known_class(&stamp) {
-            return Ok(c);
+            return Ok(Some(c));
         }
         let file = open().map_err(io)?;
         // One page for the head, not a readahead window: the read must not
         // bring more of the file (unwritten extents) into the page cache.
         advise(&file, libc::POSIX_FADV_RANDOM);
         let class = if has_magic(&file).map_err(io)? {
-            advise(&file, libc::POSIX_FADV_SEQUENTIAL);
-            let index = index_for(cache, &file, stamp)?;
+            let index = match cache.get(&stamp) {
+                Some(index) => index,
+                None if !scan => return Ok(None),
+                None => {
+                    advise(&file, libc::POSIX_FADV_SEQUENTIAL);
+                    index_for(cache, &file, stamp)?
+                }
+            };
             Class::Corrected {
                 view_len: index.view_len(),
                 lossless: index.lossless(),
@@ -293,7 +323,7 @@ impl FileState {
             Class::Raw
         };
         self.remember_class(stamp, class);
-        Ok(class)
+        Ok(Some(class))
     }
 
     /// Forgets the last-open stamp (after the mount itself changed content).
