@@ -10,6 +10,20 @@
 //!   (readers share it; writers, issue 4, take it alone), the class of the
 //!   file (raw, or corrected with its view length) and, while the file is
 //!   open, its offset index.
+//! * [`FileState::current`] is how every read and lseek sees the file: a
+//!   fresh `fstat` under the content lock, and the index of exactly that
+//!   stamp (learned under the lock held alone when BACKING changed the file
+//!   behind the mount's back), so an index is never applied to bytes it was
+//!   not built from. The read itself (`ops`) checks the stamp again after
+//!   reading and reads again if it moved.
+//! * [`FileState::classify`] learns raw or corrected for `stat`: a file
+//!   whose first data is not at offset 0 (a hole, unwritten extents) is raw
+//!   unread; otherwise one page is read (no readahead, which would pull
+//!   unwritten extents into the page cache and change SEEK_HOLE's answer);
+//!   a corrected file is scanned, holes skipped, once per file at a time.
+//!   Files larger than [`SCAN_INLINE`] whose class is not known are
+//!   classified on the [`ScanPool`]'s threads, the FUSE reply going with the
+//!   job, so a long scan never holds a worker other requests need.
 //! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
@@ -253,24 +267,54 @@ impl FileState {
         st: &libc::stat,
         open: impl FnOnce() -> io::Result<File>,
     ) -> Result<Class> {
+        let class = self.learn_class(cache, st, open, true)?;
+        // With `scan`, learn_class always answers.
+        Ok(class.unwrap_or(Class::Raw))
+    }
+
+    /// Like `classify`, but never scans: None when only a scan can tell
+    /// (a corrected file whose index is not cached). Raw files, however
+    /// large, are answered by their head alone.
+    pub fn peek(
+        &self,
+        cache: &IndexCache,
+        st: &libc::stat,
+        open: impl FnOnce() -> io::Result<File>,
+    ) -> Result<Option<Class>> {
+        self.learn_class(cache, st, open, false)
+    }
+
+    fn learn_class(
+        &self,
+        cache: &IndexCache,
+        st: &libc::stat,
+        open: impl FnOnce() -> io::Result<File>,
+        scan: bool,
+    ) -> Result<Option<Class>> {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < DATA_START {
-            return Ok(Class::Raw);
+            return Ok(Some(Class::Raw));
         }
         let stamp = Stamp::of(st);
         if let Some(c) = self.known_class(&stamp) {
-            return Ok(c);
+            return Ok(Some(c));
         }
-        let _one = relock(&self.scan);
+        let _one = scan.then(|| relock(&self.scan));
         if let Some(c) = self.known_class(&stamp) {
-            return Ok(c);
+            return Ok(Some(c));
         }
         let file = open().map_err(io)?;
         // One page for the head, not a readahead window: the read must not
         // bring more of the file (unwritten extents) into the page cache.
         advise(&file, libc::POSIX_FADV_RANDOM);
         let class = if has_magic(&file).map_err(io)? {
-            advise(&file, libc::POSIX_FADV_SEQUENTIAL);
-            let index = index_for(cache, &file, stamp)?;
+            let index = match cache.get(&stamp) {
+                Some(index) => index,
+                None if !scan => return Ok(None),
+                None => {
+                    advise(&file, libc::POSIX_FADV_SEQUENTIAL);
+                    index_for(cache, &file, stamp)?
+                }
+            };
             Class::Corrected {
                 view_len: index.view_len(),
                 lossless: index.lossless(),
@@ -279,7 +323,7 @@ impl FileState {
             Class::Raw
         };
         self.remember_class(stamp, class);
-        Ok(class)
+        Ok(Some(class))
     }
 
     /// Forgets the last-open stamp (after the mount itself changed content).

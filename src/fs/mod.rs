@@ -216,7 +216,10 @@ impl Filesystem for CutFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let r = self.guard("lookup", parent.0, || {
             let (inode, st) = self.lookup_inode(parent.0, name)?;
-            if CutFs::needs_scan(&inode, &st) {
+            if self
+                .needs_scan(&inode, &st)
+                .inspect_err(|_| self.inodes.forget(inode.ino, 1))?
+            {
                 return Ok(Err((inode, st)));
             }
             Ok(Ok(self.entry(inode, &st)?))
@@ -239,7 +242,7 @@ impl Filesystem for CutFs {
         let r = self.guard("getattr", ino.0, || {
             let inode = self.inodes.get(ino.0)?;
             let st = inode.stat()?;
-            if CutFs::needs_scan(&inode, &st) {
+            if self.needs_scan(&inode, &st)? {
                 return Ok(Err((inode, st)));
             }
             Ok(Ok(self.attr(&inode, &st)?))

@@ -151,12 +151,21 @@ impl CutFs {
         Ok(attr_with(inode, st, self.class(inode, st)?))
     }
 
-    /// Whether classifying this file may take long (a scan of a large file
-    /// not known yet): then the reply is sent from the scan threads.
-    pub(super) fn needs_scan(inode: &Inode, st: &libc::stat) -> bool {
-        inode.is_reg()
-            && st.st_size as u64 > content::SCAN_INLINE
-            && inode.state().known_class(&Stamp::of(st)).is_none()
+    /// Whether classifying this file may take long (a scan of a large
+    /// corrected file whose index is not cached): then the reply is sent
+    /// from the scan threads. Large raw files are told by their head here.
+    pub(super) fn needs_scan(&self, inode: &Inode, st: &libc::stat) -> Result<bool> {
+        if !inode.is_reg()
+            || st.st_size as u64 <= content::SCAN_INLINE
+            || inode.state().known_class(&Stamp::of(st)).is_some()
+        {
+            return Ok(false);
+        }
+        let known = inode.state().peek(&self.cache, st, || {
+            sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
+                .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
+        })?;
+        Ok(known.is_none())
     }
 
     /// An entry for the kernel: counts one lookup, which is given back if

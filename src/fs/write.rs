@@ -131,12 +131,21 @@ impl CutFs {
                         self.changed(state, &mut content, &h.file, Some(next))?;
                     }
                     Outcome::Unstorable(m) => {
+                        let name = self.name_of(&h.inode);
+                        if let Err(e) = self.to_raw(h, &index, offset, data) {
+                            log::warn!(
+                                "{name}: {}; the write that would make it raw failed \
+                                 ({}); the file is unchanged and stays corrected",
+                                m.problem,
+                                std::io::Error::from_raw_os_error(e.code())
+                            );
+                            return Err(e);
+                        }
                         log::warn!(
-                            "inode {}: {}; the file becomes raw to keep what was written",
-                            h.inode.ino,
+                            "{name}: {}; the file is now raw (stored as it reads), so \
+                             nothing written is lost",
                             m.problem
                         );
-                        self.to_raw(h, &index, offset, data)?;
                         self.changed(state, &mut content, &h.file, None)?;
                     }
                 }
