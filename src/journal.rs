@@ -712,8 +712,8 @@ impl Journal {
             // all-or-nothing, and an unlinked inode cannot be linked into
             // the journal. Stage the tail in an unnamed file and copy it.
             let flags = OFlag::O_RDWR | OFlag::O_TMPFILE | OFlag::O_CLOEXEC;
-            let fd = openat(self.dir()?, ".", flags, Mode::from_bits_truncate(0o600))
-                .map_err(nix_io)?;
+            let fd =
+                openat(self.dir()?, ".", flags, Mode::from_bits_truncate(0o600)).map_err(nix_io)?;
             let mut tail = File::from(fd);
             {
                 let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);

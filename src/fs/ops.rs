@@ -118,12 +118,18 @@ pub(super) fn classify(
     if !inode.is_reg() || (st.st_size as u64) < MAGIC.len() as u64 {
         return Ok(Class::Raw);
     }
-    inode.state().classify(cache, st, || {
-        inode
-            .open(libc::O_RDONLY | libc::O_NOATIME)
-            .or_else(|_| inode.open(libc::O_RDONLY))
-            .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
-    })
+    inode
+        .state()
+        .classify(cache, st, || open_to_classify(inode))
+}
+
+/// Opens `inode` for the daemon's own read of its content (classifying,
+/// indexing): without touching its access time where permitted.
+fn open_to_classify(inode: &Inode) -> std::io::Result<std::fs::File> {
+    inode
+        .open(libc::O_RDONLY | libc::O_NOATIME)
+        .or_else(|_| inode.open(libc::O_RDONLY))
+        .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
 }
 
 /// FUSE attributes of `inode` in state `st` and class `class`.
@@ -161,10 +167,9 @@ impl CutFs {
         {
             return Ok(false);
         }
-        let known = inode.state().peek(&self.cache, st, || {
-            sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
-                .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
-        })?;
+        let known = inode
+            .state()
+            .peek(&self.cache, st, || open_to_classify(inode))?;
         Ok(known.is_none())
     }
 
