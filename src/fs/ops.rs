@@ -524,39 +524,14 @@ impl CutFs {
         sys::fsync(fd, datasync).map_err(io)
     }
 
-    /// fallocate: as in BACKING for raw files. For a corrected file only
-    /// what makes sense for a view: plain allocation (mode 0 or
-    /// KEEP_SIZE), which extends the view with zeros like a truncate when
-    /// it reaches past the end; hole punching and zeroing ranges of a view
-    /// are EOPNOTSUPP.
+    /// fallocate: see `write::fallocate_file` (every mode on the view of
+    /// a corrected file; as in BACKING for raw ones).
     pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        let state = h.inode.state();
-        let view_len = {
-            let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-            content.view.as_ref().map(|(_, i)| i.view_len())
-        };
-        if let Some(view_len) = view_len {
-            return match mode {
-                0 if offset.saturating_add(length) > view_len => {
-                    self.set_size(state, &h.file, offset + length)
-                }
-                0 | libc::FALLOC_FL_KEEP_SIZE => Ok(()),
-                _ => Err(Errno::EOPNOTSUPP),
-            };
-        }
-        let _content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-            let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
-            Self::guard_magic(h, offset, &zeros)?;
-        }
-        sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)
+        self.fallocate_file(h, offset, length, mode)
     }
 
     pub(super) fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {

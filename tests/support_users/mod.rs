@@ -34,7 +34,11 @@ fn id_of(flag: &str, name: &str) -> Option<u32> {
 }
 
 fn group_id(name: &str) -> Option<u32> {
-    let out = Command::new("getent").arg("group").arg(name).output().ok()?;
+    let out = Command::new("getent")
+        .arg("group")
+        .arg(name)
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -123,7 +127,8 @@ pub fn sh_as(u: User, script: &str, args: &[&OsStr]) -> Output {
 /// cases a login cannot make (root with a non-root gid, say).
 pub fn sh_with(uid: u32, gid: u32, groups: &[u32], script: &str, args: &[&OsStr]) -> Output {
     let mut c = Command::new("setpriv");
-    c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"));
     if groups.is_empty() {
         c.arg("--clear-groups");
     } else {
