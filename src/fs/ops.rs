@@ -15,7 +15,6 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirEntryExt;
 use std::sync::{Arc, PoisonError};
 
 use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
@@ -81,9 +80,7 @@ impl CutFs {
         if let Some(c) = state.known_class(&stamp) {
             return Ok(c);
         }
-        let file = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_NOATIME)
-            .or_else(|_| sys::reopen(inode.fd(), libc::O_RDONLY))
-            .map_err(io)?;
+        let file = sys::reopen_quiet(inode.fd(), libc::O_RDONLY).map_err(io)?;
         let class = if content::has_magic(&file).map_err(io)? {
             let index = content::index_for(&self.cache, &file, stamp)?;
             Class::Corrected {
@@ -298,7 +295,7 @@ impl CutFs {
         match handle.as_deref() {
             Some(Handle::File(h)) if h.write => self.set_size(&state, &h.file, size),
             _ => {
-                let file = sys::reopen(inode.fd(), libc::O_RDWR).map_err(io)?;
+                let file = sys::reopen_quiet(inode.fd(), libc::O_RDWR).map_err(io)?;
                 self.set_size(&state, &file, size)
             }
         }
@@ -348,6 +345,9 @@ impl CutFs {
         flags: i32,
     ) -> Result<(u64, FopenFlags)> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if self.noatime {
+            sys::set_noatime(file.as_fd()).map_err(io)?;
+        }
         let state = inode.state().clone();
         let mut content = state
             .content
@@ -363,7 +363,7 @@ impl CutFs {
             && match content::has_magic(&file) {
                 Ok(m) => m,
                 Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    second = sys::reopen(inode.fd(), libc::O_RDONLY).map_err(io)?;
+                    second = sys::reopen_quiet(inode.fd(), libc::O_RDONLY).map_err(io)?;
                     reader = &second;
                     content::has_magic(reader).map_err(io)?
                 }
@@ -391,7 +391,7 @@ impl CutFs {
             content.view = None;
         }
         content.open += 1;
-        let keep = state.opened_at(stamp);
+        let keep = state.opened_at(stamp) && !self.strictatime;
         drop(content);
         let fh = self
             .handles
@@ -481,7 +481,7 @@ impl CutFs {
             return Ok(());
         }
         let head = content::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
-            let r = sys::reopen(h.inode.fd(), libc::O_RDONLY).map_err(io)?;
+            let r = sys::reopen_quiet(h.inode.fd(), libc::O_RDONLY).map_err(io)?;
             content::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
         })?;
         match head_after(&head, offset, data) {
@@ -562,6 +562,9 @@ impl CutFs {
     pub(super) fn opendir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
         let dir = sys::reopen(inode.fd(), libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
+        if self.nodiratime {
+            sys::set_noatime(dir.as_fd()).map_err(io)?;
+        }
         let st = sys::fstat(dir.as_fd()).map_err(io)?;
         let mut flags = FopenFlags::FOPEN_CACHE_DIR;
         if inode.state().opened_at(Stamp::of(&st)) {
@@ -577,8 +580,6 @@ impl CutFs {
 
     /// Reads the directory listing afresh (at offset 0: opendir or rewind).
     fn list(h: &DirHandle) -> Result<Vec<DirEntry>> {
-        let path = sys::proc_path(h.dir.as_fd());
-        let path = std::path::Path::new(OsStr::from_bytes(path.as_bytes()));
         let mut out = vec![
             DirEntry {
                 ino: h.inode.ino,
@@ -591,19 +592,28 @@ impl CutFs {
                 name: "..".into(),
             },
         ];
-        for e in std::fs::read_dir(path).map_err(io)? {
-            let e = e.map_err(io)?;
-            if is_journal(h.inode.ino, &e.file_name()) {
+        for e in sys::read_dir(h.dir.as_fd()).map_err(io)? {
+            if is_journal(h.inode.ino, &e.name) {
                 continue;
             }
-            let kind = match e.file_type() {
-                Ok(t) => FileType::from_std(t).unwrap_or(FileType::RegularFile),
-                Err(_) => FileType::RegularFile,
+            let kind = match e.d_type {
+                libc::DT_DIR => FileType::Directory,
+                libc::DT_LNK => FileType::Symlink,
+                libc::DT_BLK => FileType::BlockDevice,
+                libc::DT_CHR => FileType::CharDevice,
+                libc::DT_FIFO => FileType::NamedPipe,
+                libc::DT_SOCK => FileType::Socket,
+                libc::DT_REG => FileType::RegularFile,
+                // A filesystem that does not say: ask.
+                _ => match sys::component(&e.name).and_then(|c| sys::statat(h.dir.as_fd(), &c)) {
+                    Ok(st) => attr::kind(st.st_mode),
+                    Err(_) => FileType::RegularFile,
+                },
             };
             out.push(DirEntry {
-                ino: e.ino(),
+                ino: e.ino,
                 kind,
-                name: e.file_name(),
+                name: e.name,
             });
         }
         Ok(out)
