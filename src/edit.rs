@@ -22,6 +22,10 @@
 //! daemon never leaves a file half-converted (SPEC §3). The inode is always
 //! the same one: hard links, owner, mode and xattrs survive.
 //!
+//! fallocate's zeroing modes ([`zero_range`]) use the same window and the
+//! same three ways back; its allocating modes ([`allocate`]) only reserve
+//! backing blocks and extend like [`truncate`].
+//!
 //! Content W cannot store (C1 controls, overlong forms, surrogates) makes the
 //! caller turn the file raw with [`to_raw`], under the journal as well.
 

@@ -13,6 +13,9 @@
 //! * Raw files are written as they are, except that a write which would make
 //!   one begin with the magic number fails with EILSEQ.
 //!
+//! * fallocate on a corrected file is the same call on the view
+//!   (`edit::zero_range`, `edit::allocate`); on others, BACKING's own.
+//!
 //! After every change the per-file state gets the new index under the new
 //! stamp, so the next read, getattr or open sees it without a rescan.
 
