@@ -395,3 +395,72 @@ fn suid_and_sgid_are_dropped_as_natively() {
         assert!(fs::read(m.m(&name)).unwrap() == fs::read(&nat).unwrap());
     }
 }
+
+/// A tmpfs of our own (a small BACKING), unmounted on drop.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn new(size: &str) -> SmallTmpfs {
+        let d = tempfile::Builder::new()
+            .prefix("cutf8fs-falloc-")
+            .tempdir()
+            .unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(d.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs");
+        SmallTmpfs(d)
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// Out of space: allocation fails with ENOSPC as natively and changes
+/// nothing; a zeroing that shifts text and cannot get room for its
+/// journaled rewrite fails too, leaving the file whole.
+#[test]
+fn out_of_space_changes_nothing() {
+    let t = SmallTmpfs::new("2m");
+    let text = "a \u{800}\u{850} 𐀀 b\n".repeat(1_400_000 / 16);
+    let disk = codec::encode_to_vec(text.as_bytes(), true).unwrap();
+    let m = Mount::new_in(t.0.path(), &[], |b| {
+        let mut f = MAGIC.to_vec();
+        f.extend_from_slice(&disk);
+        fs::write(b.join("c"), &f).unwrap();
+    });
+    let before = fs::read(m.b("c")).unwrap();
+    let vl = text.len() as u64;
+    for (mode, off, len) in [(0, 0, 50 << 20), (KEEP, vl, 50 << 20), (0, vl - 5, 8 << 20)] {
+        let r = falloc(&m.m("c"), mode, off, len);
+        assert_eq!(r, Err(libc::ENOSPC), "mode {mode:#x} at {off} length {len}");
+        assert!(
+            fs::read(m.b("c")).unwrap() == before,
+            "mode {mode:#x}: BACKING changed"
+        );
+        assert_eq!(fs::metadata(m.m("c")).unwrap().len(), vl);
+    }
+    // Zeroing the first shifting characters moves the whole tail: no room.
+    let r = falloc(&m.m("c"), PUNCH, 2, 3);
+    assert_eq!(r, Err(libc::ENOSPC));
+    assert!(
+        fs::read(m.b("c")).unwrap() == before,
+        "punch: BACKING changed"
+    );
+    assert!(fs::read(m.m("c")).unwrap() == text.as_bytes());
+    // A range that keeps its disk length needs no room.
+    assert_eq!(falloc(&m.m("c"), PUNCH, 0, 1), Ok(()));
+    let mut want = text.into_bytes();
+    want[0] = 0;
+    assert!(fs::read(m.m("c")).unwrap() == want);
+    assert_backing(&m.b("c"), &want, "punch in place on a full BACKING");
+    drop(m);
+}
