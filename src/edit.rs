@@ -494,7 +494,7 @@ pub fn allocate(
         .checked_add(len)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
     let vlen = index.view_len();
-    let growth = vlen - index.disk_len();
+    let growth = vlen.saturating_sub(index.disk_len());
     let from = if view_off >= vlen {
         index.disk_len() + (view_off - vlen)
     } else {

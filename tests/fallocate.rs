@@ -189,6 +189,14 @@ fn every_mode_on_corrected_files_matches_a_native_file() {
             }
         }
     }
+    // A corrected file holding only the magic number: an empty view.
+    for (off, len) in [(0, 1), (3, 5), (0, 100_000)] {
+        for (mode, mname) in MODES {
+            n += 1;
+            let what = format!("empty view, {mname} at {off} length {len}");
+            check_case(&m, &format!("f{n}"), b"", mode, off, len, &what);
+        }
+    }
     eprintln!("{n} cases");
 }
 
@@ -463,4 +471,38 @@ fn out_of_space_changes_nothing() {
     assert!(fs::read(m.m("c")).unwrap() == want);
     assert_backing(&m.b("c"), &want, "punch in place on a full BACKING");
     drop(m);
+}
+
+/// The file changes in BACKING between open and fallocate: the call acts on
+/// the new content (never through the old index), as on a native file.
+#[test]
+fn fallocate_after_a_change_underneath_acts_on_the_new_content() {
+    let old =
+        codec::encode_to_vec("ascii only, long enough\n".repeat(50).as_bytes(), true).unwrap();
+    let new_text = TEXT.repeat(3);
+    let new = codec::encode_to_vec(new_text.as_bytes(), true).unwrap();
+    let m = Mount::new(&[], |b| {
+        let mut f = MAGIC.to_vec();
+        f.extend_from_slice(&old);
+        fs::write(b.join("c"), &f).unwrap();
+    });
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.m("c"))
+        .unwrap();
+    let mut head = [0u8; 10];
+    std::os::unix::fs::FileExt::read_at(&f, &mut head, 0).unwrap();
+    // Rewritten in place in BACKING (same inode), text that shifts.
+    let mut nf = MAGIC.to_vec();
+    nf.extend_from_slice(&new);
+    fs::write(m.b("c"), &nf).unwrap();
+    let off = new_text.find('\u{800}').unwrap() as u64 + 1;
+    // SAFETY: fallocate only reads its integer arguments; `f` is open.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), PUNCH, off as i64, 40) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    drop(f);
+    let (r, want) = native(m.dir.path(), new_text.as_bytes(), PUNCH, off, 40);
+    assert_eq!(r, Ok(()));
+    assert_backing(&m.b("c"), &want, "punch after a rewrite underneath");
 }
