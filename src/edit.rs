@@ -23,6 +23,10 @@
 //! daemon never leaves a file half-converted (SPEC §3). The inode is always
 //! the same one: hard links, owner, mode and xattrs survive.
 //!
+//! fallocate's zeroing modes ([`zero_range`]) use the same window and the
+//! same three ways back; its allocating modes ([`allocate`]) only reserve
+//! backing blocks and extend like [`truncate`].
+//!
 //! Content W cannot store (C1 controls, overlong forms, surrogates) makes the
 //! caller turn the file raw with [`to_raw`], under the journal as well.
 
@@ -303,6 +307,209 @@ pub fn truncate(file: &File, index: &mut OffsetIndex, new_len: u64) -> io::Resul
     write_all_at(file, &tail, DATA_START + du)?;
     let d = du + tail.len() as u64;
     index.rescan(file, DATA_START, du, d, d, Some(&tail))?;
+    Ok(())
+}
+
+/// How [`zero_range`] makes the bytes it zeroes in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zeroing {
+    /// FALLOC_FL_PUNCH_HOLE: the backing range becomes a hole where it can.
+    Punch,
+    /// FALLOC_FL_ZERO_RANGE: the backing range is zeroed (and allocated).
+    Zero,
+}
+
+/// Replaces view bytes `[view_off, view_off + len)` of the corrected `file`
+/// with NULs (U+0000, one byte on both sides), extending the view when the
+/// range reaches past its end: fallocate's PUNCH_HOLE and ZERO_RANGE on a
+/// view. The caller clamps the range for KEEP_SIZE.
+///
+/// The window around the range is the one [`write_at`] uses: bytes of a
+/// character cut by either boundary stay as they are (a lead byte and its
+/// first continuation bytes before the range, stray continuation bytes after
+/// it), which the lossless view shows unchanged — exactly what a native file
+/// holds after the same call. Where the disk length of the window does not
+/// change, the zeros are made in place by the backing fallocate (so a
+/// punched range is a hole in BACKING too); where it does, the tail is
+/// rewritten under the journal (zeros streamed, never held in memory). A
+/// range past the end extends the file like [`truncate`].
+pub fn zero_range(
+    file: &File,
+    index: &mut OffsetIndex,
+    journal: &Journal,
+    view_off: u64,
+    len: u64,
+    how: Zeroing,
+) -> io::Result<()> {
+    let vlen = index.view_len();
+    let end = view_off
+        .checked_add(len)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
+    if len == 0 {
+        return Ok(());
+    }
+    if view_off >= vlen {
+        // Only the extension: zeros look the same on both sides.
+        return truncate(file, index, end);
+    }
+    if end > vlen {
+        // Zero what exists, then extend with zeros.
+        zero_range(file, index, journal, view_off, vlen - view_off, how)?;
+        return truncate(file, index, end);
+    }
+    // Left edge: a range starting inside a unit keeps that unit's first
+    // bytes (re-encoded alone: a truncated sequence W passes through).
+    let base = view_off.saturating_sub(REACH);
+    let before = view_range(file, index, base, view_off + 1)?;
+    let at = (view_off - base) as usize;
+    let mut u = view_off;
+    if before.get(at).is_some_and(|&b| is_cont(b)) {
+        if let Some(t) = before[..at].iter().rposition(|&b| !is_cont(b)) {
+            u = base + t as u64;
+        }
+    }
+    // Right edge: continuation bytes right after the range stay (stray).
+    let after = view_range(file, index, end, end + REACH + 1)?;
+    let p = end
+        + after
+            .iter()
+            .position(|&b| !is_cont(b))
+            .unwrap_or(after.len().min(REACH as usize)) as u64;
+    let unstorable = |_| io::Error::from_raw_os_error(libc::EILSEQ);
+    let left = encode_window(&view_range(file, index, u, view_off)?).map_err(unstorable)?;
+    let right = encode_window(&after[..(p - end) as usize]).map_err(unstorable)?;
+    let du = disk_offset_of(file, index, u)?;
+    let dp = disk_offset_of(file, index, p)?;
+    let disk_len = index.disk_len();
+    let old_len = dp - du;
+    let new_len = left.len() as u64 + len + right.len() as u64;
+    let new_disk_len = disk_len - old_len + new_len;
+
+    if new_len == old_len || (dp == disk_len && new_len > old_len) {
+        // In place (growing at the end first when the window is the end):
+        // everything after the window stays where it is.
+        if new_disk_len > disk_len {
+            file.set_len(DATA_START + new_disk_len)?;
+        }
+        let z = DATA_START + du + left.len() as u64;
+        write_all_at(file, &left, DATA_START + du)?;
+        zero_in_place(file, z, len, how)?;
+        write_all_at(file, &right, z + len)?;
+        // A long range is rescanned as a stream (the in-place rescan holds
+        // its span in memory).
+        let changed_to = if new_disk_len != disk_len || dp - du > CHUNK as u64 {
+            new_disk_len
+        } else {
+            dp
+        };
+        index.rescan(file, DATA_START, du, changed_to, new_disk_len, None)?;
+        return Ok(());
+    }
+    // The text shifts: rewrite the tail under the journal.
+    journal.rewrite(file, DATA_START + du, |out| {
+        out.write_all(&left)?;
+        let zeros = vec![0u8; CHUNK.min(len as usize)];
+        let mut left_to_write = len;
+        while left_to_write > 0 {
+            let n = left_to_write.min(zeros.len() as u64) as usize;
+            out.write_all(&zeros[..n])?;
+            left_to_write -= n as u64;
+        }
+        out.write_all(&right)?;
+        copy_range(file, DATA_START + dp, DATA_START + disk_len, out)
+    })?;
+    index.rescan(file, DATA_START, du, new_disk_len, new_disk_len, None)?;
+    Ok(())
+}
+
+/// Zeroes `file[off..off + len)` in place, without changing its size: by
+/// the backing filesystem's fallocate as asked, or by writing zeros where it
+/// has none.
+fn zero_in_place(file: &File, off: u64, len: u64, how: Zeroing) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let mode = libc::FALLOC_FL_KEEP_SIZE
+        | match how {
+            Zeroing::Punch => libc::FALLOC_FL_PUNCH_HOLE,
+            Zeroing::Zero => libc::FALLOC_FL_ZERO_RANGE,
+        };
+    match backing_fallocate(file, mode, off, len) {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            ) => {}
+        r => return r,
+    }
+    let zeros = vec![0u8; CHUNK.min(len as usize)];
+    let mut pos = off;
+    while pos < off + len {
+        let n = (off + len - pos).min(zeros.len() as u64) as usize;
+        write_all_at(file, &zeros[..n], pos)?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// fallocate(2) on a backing file (byte offsets).
+fn backing_fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is
+    // owned by `file` and open for the duration of the call.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// fallocate's allocating modes (0 and KEEP_SIZE) on the view range
+/// `[view_off, view_off + len)` of the corrected `file`: the view keeps its
+/// bytes; the backing blocks that hold (or will hold) the range are
+/// allocated, so later writes there do not fail for lack of space; without
+/// `keep_size` a range past the end extends the view with NULs.
+///
+/// A view byte never takes more bytes on disk than in the view, so the
+/// range's disk bytes lie in `[view_off - growth, view_off + len)` (growth:
+/// how much longer the whole view is than the disk); that is what is
+/// allocated, with KEEP_SIZE, before the size changes — out of space
+/// changes nothing.
+pub fn allocate(
+    file: &File,
+    index: &mut OffsetIndex,
+    view_off: u64,
+    len: u64,
+    keep_size: bool,
+) -> io::Result<()> {
+    let end = view_off
+        .checked_add(len)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let vlen = index.view_len();
+    let growth = vlen.saturating_sub(index.disk_len());
+    let from = if view_off >= vlen {
+        index.disk_len() + (view_off - vlen)
+    } else {
+        view_off.saturating_sub(growth)
+    };
+    let to = if end > vlen {
+        index.disk_len() + (end - vlen)
+    } else {
+        end
+    };
+    backing_fallocate(
+        file,
+        libc::FALLOC_FL_KEEP_SIZE,
+        DATA_START + from,
+        to.max(from + 1) - from,
+    )?;
+    if !keep_size && end > vlen {
+        truncate(file, index, end)?;
+    }
     Ok(())
 }
 

@@ -226,6 +226,18 @@ impl Inode {
             .retrying(|| sys::reopen(fd.as_fd(), flags), || self.path(), "open")
     }
 
+    /// [`Inode::open`] for the daemon's own reads (classifying, a write's
+    /// neighbourhood), which a native filesystem would not count as
+    /// accesses: with O_NOATIME where permitted (`sys::reopen_quiet`).
+    pub fn open_quiet(&self, flags: libc::c_int) -> Result<std::fs::File> {
+        let fd = self.fd()?;
+        self.shared.retrying(
+            || sys::reopen_quiet(fd.as_fd(), flags),
+            || self.path(),
+            "open",
+        )
+    }
+
     /// The per-file state shared by all handles of a regular file.
     pub fn state(&self) -> &Arc<FileState> {
         self.state.get_or_init(|| Arc::new(FileState::new()))

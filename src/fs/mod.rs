@@ -81,6 +81,13 @@ pub struct CutFs {
     newfiles: options::NewFiles,
     attr_ttl: Duration,
     entry_ttl: Duration,
+    /// `-o noatime`: file handles read with O_NOATIME.
+    noatime: bool,
+    /// `-o noatime`/`nodiratime`: directory listings too.
+    nodiratime: bool,
+    /// `-o strictatime`: every open reads BACKING (no kept page cache), so
+    /// BACKING's strictatime mount sees the access.
+    strictatime: bool,
 }
 
 const GEN: Generation = Generation(0);
@@ -89,16 +96,63 @@ const GEN: Generation = Generation(0);
 /// many scans run at once; more wait in a queue, not in FUSE workers.
 const SCAN_THREADS: usize = 2;
 
+/// Refuses an access-time option the mount could not honour: the daemon
+/// reads BACKING through BACKING's own mount, which decides when a read
+/// updates an access time, and setting access times itself would change
+/// ctime. So `relatime` and `strictatime` need BACKING's mount to follow
+/// that rule already; `noatime`/`nodiratime` (O_NOATIME) need root, as the
+/// daemon reads files it does not own.
+fn check_atime(root: &std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<()> {
+    use options::Atime;
+    use std::os::fd::AsFd;
+    let f = sys::fstatvfs(root.as_fd())?.f_flag;
+    let backing = if f & libc::ST_NOATIME != 0 {
+        "noatime"
+    } else if f & libc::ST_RELATIME != 0 {
+        "relatime"
+    } else {
+        "strictatime"
+    };
+    let asked = match opts.atime() {
+        Atime::Strict => "strictatime",
+        Atime::Relative => "relatime",
+        Atime::No | Atime::Backing => {
+            // SAFETY: geteuid cannot fail.
+            if opts.nodiratime() && unsafe { libc::geteuid() } != 0 {
+                return Err(std::io::Error::other(
+                    "-o noatime and -o nodiratime need the daemon to run as root \
+                     (it reads with O_NOATIME files it does not own); leave them out \
+                     to follow BACKING's own mount",
+                ));
+            }
+            return Ok(());
+        }
+    };
+    if asked == backing {
+        return Ok(());
+    }
+    Err(std::io::Error::other(format!(
+        "-o {asked}: BACKING is mounted {backing}, and only BACKING's own mount can \
+         update access times as the daemon reads (setting them itself would change \
+         ctime); remount BACKING with {asked}, or leave the option out to follow \
+         BACKING's mount"
+    )))
+}
+
 impl CutFs {
     /// A filesystem serving the directory behind `root` (an `O_PATH`
     /// descriptor of BACKING).
     pub fn new(root: std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<CutFs> {
+        check_atime(&root, opts)?;
         // The journal is reached only through the root descriptor (never
         // a path resolved later); opening it checks it is the daemon's own
         // and replays what a killed daemon left half done, or refuses.
         let journal =
             crate::journal::Journal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
         Ok(CutFs {
+            noatime: opts.atime() == options::Atime::No,
+            nodiratime: opts.nodiratime(),
+            strictatime: opts.atime() == options::Atime::Strict,
             journal,
             newfiles: opts.newfiles,
             inodes: Arc::new(InodeTable::new(root)?),

@@ -23,7 +23,6 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirEntryExt;
 use std::sync::{Arc, PoisonError};
 
 use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
@@ -127,8 +126,7 @@ pub(super) fn classify(
 /// indexing): without touching its access time where permitted.
 fn open_to_classify(inode: &Inode) -> std::io::Result<std::fs::File> {
     inode
-        .open(libc::O_RDONLY | libc::O_NOATIME)
-        .or_else(|_| inode.open(libc::O_RDONLY))
+        .open_quiet(libc::O_RDONLY)
         .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
 }
 
@@ -390,7 +388,7 @@ impl CutFs {
         match handle.as_deref() {
             Some(Handle::File(h)) if h.write => self.set_size(&state, &h.file, size),
             _ => {
-                let file = inode.open(libc::O_RDWR)?;
+                let file = inode.open_quiet(libc::O_RDWR)?;
                 self.set_size(&state, &file, size)
             }
         }
@@ -443,6 +441,9 @@ impl CutFs {
         flags: i32,
     ) -> Result<(u64, FopenFlags)> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if self.noatime {
+            sys::set_noatime(file.as_fd()).map_err(io)?;
+        }
         let state = inode.state().clone();
         let mut content = state
             .content
@@ -458,7 +459,7 @@ impl CutFs {
             && match content::has_magic(&file) {
                 Ok(m) => m,
                 Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    second = inode.open(libc::O_RDONLY)?;
+                    second = inode.open_quiet(libc::O_RDONLY)?;
                     reader = &second;
                     content::has_magic(reader).map_err(io)?
                 }
@@ -486,7 +487,7 @@ impl CutFs {
             content.view = None;
         }
         content.open += 1;
-        let keep = state.opened_at(stamp);
+        let keep = state.opened_at(stamp) && !self.strictatime;
         drop(content);
         let fh = self.handles.insert(Handle::File(FileHandle {
             inode,
@@ -625,7 +626,7 @@ impl CutFs {
             return Ok(());
         }
         let head = content::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
-            let r = h.inode.open(libc::O_RDONLY)?;
+            let r = h.inode.open_quiet(libc::O_RDONLY)?;
             content::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
         })?;
         match head_after(&head, offset, data) {
@@ -668,39 +669,14 @@ impl CutFs {
         sys::fsync(fd, datasync).map_err(io)
     }
 
-    /// fallocate: as in BACKING for raw files. For a corrected file only
-    /// what makes sense for a view: plain allocation (mode 0 or
-    /// KEEP_SIZE), which extends the view with zeros like a truncate when
-    /// it reaches past the end; hole punching and zeroing ranges of a view
-    /// are EOPNOTSUPP.
+    /// fallocate: see `write::fallocate_file` (every mode on the view of
+    /// a corrected file; as in BACKING for raw ones).
     pub(super) fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Errno::EISDIR);
         };
-        let state = h.inode.state();
-        let view_len = {
-            let content = state.content.read().unwrap_or_else(PoisonError::into_inner);
-            content.view.as_ref().map(|(_, i)| i.view_len())
-        };
-        if let Some(view_len) = view_len {
-            return match mode {
-                0 if offset.saturating_add(length) > view_len => {
-                    self.set_size(state, &h.file, offset + length)
-                }
-                0 | libc::FALLOC_FL_KEEP_SIZE => Ok(()),
-                _ => Err(Errno::EOPNOTSUPP),
-            };
-        }
-        let _content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-            let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
-            Self::guard_magic(h, offset, &zeros)?;
-        }
-        sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)
+        self.fallocate_file(h, offset, length, mode)
     }
 
     pub(super) fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
@@ -730,6 +706,9 @@ impl CutFs {
     pub(super) fn opendir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
         let dir = inode.open(libc::O_RDONLY | libc::O_DIRECTORY)?;
+        if self.nodiratime {
+            sys::set_noatime(dir.as_fd()).map_err(io)?;
+        }
         let st = sys::fstat(dir.as_fd()).map_err(io)?;
         let mut flags = FopenFlags::FOPEN_CACHE_DIR;
         if inode.state().opened_at(Stamp::of(&st)) {
@@ -745,8 +724,6 @@ impl CutFs {
 
     /// Reads the directory listing afresh (at offset 0: opendir or rewind).
     fn list(h: &DirHandle) -> Result<Vec<DirEntry>> {
-        let path = sys::proc_path(h.dir.as_fd());
-        let path = std::path::Path::new(OsStr::from_bytes(path.as_bytes()));
         let mut out = vec![
             DirEntry {
                 ino: h.inode.ino,
@@ -759,19 +736,28 @@ impl CutFs {
                 name: "..".into(),
             },
         ];
-        for e in std::fs::read_dir(path).map_err(io)? {
-            let e = e.map_err(io)?;
-            if is_journal(h.inode.ino, &e.file_name()) {
+        for e in sys::read_dir(h.dir.as_fd()).map_err(io)? {
+            if is_journal(h.inode.ino, &e.name) {
                 continue;
             }
-            let kind = match e.file_type() {
-                Ok(t) => FileType::from_std(t).unwrap_or(FileType::RegularFile),
-                Err(_) => FileType::RegularFile,
+            let kind = match e.d_type {
+                libc::DT_DIR => FileType::Directory,
+                libc::DT_LNK => FileType::Symlink,
+                libc::DT_BLK => FileType::BlockDevice,
+                libc::DT_CHR => FileType::CharDevice,
+                libc::DT_FIFO => FileType::NamedPipe,
+                libc::DT_SOCK => FileType::Socket,
+                libc::DT_REG => FileType::RegularFile,
+                // A filesystem that does not say: ask.
+                _ => match sys::component(&e.name).and_then(|c| sys::statat(h.dir.as_fd(), &c)) {
+                    Ok(st) => attr::kind(st.st_mode),
+                    Err(_) => FileType::RegularFile,
+                },
             };
             out.push(DirEntry {
-                ino: e.ino(),
+                ino: e.ino,
                 kind,
-                name: e.file_name(),
+                name: e.name,
             });
         }
         Ok(out)

@@ -69,9 +69,41 @@ impl Default for Options {
     }
 }
 
+/// How reads through the mount update access times, from `noatime`,
+/// `relatime`, `strictatime` (the kernel's precedence: strictatime wins,
+/// then noatime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atime {
+    /// No option: as BACKING's own mount does.
+    Backing,
+    /// `noatime`: never (the daemon reads with O_NOATIME).
+    No,
+    /// `relatime`: BACKING's mount must be relatime.
+    Relative,
+    /// `strictatime`: BACKING's mount must be strictatime.
+    Strict,
+}
+
 impl Options {
     pub fn read_only(&self) -> bool {
         self.flags & libc::MS_RDONLY != 0
+    }
+
+    pub fn atime(&self) -> Atime {
+        if self.flags & libc::MS_STRICTATIME != 0 {
+            Atime::Strict
+        } else if self.flags & libc::MS_NOATIME != 0 {
+            Atime::No
+        } else if self.flags & libc::MS_RELATIME != 0 {
+            Atime::Relative
+        } else {
+            Atime::Backing
+        }
+    }
+
+    /// Directories keep their access times (`noatime` or `nodiratime`).
+    pub fn nodiratime(&self) -> bool {
+        self.atime() == Atime::No || self.flags & libc::MS_NODIRATIME != 0
     }
 }
 
@@ -246,6 +278,18 @@ mod tests {
             .contains("index_cache=lots"));
         assert!(parse(&["attr_timeout=-1"]).is_err());
         assert!(parse(&["newfiles=maybe"]).is_err());
+        assert_eq!(parse(&["noatime"]).unwrap().atime(), Atime::No);
+        assert_eq!(
+            parse(&["noatime,strictatime"]).unwrap().atime(),
+            Atime::Strict
+        );
+        assert_eq!(parse(&["relatime"]).unwrap().atime(), Atime::Relative);
+        assert_eq!(
+            parse(&["relatime,norelatime"]).unwrap().atime(),
+            Atime::Backing
+        );
+        assert!(parse(&["nodiratime"]).unwrap().nodiratime());
+        assert!(!parse(&["strictatime"]).unwrap().nodiratime());
     }
 
     #[test]

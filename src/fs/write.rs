@@ -13,19 +13,23 @@
 //! * Raw files are written as they are, except that a write which would make
 //!   one begin with the magic number fails with EILSEQ.
 //!
+//! * fallocate on a corrected file is the same call on the view
+//!   (`edit::zero_range`, `edit::allocate`); on others, BACKING's own.
+//!
 //! After every change the per-file state gets the new index under the new
 //! stamp, so the next read, getattr or open sees it without a rescan.
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, PoisonError};
 
-use crate::edit::{self, Outcome};
+use crate::codec::MAGIC;
+use crate::edit::{self, Outcome, Zeroing};
 use crate::index::OffsetIndex;
 
 use super::content::{self, Class, Content, FileState, Stamp};
-use super::error::{io, Result, READ_ONLY_VIEW};
+use super::error::{io, Errno, Result, READ_ONLY_VIEW};
 use super::handles::FileHandle;
 use super::options::NewFiles;
 use super::sys;
@@ -179,6 +183,66 @@ impl CutFs {
             }
         }
         Ok(u32::try_from(done).unwrap_or(u32::MAX))
+    }
+
+    /// fallocate through handle `h`. Raw and empty files: the backing
+    /// fallocate, as they are. Corrected files: each mode as the same call
+    /// on a plain file holding the view (see `edit::zero_range` and
+    /// `edit::allocate`); collapse, insert and anything else are EOPNOTSUPP
+    /// (the kernel's FUSE client does not send them; refused here too, so
+    /// a corrected file never shifts text by block-aligned disk offsets).
+    pub(super) fn fallocate_file(
+        &self,
+        h: &FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<()> {
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+        const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
+        let state = h.inode.state();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (now, _) = self.now(&content, &h.file)?;
+        let Now::Corrected(index) = now else {
+            if mode & (PUNCH | ZERO) != 0 {
+                let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
+                Self::guard_magic(h, offset, &zeros)?;
+            }
+            sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)?;
+            return self.changed(state, &mut content, &h.file, None);
+        };
+        if !index.lossless() {
+            return Err(READ_ONLY_VIEW);
+        }
+        let keep = mode & KEEP != 0;
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let mut next = (*index).clone();
+        let how = match mode & !KEEP {
+            0 => {
+                edit::allocate(&h.file, &mut next, offset, length, keep).map_err(io)?;
+                return self.changed(state, &mut content, &h.file, Some(next));
+            }
+            PUNCH if keep => Zeroing::Punch,
+            ZERO => Zeroing::Zero,
+            _ => return Err(Errno::EOPNOTSUPP),
+        };
+        let stop = if keep { end.min(next.view_len()) } else { end };
+        if offset < stop {
+            edit::zero_range(
+                &h.file,
+                &mut next,
+                &self.journal,
+                offset,
+                stop - offset,
+                how,
+            )
+            .map_err(io)?;
+        }
+        self.changed(state, &mut content, &h.file, Some(next))
     }
 
     /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
