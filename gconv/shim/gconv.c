@@ -39,7 +39,8 @@ extern int cutf8_gconv_convert (int kind, const unsigned char **in,
                                 unsigned char **out, unsigned char *outend);
 extern int cutf8_gconv_prologue (int kind, const unsigned char **in,
                                  const unsigned char *inend,
-                                 unsigned char **out, unsigned char *outend);
+                                 unsigned char **out, unsigned char *outend,
+                                 int *magic_sent);
 /* The exported entry point (src/lib.rs); its address calibrates demangling. */
 extern int gconv (struct __gconv_step *, struct __gconv_step_data *,
                   const unsigned char **, const unsigned char *,
@@ -191,7 +192,24 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
 
   if (do_flush)
     {
-      /* Stateless: nothing to emit, nothing held back. */
+      /* Stateless: nothing held back.  One thing to emit: the magic number
+         of an encoder that was never given input (an empty text still
+         becomes a Corrected file, as with cutf8 encode). */
+      if (do_flush == 1 && is_last && data->__invocation_counter == 0
+          && !data->__internal_use
+          && (kind & ~K_NOMAGIC) != K_DECODE_UCS4
+          && (kind & ~K_NOMAGIC) != K_DECODE_UTF8)
+        {
+          const unsigned char *none = (const unsigned char *) "";
+          unsigned char *outbuf = data->__outbuf;
+          int res = cutf8_gconv_prologue (kind, &none, none, &outbuf,
+                                          data->__outbufend,
+                                          &data->__statep->__count);
+          data->__outbuf = outbuf;
+          if (res != RES_PROCEED)
+            return to_gconv_status (res);
+          ++data->__invocation_counter;
+        }
       memset (data->__statep, '\0', sizeof (*data->__statep));
       if (!is_last)
         return fct (next_step, next_data, NULL, NULL, NULL, irreversible,
@@ -206,7 +224,8 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
      for this descriptor, never for mb*towc-style internal use. */
   if (data->__invocation_counter == 0 && !data->__internal_use)
     {
-      int res = cutf8_gconv_prologue (kind, inptrp, inend, &outbuf, outend);
+      int res = cutf8_gconv_prologue (kind, inptrp, inend, &outbuf, outend,
+                                       &data->__statep->__count);
       if (res != RES_PROCEED)
         {
           if (outbufstart != NULL)

@@ -93,11 +93,10 @@ fn disk_lead_len(b: u8) -> usize {
 }
 
 /// Length a lead byte announces in UTF-8 plus the extended forms.
+/// (FE, the extended form's lead, counts as 1: strict encoding rejects it
+/// at once.)
 fn view_lead_len(b: u8) -> usize {
-    match b {
-        0xFE => 7,
-        _ => disk_lead_len(b),
-    }
+    disk_lead_len(b)
 }
 
 /// The end of the longest prefix of `src` that does not end inside a unit
@@ -130,11 +129,18 @@ pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
 
 /// The first call of a descriptor: the magic number. Returns
 /// [`Res::Proceed`] to go on with [`convert`], or a result to return.
-pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
+///
+/// `sent` is per-descriptor state (in glibc's `mbstate_t`, zeroed by a
+/// reset): how many bytes of the magic number earlier calls wrote.
+pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8], sent: &mut c_int) -> (Res, usize, usize) {
     let nomagic = kind & NOMAGIC != 0;
     match (kind & !NOMAGIC, nomagic) {
         (DECODE_UCS4 | DECODE_UTF8, false) => {
-            if src.starts_with(&MAGIC) {
+            if src.is_empty() {
+                // Nothing to decide on yet: this call does not count as the
+                // first (utf-16.c does the same).
+                (Res::Empty, 0, 0)
+            } else if src.starts_with(&MAGIC) {
                 (Res::Proceed, MAGIC.len(), 0)
             } else if !src.is_empty() && src.len() < MAGIC.len() && MAGIC.starts_with(src) {
                 // Undecided until more input comes, as utf-16.c with one
@@ -146,16 +152,21 @@ pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) 
         }
         (DECODE_UCS4 | DECODE_UTF8, true) => (Res::Proceed, 0, 0),
         (ENCODE_UCS4 | ENCODE_UTF8, false) => {
-            if dst.len() < MAGIC.len() {
-                return (Res::Full, 0, 0);
+            // Written piecewise if the output is short (iconv(3) with a
+            // tiny buffer): `*sent` counts what earlier calls wrote.
+            let done = (*sent).clamp(0, MAGIC.len() as c_int) as usize;
+            let n = (MAGIC.len() - done).min(dst.len());
+            dst[..n].copy_from_slice(&MAGIC[done..done + n]);
+            *sent = (done + n) as c_int;
+            if done + n < MAGIC.len() {
+                return (Res::Full, 0, n);
             }
-            dst[..MAGIC.len()].copy_from_slice(&MAGIC);
             // `cutf8 encode`: input that already begins with the magic
             // number is an error at byte 0.
             if kind & !NOMAGIC == ENCODE_UTF8 && src.starts_with(&MAGIC) {
-                return (Res::Illegal, 0, MAGIC.len());
+                return (Res::Illegal, 0, n);
             }
-            (Res::Proceed, 0, MAGIC.len())
+            (Res::Proceed, 0, n)
         }
         (ENCODE_UCS4 | ENCODE_UTF8, true) => {
             // `cutf8 encode --no-magic`: text that would encode to the magic
@@ -178,9 +189,6 @@ pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) 
         _ => (Res::Bug, 0, 0),
     }
 }
-
-/// [`convert`] or [`prologue`].
-type StepFn = fn(c_int, &[u8], &mut [u8]) -> (Res, usize, usize);
 
 fn read_u32(s: &[u8]) -> u32 {
     u32::from_ne_bytes([s[0], s[1], s[2], s[3]])
@@ -271,6 +279,11 @@ fn encode_utf8(src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
     let (mut i, mut o) = (r, w);
     let mut tmp = [0u8; 8];
     while i < src.len() {
+        if src[i] >= 0xFE {
+            // Strict: FE and FF are errors at once, whatever follows
+            // (`cutf8 encode` names the byte).
+            return (Res::Illegal, i, o);
+        }
         let (cp, len) = match decode_view_unit(&src[i..], false) {
             ViewUnit::Char { cp, len } if cp <= MAX_UNICODE => (cp, len),
             ViewUnit::Incomplete => return (Res::Incomplete, i, o),
@@ -299,8 +312,7 @@ unsafe fn with_buffers(
     inend: *const u8,
     outp: *mut *mut u8,
     outend: *mut u8,
-    f: StepFn,
-    kind: c_int,
+    f: impl FnOnce(&[u8], &mut [u8]) -> (Res, usize, usize),
 ) -> c_int {
     // SAFETY: the caller passes glibc's in/out ranges; an empty or null
     // range becomes an empty slice.
@@ -330,7 +342,7 @@ unsafe fn with_buffers(
         (src, dst)
     };
     let (res, r, w) =
-        catch_unwind(AssertUnwindSafe(|| f(kind, src, &mut *dst))).unwrap_or((Res::Bug, 0, 0));
+        catch_unwind(AssertUnwindSafe(|| f(src, &mut *dst))).unwrap_or((Res::Bug, 0, 0));
     // SAFETY: r ≤ src.len() and w ≤ dst.len(), so both stay in range.
     unsafe {
         if r > 0 {
@@ -356,13 +368,13 @@ pub unsafe extern "C" fn cutf8_gconv_convert(
     outend: *mut u8,
 ) -> c_int {
     // SAFETY: forwarded contract.
-    unsafe { with_buffers(inp, inend, outp, outend, convert, kind) }
+    unsafe { with_buffers(inp, inend, outp, outend, |s, d| convert(kind, s, d)) }
 }
 
 /// C entry for [`prologue`] (called by shim/gconv.c).
 ///
 /// # Safety
-/// See [`with_buffers`].
+/// See [`with_buffers`]; `sent` is valid.
 #[no_mangle]
 pub unsafe extern "C" fn cutf8_gconv_prologue(
     kind: c_int,
@@ -370,9 +382,14 @@ pub unsafe extern "C" fn cutf8_gconv_prologue(
     inend: *const u8,
     outp: *mut *mut u8,
     outend: *mut u8,
+    sent: *mut c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { with_buffers(inp, inend, outp, outend, prologue, kind) }
+    // SAFETY: forwarded contract; `sent` points into the descriptor's
+    // mbstate_t (the shim passes &data->__statep->__count).
+    unsafe {
+        let sent = &mut *sent;
+        with_buffers(inp, inend, outp, outend, |s, d| prologue(kind, s, d, sent))
+    }
 }
 
 /// Opaque glibc types: only the shim looks inside.
@@ -461,7 +478,7 @@ mod tests {
     fn complete_prefix_stops_before_a_cut_unit() {
         assert_eq!(complete_prefix(b"ab\xE0\x80", disk_lead_len), 2);
         assert_eq!(complete_prefix(b"ab\xE0\x80\x80", disk_lead_len), 5);
-        assert_eq!(complete_prefix(b"\xFE\x80", view_lead_len), 0);
+        assert_eq!(complete_prefix(b"\xFE\x80", view_lead_len), 2);
         assert_eq!(complete_prefix(b"\x80\x80", disk_lead_len), 2);
     }
 
