@@ -9,7 +9,9 @@
 # <glibc gconv dir>/gconv-modules.d/cutf8fs.conf pointing at the installed
 # module and runs iconvconfig, so no GCONV_PATH is needed (root only).
 # The magic(5) entry goes to PREFIX/share/cutf8fs/magic (file -m it); with
-# --system it is also appended to /etc/magic, marked, once.
+# --system it is also appended to /etc/magic, marked, once. Also installed:
+# PREFIX/share/cutf8fs/corrected-utf-8.vim (vim recipe) and
+# PREFIX/bin/cutf8-lessopen (LESSOPEN preprocessor). See docs/charset.md.
 #
 # CUTF8_GCONV_SO=path skips the build and installs that module file.
 # Called from scripts/install.sh as: scripts/install-gconv.sh "$PREFIX"
@@ -30,12 +32,14 @@ fi
 [[ -f $so ]] || { echo "install-gconv: $so: no such module (build failed?)" >&2; exit 1; }
 
 dir=$prefix/lib/cutf8fs/gconv
-install -d "$dir" "$prefix/share/cutf8fs"
+install -d "$dir" "$prefix/share/cutf8fs" "$prefix/bin"
 install -m 0644 "$so" "$dir/CORRECTED-UTF-8.so.new"
 strip --strip-debug "$dir/CORRECTED-UTF-8.so.new" 2>/dev/null || true
 mv -f "$dir/CORRECTED-UTF-8.so.new" "$dir/CORRECTED-UTF-8.so"
 install -m 0644 gconv/gconv-modules "$dir/gconv-modules"
 install -m 0644 gconv/cutf8.magic "$prefix/share/cutf8fs/magic"
+install -m 0644 gconv/corrected-utf-8.vim "$prefix/share/cutf8fs/corrected-utf-8.vim"
+install -m 0755 gconv/cutf8-lessopen "$prefix/bin/cutf8-lessopen"
 echo "installed $dir (use: GCONV_PATH=$dir iconv -f CORRECTED-UTF-8 -t UTF-8 FILE)"
 
 if [[ $system == yes ]]; then

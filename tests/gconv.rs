@@ -639,3 +639,181 @@ fn file_names_corrected_files() {
     assert_eq!(file(&["-b", "--mime-type"], &notes).trim(), "text/plain");
     assert!(!file(&["-b"], &plain).contains("Corrected"));
 }
+
+// ---------------------------------------------------------------- recipes
+
+fn run(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn git(dir: &Path, module: bool) -> impl Fn(&[&str]) -> Vec<u8> + '_ {
+    move |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.current_dir(dir)
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.org")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.org")
+            .env("PATH", path_with_cutf8());
+        if module {
+            c.env("GCONV_PATH", gconv_dir());
+        } else {
+            c.env_remove("GCONV_PATH");
+        }
+        run(&mut c)
+    }
+}
+
+fn path_with_cutf8() -> String {
+    let bin = Path::new(CUTF8).parent().unwrap().display().to_string();
+    format!("{bin}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+const NOTES_V1: &str = "Grüße, ࠀ wide 𐀀\nline two\n";
+const NOTES_V2: &str = "Grüße, ࠀ wide 𐀀\nline 2 ࠁ\n";
+
+/// Both git recipes: the repository stores UTF-8, the working tree holds
+/// Corrected files; diff and log -p are readable; checkout gives back the
+/// exact bytes.
+fn git_recipe(module: bool, attributes: &str, config: &[[&str; 2]]) {
+    let dir = tempfile::tempdir().unwrap();
+    let g = git(dir.path(), module);
+    g(&["init", "-q", "."]);
+    for [k, v] in config {
+        g(&["config", k, v]);
+    }
+    std::fs::write(dir.path().join(".gitattributes"), attributes).unwrap();
+    let notes = dir.path().join("notes.txt");
+    let (v1, _, _) = cutf8(&["encode"], NOTES_V1.as_bytes());
+    std::fs::write(&notes, &v1).unwrap();
+    g(&["add", "."]);
+    g(&["commit", "-qm", "one"]);
+    assert_eq!(
+        g(&["cat-file", "-p", "HEAD:notes.txt"]),
+        NOTES_V1.as_bytes()
+    );
+    let (v2, _, _) = cutf8(&["encode"], NOTES_V2.as_bytes());
+    std::fs::write(&notes, &v2).unwrap();
+    let diff = String::from_utf8(g(&["diff"])).unwrap();
+    assert!(diff.contains("-line two\n+line 2 ࠁ\n"), "{diff}");
+    g(&["commit", "-qam", "two"]);
+    let log = String::from_utf8(g(&["log", "-p", "-1"])).unwrap();
+    assert!(log.contains("+line 2 ࠁ"), "{log}");
+    assert_eq!(g(&["status", "--porcelain"]), b"");
+    std::fs::remove_file(&notes).unwrap();
+    g(&["checkout", "notes.txt"]);
+    assert_eq!(
+        std::fs::read(&notes).unwrap(),
+        v2,
+        "checkout is not byte-exact"
+    );
+    g(&["checkout", "-q", "HEAD~1"]);
+    assert_eq!(std::fs::read(&notes).unwrap(), v1);
+    assert_eq!(g(&["status", "--porcelain"]), b"");
+}
+
+#[test]
+fn git_working_tree_encoding_corrected_utf8() {
+    git_recipe(
+        true,
+        "*.txt text working-tree-encoding=CORRECTED-UTF-8\n",
+        &[],
+    );
+}
+
+#[test]
+fn git_clean_smudge_filter_without_the_module() {
+    git_recipe(
+        false,
+        "*.txt filter=cutf8\n",
+        &[
+            ["filter.cutf8.clean", "cutf8 decode"],
+            ["filter.cutf8.smudge", "cutf8 encode"],
+            ["filter.cutf8.required", "true"],
+        ],
+    );
+}
+
+#[test]
+fn vim_reads_and_writes_corrected_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let vimfile = prefix().join("share/cutf8fs/corrected-utf-8.vim");
+    let (v1, _, _) = cutf8(&["encode"], NOTES_V1.as_bytes());
+    let (want, _, _) = cutf8(&["encode"], NOTES_V2.as_bytes());
+    // Detected by the magic number, and forced with ++enc on a copy.
+    for (name, open) in [
+        ("a.txt", "e a.txt"),
+        ("b.txt", "e ++enc=corrected-utf-8 b.txt"),
+    ] {
+        std::fs::write(dir.path().join(name), &v1).unwrap();
+        let src = format!("source {}", vimfile.display());
+        let out = Command::new("vim")
+            .current_dir(dir.path())
+            .env("GCONV_PATH", gconv_dir())
+            .args(["-u", "NONE", "-i", "NONE", "-N", "-n", "-es"])
+            .args(["-c", "set enc=utf-8", "-c", &src, "-c", open])
+            .args(["-c", "if &fenc !=# 'corrected-utf-8' | cquit | endif"])
+            .args(["-c", "%s/line two/line 2 ࠁ/", "-c", "w", "-c", "q"])
+            .output()
+            .expect("vim (scripts/setup.sh installs it)");
+        assert!(
+            out.status.success(),
+            "vim on {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join(name)).unwrap(),
+            want,
+            "{name}"
+        );
+    }
+    // A plain UTF-8 file stays plain.
+    std::fs::write(dir.path().join("p.txt"), "plain ü\n").unwrap();
+    run(Command::new("vim")
+        .current_dir(dir.path())
+        .env("GCONV_PATH", gconv_dir())
+        .args(["-u", "NONE", "-i", "NONE", "-N", "-n", "-es"])
+        .args(["-c", "set enc=utf-8"])
+        .args(["-c", &format!("source {}", vimfile.display())])
+        .args([
+            "-c",
+            "e p.txt",
+            "-c",
+            "s/plain/still/",
+            "-c",
+            "w",
+            "-c",
+            "q",
+        ]));
+    assert_eq!(
+        std::fs::read(dir.path().join("p.txt")).unwrap(),
+        "still ü\n".as_bytes()
+    );
+}
+
+#[test]
+fn less_shows_corrected_files_through_lessopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, _, _) = cutf8(&["encode"], NOTES_V1.as_bytes());
+    std::fs::write(dir.path().join("notes.txt"), &v1).unwrap();
+    std::fs::write(dir.path().join("plain.txt"), "Grüße\n").unwrap();
+    let lessopen = format!("|{} %s", prefix().join("bin/cutf8-lessopen").display());
+    let less = |f: &str| {
+        run(Command::new("less")
+            .current_dir(dir.path())
+            .env("LESSOPEN", &lessopen)
+            .env("PATH", path_with_cutf8())
+            .arg(f))
+    };
+    assert_eq!(less("notes.txt"), NOTES_V1.as_bytes());
+    assert_eq!(less("plain.txt"), "Grüße\n".as_bytes());
+}
