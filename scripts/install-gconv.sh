@@ -40,6 +40,8 @@ install -m 0644 gconv/gconv-modules "$dir/gconv-modules"
 install -m 0644 gconv/cutf8.magic "$prefix/share/cutf8fs/magic"
 install -m 0644 gconv/corrected-utf-8.vim "$prefix/share/cutf8fs/corrected-utf-8.vim"
 install -m 0755 gconv/cutf8-lessopen "$prefix/bin/cutf8-lessopen"
+install -d "$prefix/share/man/man7"
+install -m 0644 man/cutf8-gconv.7 "$prefix/share/man/man7/cutf8-gconv.7"
 echo "installed $dir (use: GCONV_PATH=$dir iconv -f CORRECTED-UTF-8 -t UTF-8 FILE)"
 
 if [[ $system == yes ]]; then
