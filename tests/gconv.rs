@@ -817,3 +817,25 @@ fn less_shows_corrected_files_through_lessopen() {
     assert_eq!(less("notes.txt"), NOTES_V1.as_bytes());
     assert_eq!(less("plain.txt"), "Grüße\n".as_bytes());
 }
+
+/// When the step after ours stops (a character the target charset lacks,
+/// or a full output buffer), the input position must still name the right
+/// Corrected UTF-8 byte: the shim converts again up to that point.
+#[test]
+fn next_step_errors_land_on_the_right_byte() {
+    let (disk, _, _) = cutf8(&["encode"], "aé €x".as_bytes());
+    let euro = disk.len() - 4; // € is 3 bytes on disk, then 'x'
+    for to in ["ISO-8859-1", "ASCII"] {
+        let want = if to == "ASCII" { MAGIC.len() + 1 } else { euro };
+        let got = whole(to, "CORRECTED-UTF-8", &disk);
+        assert_eq!(got.err, Some((want, libc::EILSEQ)), "to {to}");
+        for cap in [1, 2, 3] {
+            let got = stream(to, "CORRECTED-UTF-8", &disk, &[], cap);
+            assert_eq!(
+                got.err,
+                Some((want, libc::EILSEQ)),
+                "to {to}, {cap}-byte output"
+            );
+        }
+    }
+}
