@@ -839,3 +839,56 @@ fn next_step_errors_land_on_the_right_byte() {
         }
     }
 }
+
+/// Through glibc's INTERNAL (UCS-4) step the rules are the same: C1
+/// controls, code points above U+10FFFF and, for -NOMAGIC, text that would
+/// encode to the magic number are errors at the right unit.
+#[test]
+fn internal_route_rejects_what_cutf8_rejects() {
+    let c1 = [b'a', 0, 0x85, 0, b'b', 0];
+    let got = whole("CORRECTED-UTF-8", "UTF-16LE", &c1);
+    assert_eq!(got.err, Some((2, libc::EILSEQ)));
+    assert_eq!(got.out, [&MAGIC[..], b"a"].concat());
+    let big: Vec<u8> = [0x41u32, 0x11_0000, 0x42]
+        .iter()
+        .flat_map(|c| c.to_le_bytes())
+        .collect();
+    let got = whole("CUTF8", "UCS-4LE", &big);
+    assert_eq!(got.err, Some((4, libc::EILSEQ)));
+    let magic_text: Vec<u8> = utf16le("\u{10E7D}\u{ED4E}\u{0}\nx".as_bytes());
+    let got = whole("CUTF8-NOMAGIC", "UTF-16LE", &magic_text);
+    assert_eq!(got.err, Some((0, libc::EILSEQ)));
+    let got = whole("CUTF8", "UTF-16LE", &magic_text);
+    assert_eq!(got.err, None);
+    let (want, _, _) = cutf8(&["encode"], "\u{10E7D}\u{ED4E}\u{0}\nx".as_bytes());
+    assert_eq!(got.out, want);
+}
+
+/// A reset (iconv(cd, NULL, NULL, NULL, NULL)) re-arms glibc's UTF-16 BOM
+/// exactly as much as our magic number: compare the two on one pattern.
+#[test]
+fn reset_treats_magic_as_utf16_treats_its_bom() {
+    let count = |to: &str, mark: &[u8]| {
+        let mut cd = Cd::open(to, "UTF-8");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64];
+        for part in [&b"ab"[..], b"cd"] {
+            let (_, p, e) = cd.call(Some(part), &mut buf);
+            assert_eq!(e, 0);
+            out.extend_from_slice(&buf[..p]);
+            // SAFETY: the reset form of iconv(3).
+            unsafe {
+                libc::iconv(
+                    cd.0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        out.windows(mark.len()).filter(|w| *w == mark).count()
+    };
+    let bom = count("UTF-16", &[0xFF, 0xFE]) + count("UTF-16", &[0xFE, 0xFF]);
+    assert_eq!(count("CORRECTED-UTF-8", &MAGIC), bom);
+}
