@@ -5,9 +5,10 @@
 #   scripts/install-gconv.sh PREFIX --system   # also register it system-wide
 #
 # Private install: use it with  GCONV_PATH=PREFIX/lib/cutf8fs/gconv  (iconv,
-# git, vim, any program calling iconv_open). --system writes
-# <glibc gconv dir>/gconv-modules.d/cutf8fs.conf pointing at the installed
-# module and runs iconvconfig, so no GCONV_PATH is needed (root only).
+# git, vim, any program calling iconv_open). --system also copies the module
+# into glibc's gconv directory, writes gconv-modules.d/cutf8fs.conf there and
+# runs iconvconfig, so no GCONV_PATH is needed (root only). Undo: remove
+# CORRECTED-UTF-8.so and gconv-modules.d/cutf8fs.conf there, run iconvconfig.
 # The magic(5) entry goes to PREFIX/share/cutf8fs/magic (file -m it); with
 # --system it is also appended to /etc/magic, marked, once. Also installed:
 # PREFIX/share/cutf8fs/corrected-utf-8.vim (vim recipe) and
@@ -49,11 +50,11 @@ if [[ $system == yes ]]; then
     sysdir=$(dirname "$(find /usr/lib /usr/lib64 /lib -maxdepth 3 -name UTF-16.so \
         -path '*gconv*' 2>/dev/null | head -1)")
     [[ -d $sysdir ]] || { echo "install-gconv: glibc gconv directory not found" >&2; exit 1; }
-    absdir=$(cd "$dir" && pwd)
     install -d "$sysdir/gconv-modules.d"
-    # Module names become absolute paths (glibc appends .so).
-    sed -E "s|[[:space:]]CORRECTED-UTF-8[[:space:]]+1$|\t$absdir/CORRECTED-UTF-8\t1|" \
-        gconv/gconv-modules >"$sysdir/gconv-modules.d/cutf8fs.conf"
+    # The module goes next to glibc's own: iconvconfig's cache only
+    # records modules of the gconv directory itself.
+    install -m 0644 "$dir/CORRECTED-UTF-8.so" "$sysdir/CORRECTED-UTF-8.so"
+    install -m 0644 gconv/gconv-modules "$sysdir/gconv-modules.d/cutf8fs.conf"
     iconvconfig
     echo "registered in $sysdir/gconv-modules.d/cutf8fs.conf (iconvconfig run)"
     if ! grep -q 'cutf8fs magic begin' /etc/magic 2>/dev/null; then

@@ -892,3 +892,48 @@ fn reset_treats_magic_as_utf16_treats_its_bom() {
     let bom = count("UTF-16", &[0xFF, 0xFE]) + count("UTF-16", &[0xFE, 0xFF]);
     assert_eq!(count("CORRECTED-UTF-8", &MAGIC), bom);
 }
+
+/// `install-gconv.sh --system`, run in a private mount namespace over copies
+/// of glibc's gconv directory and /etc/magic (the machine is untouched):
+/// afterwards iconv and file know Corrected UTF-8 without GCONV_PATH.
+#[test]
+fn system_install_works_without_gconv_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let so = gconv_dir().join("CORRECTED-UTF-8.so");
+    let script = r#"
+        set -eu
+        mount --make-rprivate /
+        d=$(dirname "$(find /usr/lib /usr/lib64 /lib -maxdepth 3 -name UTF-16.so -path '*gconv*' | head -1)")
+        cp -a "$d" "$T/gconv"; mount --bind "$T/gconv" "$d"
+        touch "$T/magic"; [ -f /etc/magic ] && cp /etc/magic "$T/magic"
+        [ -f /etc/magic ] && mount --bind "$T/magic" /etc/magic
+        "$ROOT/scripts/install-gconv.sh" "$T/prefix" --system >/dev/null
+        printf 'h\303\251llo\n' >"$T/plain"
+        env -u GCONV_PATH iconv -f UTF-8 -t CORRECTED-UTF-8 "$T/plain" >"$T/coded"
+        env -u GCONV_PATH iconv -f CUTF8 -t UTF-8 "$T/coded" >"$T/back"
+        [ -f /etc/magic ] && env -u GCONV_PATH file -b "$T/coded" >"$T/file"
+        true
+    "#;
+    let out = Command::new("unshare")
+        .args(["-m", "bash", "-c", script])
+        .env("T", tmp.path())
+        .env("ROOT", ROOT)
+        .env("CUTF8_GCONV_SO", &so)
+        .env_remove("GCONV_PATH")
+        .output()
+        .expect("unshare (util-linux; the tests run as root)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (want, _, _) = cutf8(&["encode"], "héllo\n".as_bytes());
+    assert_eq!(std::fs::read(tmp.path().join("coded")).unwrap(), want);
+    assert_eq!(
+        std::fs::read(tmp.path().join("back")).unwrap(),
+        "héllo\n".as_bytes()
+    );
+    if let Ok(f) = std::fs::read_to_string(tmp.path().join("file")) {
+        assert!(f.starts_with("Corrected UTF-8 text"), "{f}");
+    }
+}
