@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 scripts/setup.sh
-cargo fmt --check
-cargo clippy --all-targets -- -D warnings
-cargo test --release --all-targets
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --release --workspace --all-targets
 cargo test --release --doc
