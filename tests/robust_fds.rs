@@ -90,14 +90,25 @@ fn content(i: usize) -> Vec<u8> {
     }
 }
 
-/// `dirs` directories of `per` files each under `root/prefix`.
+/// `dirs` directories of `per` files each under `root/prefix`: the disk
+/// bytes (for BACKING), or the view (for a tar written through the mount,
+/// which stores UTF-8 text corrected itself).
 fn make_tree(root: &Path, prefix: &str, dirs: usize, per: usize) {
+    make_tree_as(root, prefix, dirs, per, false)
+}
+
+fn make_tree_as(root: &Path, prefix: &str, dirs: usize, per: usize, view: bool) {
     for d in 0..dirs {
         let dir = root.join(format!("{prefix}/d{d:03}"));
         fs::create_dir_all(&dir).unwrap();
         for f in 0..per {
             let i = d * per + f;
-            fs::write(dir.join(format!("f{f:05}")), content(i)).unwrap();
+            let bytes = if view {
+                expected_view(&content(i))
+            } else {
+                content(i)
+            };
+            fs::write(dir.join(format!("f{f:05}")), bytes).unwrap();
         }
     }
 }
@@ -234,7 +245,7 @@ fn tar_x_100k_files_then_walk_200k() {
     const N: usize = DIRS * PER;
     let t = Instant::now();
     let stage = tempfile::tempdir().unwrap();
-    make_tree(stage.path(), "tar", DIRS, PER);
+    make_tree_as(stage.path(), "tar", DIRS, PER, true);
     let tarball = stage.path().join("t.tar");
     let o = sh(
         "cd \"$1\" && tar -cf \"$2\" tar",
@@ -261,6 +272,15 @@ fn tar_x_100k_files_then_walk_200k() {
         assert_eq!(view, expected_view(&want), "{r} through the mount");
         let disk = fs::read(m.b(&r)).unwrap();
         assert_eq!(expected_view(&disk), expected_view(&want), "{r} in BACKING");
+        if i % 7 == 0 {
+            assert!(
+                cutf8fs::codec::has_magic(&disk),
+                "{r} is not stored corrected"
+            );
+        }
+        let direct = rel("direct", PER, i);
+        let view = fs::read(m.m(&direct)).unwrap_or_else(|e| panic!("read {direct}: {e}"));
+        assert_eq!(view, expected_view(&want), "{direct} through the mount");
     }
 
     let walks: [(&str, &str, usize); 3] = [
@@ -288,6 +308,17 @@ fn tar_x_100k_files_then_walk_200k() {
         assert!(o.status.success(), "{what}: {}", show(&o));
         assert!(o.stderr.is_empty(), "{what}: {}", show(&o));
         let got: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+        if got != want {
+            // Which entries are missing, and what stat says of them.
+            let o = sh(
+                "du -a \"$1\" | cut -f2 | sort > /tmp/rfds-du; find \"$1\" | sort > /tmp/rfds-find; \
+                 comm -13 /tmp/rfds-du /tmp/rfds-find | head -5 | while read f; do stat \"$f\"; done; \
+                 comm -13 /tmp/rfds-du /tmp/rfds-find | wc -l; \
+                 comm -13 /tmp/rfds-du /tmp/rfds-find | cut -d/ -f1-7 | uniq -c | head",
+                &[&m.mnt],
+            );
+            println!("{}", String::from_utf8_lossy(&o.stdout));
+        }
         assert_eq!(got, want, "{what} listed {got} entries, not {want}");
         assert!(fds <= IDLE_BOUND, "after {what} the daemon holds {fds}");
     }

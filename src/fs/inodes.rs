@@ -41,7 +41,12 @@
 //!
 //! While the cache holds an inode's descriptor, its number cannot be reused
 //! by a new file; when it does not, a lookup of a known number checks the
-//! handle and takes the new file's if the old one is gone.
+//! handle and takes the new file's if the old one is gone. Reopening by
+//! name cannot tell a file deleted in BACKING from a new file that got its
+//! number (no generation without an open file); the kernel, which sees the
+//! same FUSE number for both, cannot either: the entry moves to the new
+//! file, and the content cache's stamps keep the old file's bytes from
+//! being served for it.
 //!
 //! **Pinned.** An inode with files open through the mount keeps its
 //! descriptor (`Pinned`, held by each file handle), so a file unlinked while

@@ -687,7 +687,11 @@ impl CutFs {
             return Err(Errno::ENOTDIR);
         };
         let mut entries = d.entries();
-        if offset == 0 {
+        // A new handle may be asked for a later offset first (the kernel
+        // served the start from its cache of the listing): list it then
+        // too, or the listing would end early. "." and ".." make a listed
+        // directory never empty.
+        if offset == 0 || entries.is_empty() {
             *entries = self.listed(d)?;
         }
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
@@ -722,7 +726,11 @@ impl CutFs {
             return Err(Errno::ENOTDIR);
         };
         let mut entries = d.entries();
-        if offset == 0 {
+        // A new handle may be asked for a later offset first (the kernel
+        // served the start from its cache of the listing): list it then
+        // too, or the listing would end early. "." and ".." make a listed
+        // directory never empty.
+        if offset == 0 || entries.is_empty() {
             *entries = self.listed(d)?;
         }
         let start = usize::try_from(offset)
