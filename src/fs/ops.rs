@@ -2,8 +2,9 @@
 //! request does to BACKING. `mod.rs` wraps each in a thin trait method that
 //! only sends the reply.
 //!
-//! Symlink safety: every operation starts from inode entries (O_PATH
-//! descriptors) and one name component, and uses `sys`'s `*at` wrappers,
+//! Symlink safety: every operation starts from inode entries (their O_PATH
+//! descriptors, found again safely by `inodes`) and one name component, and
+//! uses `sys`'s `*at` wrappers,
 //! which never follow a symlink; so a symlink in BACKING, or a rename there
 //! while a request runs, can never lead the daemon outside BACKING.
 //!
