@@ -48,9 +48,10 @@
 //! file, and the content cache's stamps keep the old file's bytes from
 //! being served for it.
 //!
-//! **Pinned.** An inode with files open through the mount keeps its
-//! descriptor (`Pinned`, held by each file handle), so a file unlinked while
-//! open still answers fstat, fchmod and the like. Open file handles hold one
+//! **Pinned.** An inode open through the mount keeps its descriptor
+//! (`Pinned`, held by each file and directory handle), so a file unlinked
+//! (or a directory removed) while open still answers fstat, fchmod and the
+//! like. Open file handles hold one
 //! more descriptor each (`handles`); the kernel protocol has no bound on
 //! them. So the daemon holds at most `cap` + 2 × (open files) + open
 //! directories + a few for the session. At the limit, an open or lookup

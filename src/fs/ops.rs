@@ -619,6 +619,8 @@ impl CutFs {
     /// the mount invalidate the kernel's cache themselves).
     pub(super) fn opendir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
+        // Pinned: a directory removed while open still answers fstat.
+        let pin = inode.pin()?;
         let dir = inode.open(libc::O_RDONLY | libc::O_DIRECTORY)?;
         let st = sys::fstat(dir.as_fd()).map_err(io)?;
         let mut flags = FopenFlags::FOPEN_CACHE_DIR;
@@ -629,6 +631,7 @@ impl CutFs {
             inode,
             dir,
             entries: Default::default(),
+            _pin: pin,
         }));
         Ok((fh, flags))
     }
