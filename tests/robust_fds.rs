@@ -90,14 +90,25 @@ fn content(i: usize) -> Vec<u8> {
     }
 }
 
-/// `dirs` directories of `per` files each under `root/prefix`.
+/// `dirs` directories of `per` files each under `root/prefix`: the disk
+/// bytes (for BACKING), or the view (for a tar written through the mount,
+/// which stores UTF-8 text corrected itself).
 fn make_tree(root: &Path, prefix: &str, dirs: usize, per: usize) {
+    make_tree_as(root, prefix, dirs, per, false)
+}
+
+fn make_tree_as(root: &Path, prefix: &str, dirs: usize, per: usize, view: bool) {
     for d in 0..dirs {
         let dir = root.join(format!("{prefix}/d{d:03}"));
         fs::create_dir_all(&dir).unwrap();
         for f in 0..per {
             let i = d * per + f;
-            fs::write(dir.join(format!("f{f:05}")), content(i)).unwrap();
+            let bytes = if view {
+                expected_view(&content(i))
+            } else {
+                content(i)
+            };
+            fs::write(dir.join(format!("f{f:05}")), bytes).unwrap();
         }
     }
 }
@@ -234,7 +245,7 @@ fn tar_x_100k_files_then_walk_200k() {
     const N: usize = DIRS * PER;
     let t = Instant::now();
     let stage = tempfile::tempdir().unwrap();
-    make_tree(stage.path(), "tar", DIRS, PER);
+    make_tree_as(stage.path(), "tar", DIRS, PER, true);
     let tarball = stage.path().join("t.tar");
     let o = sh(
         "cd \"$1\" && tar -cf \"$2\" tar",
@@ -261,6 +272,15 @@ fn tar_x_100k_files_then_walk_200k() {
         assert_eq!(view, expected_view(&want), "{r} through the mount");
         let disk = fs::read(m.b(&r)).unwrap();
         assert_eq!(expected_view(&disk), expected_view(&want), "{r} in BACKING");
+        if i % 7 == 0 {
+            assert!(
+                cutf8fs::codec::has_magic(&disk),
+                "{r} is not stored corrected"
+            );
+        }
+        let direct = rel("direct", PER, i);
+        let view = fs::read(m.m(&direct)).unwrap_or_else(|e| panic!("read {direct}: {e}"));
+        assert_eq!(view, expected_view(&want), "{direct} through the mount");
     }
 
     let walks: [(&str, &str, usize); 3] = [
@@ -288,6 +308,17 @@ fn tar_x_100k_files_then_walk_200k() {
         assert!(o.status.success(), "{what}: {}", show(&o));
         assert!(o.stderr.is_empty(), "{what}: {}", show(&o));
         let got: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+        if got != want {
+            // Which entries are missing, and what stat says of them.
+            let o = sh(
+                "du -a \"$1\" | cut -f2 | sort > /tmp/rfds-du; find \"$1\" | sort > /tmp/rfds-find; \
+                 comm -13 /tmp/rfds-du /tmp/rfds-find | head -5 | while read f; do stat \"$f\"; done; \
+                 comm -13 /tmp/rfds-du /tmp/rfds-find | wc -l; \
+                 comm -13 /tmp/rfds-du /tmp/rfds-find | cut -d/ -f1-7 | uniq -c | head",
+                &[&m.mnt],
+            );
+            println!("{}", String::from_utf8_lossy(&o.stdout));
+        }
         assert_eq!(got, want, "{what} listed {got} entries, not {want}");
         assert!(fds <= IDLE_BOUND, "after {what} the daemon holds {fds}");
     }
@@ -295,4 +326,37 @@ fn tar_x_100k_files_then_walk_200k() {
     let o = sh("find \"$1\" | wc -l", &[&m.mnt]);
     let got: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     assert_eq!(got, 2 * N + 2 * DIRS + 3);
+}
+
+/// A file unlinked and a directory removed while open through the mount
+/// keep working (fstat, read) after far more inodes than the daemon's
+/// descriptor cache holds have been used since.
+#[test]
+fn open_files_survive_unlink_and_cache_churn() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let _g = serial();
+    let m = Mount::new(&[], |b| {
+        make_tree(b, "many", 2, 1000);
+        fs::write(b.join("f"), corrected(b"open and gone\n")).unwrap();
+        fs::create_dir(b.join("d")).unwrap();
+    });
+    let mut f = fs::File::open(m.m("f")).unwrap();
+    let d = fs::File::open(m.m("d")).unwrap();
+    fs::remove_file(m.m("f")).unwrap();
+    fs::remove_dir(m.m("d")).unwrap();
+    // Churn: 2 000 inodes through the daemon (its cache holds 256).
+    let o = sh("ls -lR \"$1\" | grep -c '^-'", &[&m.m("many")]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "2000",
+        "{}",
+        show(&o)
+    );
+    let st = f.metadata().unwrap();
+    assert_eq!(st.nlink(), 0);
+    let mut s = Vec::new();
+    f.read_to_end(&mut s).unwrap();
+    assert_eq!(s, expected_view(&corrected(b"open and gone\n")));
+    assert!(d.metadata().unwrap().is_dir());
 }

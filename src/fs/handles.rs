@@ -38,6 +38,8 @@ pub struct DirHandle {
     pub dir: File,
     /// The listing served to readdir; offsets are positions in it plus one.
     pub entries: Mutex<Vec<DirEntry>>,
+    /// Keeps the inode's descriptor open while the directory is.
+    pub _pin: super::inodes::Pinned,
 }
 
 impl DirHandle {

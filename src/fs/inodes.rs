@@ -41,11 +41,17 @@
 //!
 //! While the cache holds an inode's descriptor, its number cannot be reused
 //! by a new file; when it does not, a lookup of a known number checks the
-//! handle and takes the new file's if the old one is gone.
+//! handle and takes the new file's if the old one is gone. Reopening by
+//! name cannot tell a file deleted in BACKING from a new file that got its
+//! number (no generation without an open file); the kernel, which sees the
+//! same FUSE number for both, cannot either: the entry moves to the new
+//! file, and the content cache's stamps keep the old file's bytes from
+//! being served for it.
 //!
-//! **Pinned.** An inode with files open through the mount keeps its
-//! descriptor (`Pinned`, held by each file handle), so a file unlinked while
-//! open still answers fstat, fchmod and the like. Open file handles hold one
+//! **Pinned.** An inode open through the mount keeps its descriptor
+//! (`Pinned`, held by each file and directory handle), so a file unlinked
+//! (or a directory removed) while open still answers fstat, fchmod and the
+//! like. Open file handles hold one
 //! more descriptor each (`handles`); the kernel protocol has no bound on
 //! them. So the daemon holds at most `cap` + 2 × (open files) + open
 //! directories + a few for the session. At the limit, an open or lookup

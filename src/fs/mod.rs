@@ -7,7 +7,8 @@
 //!   function in `ops` and ends in one `match` — `Ok` becomes the reply,
 //!   `Err` an errno (decided in `error`, nowhere else).
 //! * `ops` does the work on BACKING through `inodes` (FUSE inode ↔ backing
-//!   `O_PATH` descriptor, lookup counts), `handles` (fh ↔ open descriptor)
+//!   inode, found again by file handle or name through a bounded cache of
+//!   `O_PATH` descriptors; lookup counts), `handles` (fh ↔ open descriptor)
 //!   and `sys` (symlink-safe `*at` system calls).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is

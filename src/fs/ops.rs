@@ -2,8 +2,9 @@
 //! request does to BACKING. `mod.rs` wraps each in a thin trait method that
 //! only sends the reply.
 //!
-//! Symlink safety: every operation starts from inode entries (O_PATH
-//! descriptors) and one name component, and uses `sys`'s `*at` wrappers,
+//! Symlink safety: every operation starts from inode entries (their O_PATH
+//! descriptors, found again safely by `inodes`) and one name component, and
+//! uses `sys`'s `*at` wrappers,
 //! which never follow a symlink; so a symlink in BACKING, or a rename there
 //! while a request runs, can never lead the daemon outside BACKING.
 //!
@@ -705,6 +706,8 @@ impl CutFs {
     /// the mount invalidate the kernel's cache themselves).
     pub(super) fn opendir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
+        // Pinned: a directory removed while open still answers fstat.
+        let pin = inode.pin()?;
         let dir = inode.open(libc::O_RDONLY | libc::O_DIRECTORY)?;
         if self.nodiratime {
             sys::set_noatime(dir.as_fd()).map_err(io)?;
@@ -718,6 +721,7 @@ impl CutFs {
             inode,
             dir,
             entries: Default::default(),
+            _pin: pin,
         }));
         Ok((fh, flags))
     }
@@ -784,7 +788,11 @@ impl CutFs {
             return Err(Errno::ENOTDIR);
         };
         let mut entries = d.entries();
-        if offset == 0 {
+        // A new handle may be asked for a later offset first (the kernel
+        // served the start from its cache of the listing): list it then
+        // too, or the listing would end early. "." and ".." make a listed
+        // directory never empty.
+        if offset == 0 || entries.is_empty() {
             *entries = self.listed(d)?;
         }
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
@@ -819,7 +827,11 @@ impl CutFs {
             return Err(Errno::ENOTDIR);
         };
         let mut entries = d.entries();
-        if offset == 0 {
+        // A new handle may be asked for a later offset first (the kernel
+        // served the start from its cache of the listing): list it then
+        // too, or the listing would end early. "." and ".." make a listed
+        // directory never empty.
+        if offset == 0 || entries.is_empty() {
             *entries = self.listed(d)?;
         }
         let start = usize::try_from(offset)
