@@ -158,6 +158,43 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
          (all done after {:?})",
         t0.elapsed()
     );
+
+    // Again through `ls -l` (readdirplus, then a stat of each entry): the
+    // big files changed in BACKING (their class is unknown again), and the
+    // listing must not scan them on the workers either.
+    for name in ["big1.txt", "big2.txt"] {
+        let st = Command::new("touch").arg(m.b(name)).status().unwrap();
+        assert!(st.success());
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1200)); // attr_timeout
+    let dir = m.m("");
+    let ls = std::thread::spawn(move || {
+        let out = Command::new("ls").arg("-ln").arg(&dir).output().unwrap();
+        (out, Instant::now())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = Instant::now();
+    let out = Command::new("cat").arg(m.m("small.txt")).output().unwrap();
+    let cat_time = t.elapsed();
+    let cat_done = Instant::now();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, expected_view(&small));
+    let (ls_out, ls_done) = ls.join().unwrap();
+    assert!(ls_out.status.success(), "ls -l failed: {ls_out:?}");
+    let listing = String::from_utf8_lossy(&ls_out.stdout).into_owned();
+    for name in ["big1.txt", "big2.txt"] {
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from ls -l:\n{listing}"));
+        let size: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+        assert_eq!(size, want_big, "ls -l size of {name}:\n{listing}");
+    }
+    assert!(
+        cat_done < ls_done,
+        "the small cat waited for the scans of ls -l's big files"
+    );
+    eprintln!("ls -l with two unknown 2 GiB files: cat meanwhile {cat_time:?}");
     drop(m); // the big files go with the temp dir
 }
 

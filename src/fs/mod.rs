@@ -586,7 +586,14 @@ impl Filesystem for CutFs {
                     &dir_attr,
                     GEN,
                 ),
-                Some(a) => reply.add(a.ino, next, &e.name, &self.entry_ttl, a, GEN),
+                Some(p) => {
+                    let ttl = if p.provisional {
+                        Duration::ZERO
+                    } else {
+                        self.entry_ttl
+                    };
+                    reply.add(p.attr.ino, next, &e.name, &ttl, &p.attr, GEN)
+                }
             })
         });
         match r {

@@ -48,6 +48,16 @@ const PLUS_WORKERS: usize = 8;
 /// A readdirplus entry after its lookup: None for "." and "..".
 type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
 
+/// A readdirplus entry's attributes. `provisional`: the file is large, its
+/// class not known yet and only a long scan can tell; rather than scan on a
+/// FUSE worker, the entry goes out with the backing size and no validity
+/// (the kernel asks again, by lookup or getattr, before it uses them, and
+/// those finish on the scan threads) while a scan starts in the background.
+pub(super) struct PlusAttr {
+    pub attr: FileAttr,
+    pub provisional: bool,
+}
+
 fn caller(req: &Request) -> Identity {
     Identity::of(req.uid(), req.gid(), req.pid())
 }
@@ -820,7 +830,7 @@ impl CutFs {
         &self,
         fh: u64,
         offset: u64,
-        mut add: impl FnMut(u64, &DirEntry, Option<&FileAttr>) -> bool,
+        mut add: impl FnMut(u64, &DirEntry, Option<&PlusAttr>) -> bool,
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
         let Handle::Dir(d) = &*h else {
@@ -869,7 +879,7 @@ impl CutFs {
             };
             if add(i as u64 + 1, e, attr.as_ref()) {
                 if let Some(a) = attr {
-                    self.inodes.forget(a.ino.0, 1);
+                    self.inodes.forget(a.attr.ino.0, 1);
                 }
                 break;
             }
@@ -877,7 +887,7 @@ impl CutFs {
         }
         for r in prepared {
             if let Some(Ok(a)) = r {
-                self.inodes.forget(a.ino.0, 1);
+                self.inodes.forget(a.attr.ino.0, 1);
             }
         }
         match failed {
@@ -906,7 +916,7 @@ impl CutFs {
     /// known yet (a cold cache: each needs its first bytes read and maybe an
     /// index built) are classified on a few threads at once, so a cold
     /// `ls -l` or `find` waits for the disk in parallel, not file by file.
-    fn plus_batch(&self, dir: &Arc<Inode>, batch: &[DirEntry]) -> Vec<Option<Result<FileAttr>>> {
+    fn plus_batch(&self, dir: &Arc<Inode>, batch: &[DirEntry]) -> Vec<Option<Result<PlusAttr>>> {
         let looked: Vec<Looked> = batch
             .iter()
             .map(|e| {
@@ -921,10 +931,19 @@ impl CutFs {
                 )
             })
             .collect();
+        // Which entries only a long scan can class (asked once each).
+        let long: Vec<bool> = looked
+            .iter()
+            .map(|r| match r {
+                Some(Ok((inode, st))) => self.needs_scan(inode, st).unwrap_or(false),
+                _ => false,
+            })
+            .collect();
         let unknown: Vec<&(Arc<Inode>, libc::stat)> = looked
             .iter()
-            .filter_map(|r| match r {
-                Some(Ok(x)) => Some(x),
+            .zip(&long)
+            .filter_map(|(r, &long)| match r {
+                Some(Ok(x)) if !long => Some(x),
                 _ => None,
             })
             .filter(|(inode, st)| {
@@ -949,13 +968,43 @@ impl CutFs {
         }
         looked
             .into_iter()
-            .map(|r| r.map(|r| r.and_then(|(inode, st)| self.entry(inode, &st))))
+            .zip(long)
+            .map(|(r, long)| r.map(|r| r.and_then(|(inode, st)| self.plus_attr(inode, &st, long))))
             .collect()
+    }
+
+    /// The attributes of a looked-up entry for readdirplus (its lookup is
+    /// counted and given back if they cannot be had): final ones, or, for a
+    /// file only a long scan can class (`needs_scan`), provisional ones
+    /// while the scan runs on the scan threads (see `PlusAttr`).
+    fn plus_attr(&self, inode: Arc<Inode>, st: &libc::stat, needs_scan: bool) -> Result<PlusAttr> {
+        if !needs_scan {
+            return Ok(PlusAttr {
+                attr: self.entry(inode, st)?,
+                provisional: false,
+            });
+        }
+        let attr = attr_with(&inode, st, Class::Raw);
+        let cache = self.cache.clone();
+        let st = *st;
+        self.scans.run(move || {
+            // Warms the class for the lookup or getattr that follows; an
+            // error resurfaces there.
+            let _ = super::error::guard(
+                "readdirplus",
+                || inode.path(),
+                || classify(&cache, &inode, &st),
+            );
+        });
+        Ok(PlusAttr {
+            attr,
+            provisional: true,
+        })
     }
 
     /// The entry for one name in `dir` (counting one lookup), or None for
     /// "." and "..".
-    fn plus_entry(&self, dir: &Arc<Inode>, e: &DirEntry) -> Option<Result<FileAttr>> {
+    fn plus_entry(&self, dir: &Arc<Inode>, e: &DirEntry) -> Option<Result<PlusAttr>> {
         let b = e.name.as_bytes();
         if b == b"." || b == b".." {
             return None;
@@ -964,7 +1013,12 @@ impl CutFs {
             sys::component(&e.name)
                 .map_err(io)
                 .and_then(|n| self.inodes.lookup(dir, &n))
-                .and_then(|(inode, st)| self.entry(inode, &st)),
+                .and_then(|(inode, st)| {
+                    let long = self
+                        .needs_scan(&inode, &st)
+                        .inspect_err(|_| self.inodes.forget(inode.ino, 1))?;
+                    self.plus_attr(inode, &st, long)
+                }),
         )
     }
 
