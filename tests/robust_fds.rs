@@ -336,11 +336,21 @@ fn open_files_survive_unlink_and_cache_churn() {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     let _g = serial();
-    let m = Mount::new(&[], |b| {
+    // Reopening by name (as a daemon without CAP_DAC_READ_SEARCH does),
+    // where a gone name cannot lead back; no attribute cache, so fstat
+    // reaches the daemon.
+    std::env::set_var("CUTF8FS_NO_FILE_HANDLES", "1");
+    let m = Mount::new(&["attr_timeout=0"], |b| {
         make_tree(b, "many", 2, 1000);
         fs::write(b.join("f"), corrected(b"open and gone\n")).unwrap();
         fs::create_dir(b.join("d")).unwrap();
     });
+    std::env::remove_var("CUTF8FS_NO_FILE_HANDLES");
+    assert!(
+        m.log_text().contains("reopened by name"),
+        "{}",
+        m.log_text()
+    );
     let mut f = fs::File::open(m.m("f")).unwrap();
     let d = fs::File::open(m.m("d")).unwrap();
     fs::remove_file(m.m("f")).unwrap();
