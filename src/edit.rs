@@ -144,6 +144,37 @@ fn encode_window(view: &[u8]) -> Result<Vec<u8>, Malformed> {
     }
 }
 
+/// The edges of the window a change of `view[view_off..end)` re-encodes
+/// (module doc): the start of the unit `view_off` is inside of (`view_off`
+/// itself when it starts a unit and `extends_left` is false: the change's
+/// first byte cannot complete the unit before), and the view bytes from
+/// `end` up to the first non-continuation byte (or the end, or past every
+/// lead's reach).
+fn window_edges(
+    file: &File,
+    index: &OffsetIndex,
+    view_off: u64,
+    end: u64,
+    extends_left: bool,
+) -> io::Result<(u64, Vec<u8>)> {
+    let base = view_off.saturating_sub(REACH);
+    let before = view_range(file, index, base, view_off + 1)?;
+    let at = (view_off - base) as usize;
+    let mut u = view_off;
+    if extends_left || before.get(at).is_some_and(|&b| is_cont(b)) {
+        if let Some(t) = before[..at].iter().rposition(|&b| !is_cont(b)) {
+            u = base + t as u64;
+        }
+    }
+    let mut after = view_range(file, index, end, end + REACH + 1)?;
+    let keep = after
+        .iter()
+        .position(|&b| !is_cont(b))
+        .unwrap_or(after.len().min(REACH as usize));
+    after.truncate(keep);
+    Ok((u, after))
+}
+
 /// Writes `data` at view offset `view_off` of the corrected `file` (opened
 /// read-write, not O_APPEND), updating `index`. Writing past the end fills
 /// the gap with zeros, as a native file would read.
@@ -173,31 +204,12 @@ pub fn write_at(
     }
     let end = view_off + data.len() as u64;
 
-    // Left edge: back to the last non-continuation byte within reach when
-    // `data` starts with a continuation byte (it may complete that unit) or
-    // when `view_off` is inside a unit.
-    let before = view_range(file, index, view_off.saturating_sub(REACH), view_off + 1)?;
-    let base = view_off.saturating_sub(REACH);
-    let at = (view_off - base) as usize;
-    let need_back = is_cont(data[0]) || before.get(at).is_some_and(|&b| is_cont(b));
-    let mut u = view_off;
-    if need_back {
-        if let Some(t) = before[..at].iter().rposition(|&b| !is_cont(b)) {
-            u = base + t as u64;
-        }
-    }
-    // Right edge: forward to the first non-continuation byte (or the end, or
-    // past every lead's reach).
-    let after = view_range(file, index, end, end + REACH + 1)?;
-    let p = end
-        + after
-            .iter()
-            .position(|&b| !is_cont(b))
-            .unwrap_or(after.len().min(REACH as usize)) as u64;
-
+    // `data` starting with a continuation byte may complete the unit before.
+    let (u, after) = window_edges(file, index, view_off, end, is_cont(data[0]))?;
+    let p = end + after.len() as u64;
     let mut window = view_range(file, index, u, view_off)?;
     window.extend_from_slice(data);
-    window.extend_from_slice(&after[..(p - end) as usize]);
+    window.extend_from_slice(&after);
     let new_disk = match encode_window(&window) {
         Ok(d) => d,
         Err(m) => return Ok(Outcome::Unstorable(m)),
@@ -357,27 +369,14 @@ pub fn zero_range(
         zero_range(file, index, journal, view_off, vlen - view_off, how)?;
         return truncate(file, index, end);
     }
-    // Left edge: a range starting inside a unit keeps that unit's first
-    // bytes (re-encoded alone: a truncated sequence W passes through).
-    let base = view_off.saturating_sub(REACH);
-    let before = view_range(file, index, base, view_off + 1)?;
-    let at = (view_off - base) as usize;
-    let mut u = view_off;
-    if before.get(at).is_some_and(|&b| is_cont(b)) {
-        if let Some(t) = before[..at].iter().rposition(|&b| !is_cont(b)) {
-            u = base + t as u64;
-        }
-    }
-    // Right edge: continuation bytes right after the range stay (stray).
-    let after = view_range(file, index, end, end + REACH + 1)?;
-    let p = end
-        + after
-            .iter()
-            .position(|&b| !is_cont(b))
-            .unwrap_or(after.len().min(REACH as usize)) as u64;
+    // A range starting inside a unit keeps that unit's first bytes
+    // (re-encoded alone: a truncated sequence W passes through); the
+    // continuation bytes right after it stay (stray).
+    let (u, after) = window_edges(file, index, view_off, end, false)?;
+    let p = end + after.len() as u64;
     let unstorable = |_| io::Error::from_raw_os_error(libc::EILSEQ);
     let left = encode_window(&view_range(file, index, u, view_off)?).map_err(unstorable)?;
-    let right = encode_window(&after[..(p - end) as usize]).map_err(unstorable)?;
+    let right = encode_window(&after).map_err(unstorable)?;
     let du = disk_offset_of(file, index, u)?;
     let dp = disk_offset_of(file, index, p)?;
     let disk_len = index.disk_len();
