@@ -198,6 +198,72 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
     drop(m); // the big files go with the temp dir
 }
 
+#[test]
+fn a_small_cat_completes_while_big_files_are_opened_without_a_cached_index() {
+    // index_cache=0: no index is kept, so every open of a big corrected
+    // file needs a scan (as when the cache let it go, or an index is larger
+    // than the cache): the opens must not hold the workers a cat needs.
+    let mut chunk = Vec::new();
+    while chunk.len() < (1 << 20) {
+        chunk.extend(enc(0x0800 + (chunk.len() as u32 % 0xA0)));
+        chunk.extend_from_slice(b"ab");
+    }
+    chunk.truncate(1 << 20);
+    let view = expected_view(&corrected(&chunk));
+    let n_chunks = 768u64;
+    let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
+    let m = Mount::new(&["index_cache=0"], |d| {
+        for name in ["big1.txt", "big2.txt"] {
+            let mut f = std::io::BufWriter::new(fs::File::create(d.join(name)).unwrap());
+            f.write_all(&cutf8fs::codec::MAGIC).unwrap();
+            for _ in 0..n_chunks {
+                f.write_all(&chunk).unwrap();
+            }
+            f.flush().unwrap();
+        }
+        fs::write(d.join("small.txt"), &small).unwrap();
+    });
+    // Known class (the stats scan on the scan threads), no index kept.
+    for name in ["big1.txt", "big2.txt"] {
+        assert_eq!(
+            fs::metadata(m.m(name)).unwrap().len(),
+            n_chunks * view.len() as u64
+        );
+    }
+    let opens: Vec<_> = ["big1.txt", "big2.txt"]
+        .into_iter()
+        .map(|n| {
+            let p = m.m(n);
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let out = Command::new("head").arg("-c").arg("64").arg(&p).output();
+                (out, t.elapsed(), Instant::now())
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = Instant::now();
+    let out = Command::new("cat").arg(m.m("small.txt")).output().unwrap();
+    let cat_time = t.elapsed();
+    let cat_done = Instant::now();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, expected_view(&small));
+    let mut first_open = None::<Instant>;
+    for h in opens {
+        let (out, took, done) = h.join().unwrap();
+        let out = out.unwrap();
+        assert!(out.status.success(), "head of a big file: {out:?}");
+        assert_eq!(out.stdout, view[..64]);
+        eprintln!("open + 64 bytes of a big file without a cached index: {took:?}");
+        first_open = Some(first_open.map_or(done, |f| f.min(done)));
+    }
+    assert!(
+        first_open.is_some_and(|f| cat_done < f),
+        "the small cat waited for an open's scan"
+    );
+    eprintln!("cat of a small file meanwhile: {cat_time:?}");
+}
+
 fn seek(f: &fs::File, whence: i32) -> i64 {
     // SAFETY: lseek on an open descriptor.
     unsafe { libc::lseek(f.as_raw_fd(), 0, whence) }

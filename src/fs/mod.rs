@@ -72,7 +72,8 @@ use options::Options;
 pub struct CutFs {
     /// Shared with the scan threads (`scans`), as is `cache`.
     inodes: Arc<InodeTable>,
-    handles: HandleTable,
+    /// Shared with the scan threads, which finish some opens.
+    handles: Arc<HandleTable>,
     cache: Arc<IndexCache>,
     /// Threads that classify large files, so FUSE workers stay free.
     scans: content::ScanPool,
@@ -157,7 +158,7 @@ impl CutFs {
             journal,
             newfiles: opts.newfiles,
             inodes: Arc::new(InodeTable::new(root)?),
-            handles: HandleTable::default(),
+            handles: Arc::new(HandleTable::default()),
             cache: Arc::new(IndexCache::new(opts.index_cache)),
             scans: content::ScanPool::new(SCAN_THREADS)?,
             attr_ttl: opts.attr_timeout,
@@ -448,7 +449,23 @@ impl Filesystem for CutFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.guard("open", ino.0, || CutFs::open(self, ino.0, flags.0)) {
-            Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
+            Ok(ops::Opened::Now(fh, fl)) => reply.opened(FileHandle(fh), fl),
+            Ok(ops::Opened::Later(inode, pin, file)) => {
+                // A long scan first: on the scan threads, not on this worker.
+                let opener = self.opener();
+                self.scans.run(move || {
+                    let named = inode.clone();
+                    let r = error::guard(
+                        "open",
+                        || named.path(),
+                        || opener.finish(inode, pin, file, flags.0),
+                    );
+                    match r {
+                        Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
+                        Err(e) => reply.error(e),
+                    }
+                });
+            }
             Err(e) => reply.error(e),
         }
     }

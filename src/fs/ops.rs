@@ -405,8 +405,10 @@ impl CutFs {
         }
     }
 
-    /// Opens a regular file.
-    pub(super) fn open(&self, ino: u64, flags: i32) -> Result<(u64, FopenFlags)> {
+    /// Opens a regular file: at once, or, when a long scan would be needed
+    /// first, as `Opened::Later` for the scan threads to finish
+    /// (`Opener::finish`), so no FUSE worker waits for a scan.
+    pub(super) fn open(&self, ino: u64, flags: i32) -> Result<Opened> {
         let inode = self.inodes.get(ino)?;
         if !inode.is_reg() {
             // Devices, fifos and sockets are opened by the kernel itself;
@@ -420,7 +422,46 @@ impl CutFs {
         // Pinned first: a file unlinked while open keeps its descriptor.
         let pin = inode.pin()?;
         let file = self.open_file(&inode, flags)?;
+        if self.open_needs_scan(&inode, &file)? {
+            return Ok(Opened::Later(inode, pin, file));
+        }
         self.new_file_handle(inode, pin, file, flags)
+            .map(|(fh, fl)| Opened::Now(fh, fl))
+    }
+
+    /// Whether opening `file` would scan it at length: large, corrected,
+    /// and its index neither in the handle state nor in the cache. (A
+    /// write-only descriptor that cannot show its head is opened at once.)
+    fn open_needs_scan(&self, inode: &Inode, file: &std::fs::File) -> Result<bool> {
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        if st.st_size as u64 <= content::SCAN_INLINE {
+            return Ok(false);
+        }
+        let stamp = Stamp::of(&st);
+        if matches!(inode.state().known_class(&stamp), Some(Class::Raw))
+            || self.cache.get(&stamp).is_some()
+        {
+            return Ok(false);
+        }
+        let fresh = {
+            let content = inode
+                .state()
+                .content
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            matches!(&content.view, Some((s, _)) if *s == stamp)
+        };
+        Ok(!fresh && content::has_magic(file).unwrap_or(false))
+    }
+
+    /// What `finish` needs of the filesystem, for the scan threads.
+    pub(super) fn opener(&self) -> Opener {
+        Opener {
+            handles: self.handles.clone(),
+            cache: self.cache.clone(),
+            noatime: self.noatime,
+            strictatime: self.strictatime,
+        }
     }
 
     fn open_file(&self, inode: &Inode, flags: i32) -> Result<std::fs::File> {
@@ -451,71 +492,7 @@ impl CutFs {
         file: std::fs::File,
         flags: i32,
     ) -> Result<(u64, FopenFlags)> {
-        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if self.noatime {
-            sys::set_noatime(file.as_fd()).map_err(io)?;
-        }
-        let state = inode.state().clone();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let st = sys::fstat(file.as_fd()).map_err(io)?;
-        let stamp = Stamp::of(&st);
-        // A write-only descriptor (the caller may not read) cannot show us
-        // the content: look through a second, read-only one.
-        let second;
-        let mut reader = &file;
-        let corrected = (st.st_size as u64) >= MAGIC.len() as u64
-            && match content::has_magic(&file) {
-                Ok(m) => m,
-                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    second = inode.open_quiet(libc::O_RDONLY)?;
-                    reader = &second;
-                    content::has_magic(reader).map_err(io)?
-                }
-                Err(e) => return Err(io(e)),
-            };
-        if corrected {
-            let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
-            if !fresh {
-                let index = content::index_for(&self.cache, reader, stamp)?;
-                state.remember_class(
-                    stamp,
-                    Class::Corrected {
-                        view_len: index.view_len(),
-                        lossless: index.lossless(),
-                    },
-                );
-                content.view = Some((stamp, index));
-            }
-            // SPEC invariant 1's exempt class: the view cannot be written
-            // back unchanged, so the file opens for writing with an error.
-            if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
-                return Err(READ_ONLY_VIEW);
-            }
-        } else {
-            content.view = None;
-        }
-        content.open += 1;
-        let keep = state.opened_at(stamp) && !self.strictatime;
-        drop(content);
-        let fh = self.handles.insert(Handle::File(FileHandle {
-            inode,
-            file,
-            write,
-            _pin: pin,
-        }));
-        let mut flags = FopenFlags::empty();
-        if keep {
-            flags |= FopenFlags::FOPEN_KEEP_CACHE;
-        }
-        if !write {
-            // Nothing is buffered here and locks are the kernel's: a close
-            // of a read-only handle need not wait for a FLUSH round trip.
-            flags |= FopenFlags::FOPEN_NOFLUSH;
-        }
-        Ok((fh, flags))
+        self.opener().finish(inode, pin, file, flags)
     }
 
     pub(super) fn create(
@@ -1190,6 +1167,102 @@ impl CutFs {
 pub(super) enum XattrReply {
     Size(u32),
     Data(Vec<u8>),
+}
+
+/// The result of `CutFs::open`.
+pub(super) enum Opened {
+    /// A file handle and its open flags.
+    Now(u64, FopenFlags),
+    /// To be finished on the scan threads: `Opener::finish`.
+    Later(Arc<Inode>, super::inodes::Pinned, std::fs::File),
+}
+
+/// The parts of the filesystem that give an open file its handle, shared
+/// with the scan threads.
+pub(super) struct Opener {
+    handles: Arc<super::handles::HandleTable>,
+    cache: Arc<content::IndexCache>,
+    noatime: bool,
+    strictatime: bool,
+}
+
+impl Opener {
+    /// Gives the open `file` of `inode` a file handle: learns whether it is
+    /// corrected and its index (the long part for a large file), under the
+    /// content lock.
+    pub(super) fn finish(
+        &self,
+        inode: Arc<Inode>,
+        pin: super::inodes::Pinned,
+        file: std::fs::File,
+        flags: i32,
+    ) -> Result<(u64, FopenFlags)> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if self.noatime {
+            sys::set_noatime(file.as_fd()).map_err(io)?;
+        }
+        let state = inode.state().clone();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let stamp = Stamp::of(&st);
+        // A write-only descriptor (the caller may not read) cannot show us
+        // the content: look through a second, read-only one.
+        let second;
+        let mut reader = &file;
+        let corrected = (st.st_size as u64) >= MAGIC.len() as u64
+            && match content::has_magic(&file) {
+                Ok(m) => m,
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    second = inode.open_quiet(libc::O_RDONLY)?;
+                    reader = &second;
+                    content::has_magic(reader).map_err(io)?
+                }
+                Err(e) => return Err(io(e)),
+            };
+        if corrected {
+            let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
+            if !fresh {
+                let index = content::index_for(&self.cache, reader, stamp)?;
+                state.remember_class(
+                    stamp,
+                    Class::Corrected {
+                        view_len: index.view_len(),
+                        lossless: index.lossless(),
+                    },
+                );
+                content.view = Some((stamp, index));
+            }
+            // SPEC invariant 1's exempt class: the view cannot be written
+            // back unchanged, so the file opens for writing with an error.
+            if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
+                return Err(READ_ONLY_VIEW);
+            }
+        } else {
+            content.view = None;
+        }
+        content.open += 1;
+        let keep = state.opened_at(stamp) && !self.strictatime;
+        drop(content);
+        let fh = self.handles.insert(Handle::File(FileHandle {
+            inode,
+            file,
+            write,
+            _pin: pin,
+        }));
+        let mut flags = FopenFlags::empty();
+        if keep {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if !write {
+            // Nothing is buffered here and locks are the kernel's: a close
+            // of a read-only handle need not wait for a FLUSH round trip.
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        Ok((fh, flags))
+    }
 }
 
 #[cfg(test)]
