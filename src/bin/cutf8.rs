@@ -18,15 +18,20 @@ use cutf8fs::convert::{self, Direction, Fatal, Input, Options, DEFAULT_BUFFER_SI
 
 /// Exit statuses, for --help and the man page.
 const EXIT_STATUS: &[(&str, &str)] = &[
-    ("0", "Everything converted; check found no errors."),
+    (
+        "0",
+        "Everything converted; check found no errors; migrate converted or skipped every file.",
+    ),
     (
         "1",
         "Some input could not be converted (each such input is named with line, \
-         column and byte offset), or check found errors.",
+         column and byte offset), check found errors, or migrate failed on some file.",
     ),
     (
         "2",
-        "Usage error, or an input could not be read or the output could not be written.",
+        "Usage error, an input could not be read, or the output could not be written. \
+         migrate: a named PATH does not exist or is on a cutf8fs mount (nothing is \
+         converted then).",
     ),
 ];
 
@@ -131,8 +136,11 @@ An input that already begins with the magic number is refused.")]
     /// Convert Corrected UTF-8 to UTF-8 (stdin to stdout without FILE).
     #[command(long_about = "\
 Convert Corrected UTF-8 to UTF-8, standard input to standard output when no \
-FILE is named (\"-\" is standard input). The magic number is dropped from each \
-input that begins with it.
+FILE is named (\"-\" is standard input). Each input must begin with the \
+magic number, which is dropped; an input without it is refused (it is most \
+likely plain UTF-8 already) unless --no-magic is given. A magic number after \
+the start of an input is an error (files were concatenated; decode each on \
+its own), except with --lossless, which reads it as text as the mount does.
 
 By default an input that has no faithful UTF-8 form is an error: stray \
 continuation bytes, truncated sequences, reserved units (FE or FF and the \
@@ -209,6 +217,13 @@ struct EncodeArgs {
 struct DecodeArgs {
     #[command(flatten)]
     common: ConvertArgs,
+
+    /// Decode input that does not begin with the magic number.
+    ///
+    /// Without it, such an input is refused: it is most likely plain UTF-8
+    /// already, and decoding it would garble every non-ASCII character.
+    #[arg(long)]
+    no_magic: bool,
 }
 
 #[derive(Args, Debug)]
@@ -286,7 +301,8 @@ fn run(cli: Cli) -> Result<u8, Fatal> {
             run_convert(&opts, &a.common)
         }
         Some(Command::Decode(a)) => {
-            let opts = convert_options(Direction::Decode, &a.common);
+            let mut opts = convert_options(Direction::Decode, &a.common);
+            opts.magic = !a.no_magic;
             run_convert(&opts, &a.common)
         }
         Some(Command::Check(a)) => Ok(run_check(&a)),

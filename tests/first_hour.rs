@@ -1,0 +1,216 @@
+//! The first hour of a new user (issue 13): each finding as the newcomer
+//! met it, run against the built binaries. decode's honest defaults, an
+//! encode that writes nothing when its input is missing, migrate's
+//! messages and exit statuses, `check` on directories.
+//!
+//! Mount findings (VCS files kept raw, `#!` scripts, stale and doubled
+//! mounts, options) live in tests/first_hour_mount.rs.
+
+mod cli_support;
+
+use cli_support::{cutf8, Dir};
+
+const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
+
+fn with_magic(b: &[u8]) -> Vec<u8> {
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(b);
+    v
+}
+
+/// Chunk sizes: 1, 3 and 7 bytes put the magic number across every edge.
+const CHUNKS: [&str; 4] = ["1", "3", "7", "65536"];
+
+// ---- finding 2: decode's defaults ----
+
+#[test]
+fn decode_refuses_plain_utf8_instead_of_garbling_it() {
+    // What a git clean filter built on decode saw: "café" as plain UTF-8.
+    for chunk in CHUNKS {
+        let r = cutf8(&["decode", "--buffer-size", chunk], "café\n".as_bytes());
+        r.exits(1)
+            .stderr_has("<stdin>:1:1: input does not begin with the Corrected UTF-8 magic number")
+            .stderr_has("--no-magic")
+            .stdout_is(b"", "nothing decoded");
+        // --lossless is no excuse either.
+        cutf8(&["decode", "--lossless"], "café\n".as_bytes()).exits(1);
+    }
+    // Told that it is Corrected UTF-8 without the magic number, decode does.
+    cutf8(&["decode", "--no-magic"], &[b'a', 0xC1, 0x89, b'\n'])
+        .ok()
+        .stdout_is("aé\n".as_bytes(), "decoded");
+    // --no-magic still drops a magic number that is there.
+    cutf8(&["decode", "--no-magic"], &with_magic(b"x\n"))
+        .ok()
+        .stdout_is(b"x\n", "magic dropped");
+    // An empty input has nothing to garble.
+    cutf8(&["decode"], b"").ok().stdout_is(b"", "empty");
+    // One bad input among good ones: the good ones decode, exit 1.
+    let d = Dir::new();
+    d.write("good.cu8", &with_magic(b"good\n"));
+    d.write("plain.txt", b"plain\n");
+    d.run(&["decode", "plain.txt", "good.cu8"], b"")
+        .exits(1)
+        .stderr_has("plain.txt:1:1: input does not begin")
+        .stdout_is(b"good\n", "the good one");
+}
+
+#[test]
+fn a_second_magic_number_is_an_error_in_strict_mode() {
+    // cat a.cu8 b.cu8 | cutf8 decode
+    let a = with_magic("línea\nzwei ".as_bytes());
+    let mut cat = a.clone();
+    cat.extend_from_slice(&with_magic(b"b\n"));
+    let want_prefix = cutf8(&["decode"], &a).ok().stdout;
+    for chunk in CHUNKS {
+        let r = cutf8(&["decode", "--buffer-size", chunk], &cat);
+        // "línea\n" is line 1; "zwei " puts the magic at line 2, column 6.
+        r.exits(1)
+            .stderr_has(&format!(
+                "<stdin>:2:6: a second Corrected UTF-8 magic number (byte offset {})",
+                a.len()
+            ))
+            .stderr_has("decode each file on its own")
+            .stdout_is(&want_prefix, "the first file's text, no NUL, nothing after");
+        // --lossless reads it as text, as the mount does.
+        let r = cutf8(&["decode", "--lossless", "--buffer-size", chunk], &cat).ok();
+        assert!(
+            r.stdout.contains(&0),
+            "lossless carries the magic's NUL through"
+        );
+    }
+}
+
+#[test]
+fn the_magic_number_is_found_at_every_position_and_chunk_edge() {
+    for before in 0..12usize {
+        let mut input = with_magic(&b"abcdefghijkl"[..before]);
+        input.extend_from_slice(&MAGIC);
+        input.extend_from_slice(b"tail\n");
+        for chunk in ["1", "2", "3", "5", "7", "8", "9"] {
+            cutf8(&["decode", "--buffer-size", chunk], &input)
+                .exits(1)
+                .stderr_has(&format!(
+                    "<stdin>:1:{}: a second Corrected UTF-8 magic number (byte offset {})",
+                    before + 1,
+                    8 + before
+                ))
+                .stdout_is(&b"abcdefghijkl"[..before], "text before it");
+        }
+    }
+}
+
+#[test]
+fn text_that_merely_begins_like_the_magic_number_decodes() {
+    // The magic number's proper prefixes that end on a unit boundary are
+    // text (EF B7 9D, ED B2 AE, 00); held back at a chunk edge, they must
+    // still come out when what follows is not the rest of the magic.
+    for k in [3, 6, 7] {
+        for after in [
+            &b""[..],
+            b"x",
+            b"\xEF\xB7\x9D",
+            b"\xEF\xB7\x9D\xED\xB2\xAE\x00x",
+        ] {
+            let mut body = b"a".to_vec();
+            body.extend_from_slice(&MAGIC[..k]);
+            body.extend_from_slice(after);
+            let want = cutf8(&["decode", "--lossless"], &with_magic(&body))
+                .ok()
+                .stdout;
+            for chunk in ["1", "2", "3", "4", "7", "65536"] {
+                cutf8(&["decode", "--buffer-size", chunk], &with_magic(&body))
+                    .ok()
+                    .stdout_is(&want, &format!("{body:02X?} chunk {chunk}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_exit_status_2_for_an_unreadable_input() {
+    cutf8(&["decode", "nosuch.cu8"], b"")
+        .exits(2)
+        .stderr_is("cutf8: nosuch.cu8: No such file or directory\n");
+}
+
+// ---- finding 9: encode of a missing input ----
+
+#[test]
+fn encode_of_a_missing_input_writes_nothing() {
+    cutf8(&["encode", "nosuch.txt"], b"")
+        .exits(2)
+        .stderr_is("cutf8: nosuch.txt: No such file or directory\n")
+        .stdout_is(b"", "no magic number alone");
+    // The magic number comes with the first input that opens.
+    let d = Dir::new();
+    d.write("a.txt", b"a\n");
+    d.run(&["encode", "nosuch.txt", "a.txt"], b"")
+        .exits(2)
+        .stdout_is(&with_magic(b"a\n"), "magic once, then a");
+    d.run(&["encode", "nosuch.txt", "-o", "out.cu8"], b"").exits(2);
+    assert_eq!(d.names(), ["a.txt"], "no output file");
+    // Empty stdin still gives a valid empty corrected file.
+    cutf8(&["encode"], b"").ok().stdout_is(&MAGIC, "magic only");
+}
+
+// ---- finding 9 and 8: migrate's words and exit statuses ----
+
+#[test]
+fn migrate_counts_in_words_and_one_unit() {
+    let d = Dir::new();
+    d.write("one.txt", b"one\n");
+    let r = d.run(&["migrate", "--no-progress", "."], b"").ok();
+    assert_eq!(d.read("one.txt"), with_magic(b"one\n"));
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(out.contains("converted: 1 file\n"), "{out}");
+    assert!(out.contains("failed:    0 files\n"), "{out}");
+    assert!(out.contains("size:      4 B before, 12 B after\n"), "{out}");
+    assert!(
+        !out.contains(" files\n") || out.contains("0 files"),
+        "{out}"
+    );
+    let r = d.run(&["migrate", "--dry-run", "."], b"").ok();
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(out.contains("dry run: 0 files would be converted"), "{out}");
+    assert!(out.contains("skipped:   1 path\n"), "{out}");
+    assert!(
+        !out.contains("1 paths") && !out.contains("1 files"),
+        "{out}"
+    );
+}
+
+/// Every exit status `cutf8 --help` documents, produced by the command it
+/// names.
+#[test]
+fn each_documented_exit_status_happens() {
+    let help = String::from_utf8(cutf8(&["--help"], b"").ok().stdout).unwrap();
+    let d = Dir::new();
+    d.write("good.txt", b"good\n");
+    d.write("bad.txt", b"\xC0\xAF\n");
+    d.write("good.cu8", &with_magic(b"good\n"));
+    d.write("tab.cu8", &with_magic(b"a\tb\n"));
+    let cases: &[(&str, &[&str], i32)] = &[
+        ("0", &["encode", "good.txt"], 0),
+        ("0", &["decode", "good.cu8"], 0),
+        ("0", &["check", "good.cu8"], 0),
+        ("1", &["encode", "bad.txt"], 1),
+        ("1", &["decode", "good.txt"], 1),
+        ("1", &["check", "--error", "tab", "tab.cu8"], 1),
+        ("2", &["encode", "--bogus"], 2),
+        ("2", &["encode", "nosuch.txt"], 2),
+        ("2", &["decode", "nosuch.cu8"], 2),
+        ("2", &["check", "nosuch.cu8"], 2),
+        ("2", &["migrate", "nosuch"], 2),
+        ("2", &["decode", "good.cu8", "-o", "no/such/dir/out"], 2),
+        // Last: it converts good.txt.
+        ("0", &["migrate", "--no-progress", "good.txt"], 0),
+    ];
+    for (code, args, want) in cases {
+        assert!(
+            help.contains(&format!("  {code}  ")),
+            "--help documents {code}:\n{help}"
+        );
+        d.run(args, b"").exits(*want);
+    }
+}
