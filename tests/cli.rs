@@ -225,7 +225,7 @@ fn usage_errors_exit_2() {
     cutf8(&[], b"").exits(2);
     cutf8(&["encode", "--bogus"], b"").exits(2);
     cutf8(&["frobnicate"], b"").exits(2);
-    cutf8(&["check"], b"").exits(2).stderr_has("<FILE>");
+    cutf8(&["check"], b"").exits(2).stderr_has("<PATH>");
     cutf8(&["check", "--allow", "no-such-rule", "x"], b"")
         .exits(2)
         .stderr_has("no-such-rule");

@@ -153,8 +153,11 @@ read as an extended form gets a warning, as it would not come back unchanged.")]
     /// Lint Corrected UTF-8 files against the document rules.
     #[command(long_about = "\
 Lint Corrected UTF-8 files against the document rules, one finding per line \
-on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE], and a \
-summary line on standard error. Exit status 1 when any finding is an error.
+on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE] (or JSON \
+lines with --format json), and a summary line on standard error. Exit status \
+1 when any finding is an error. Directories are checked recursively; a file \
+without the magic number that has a NUL byte in its first 8000 bytes is \
+binary: one note says so and it is not checked.
 
 Malformed bytes are reported where they are and checking goes on. Reserved \
 units and code points above U+10FFFF are valid Corrected UTF-8, so they are \
@@ -226,11 +229,27 @@ struct DecodeArgs {
     no_magic: bool,
 }
 
+/// `check --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
 #[derive(Args, Debug)]
 struct CheckArgs {
-    /// Files to check ("-" is stdin).
-    #[arg(value_name = "FILE", required = true)]
+    /// Files or directories to check ("-" is stdin).
+    ///
+    /// A directory is checked recursively, in name order, without following
+    /// symlinks and without entering .git, .hg or .svn (as migrate).
+    #[arg(value_name = "PATH", required = true)]
     files: Vec<PathBuf>,
+
+    /// Output format: text (FILE:LINE:COL: level: message [rule]) or json
+    /// (one object per line: file, line, column, level, rule, message; notes
+    /// have level "note" and no position).
+    #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+    format: Format,
 
     /// Report RULE as an error (repeatable, or comma-separated).
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
@@ -353,6 +372,7 @@ fn run_check(a: &CheckArgs) -> u8 {
     }
     opts.max_per_rule = a.max_per_rule;
     opts.buffer_size = a.buffer_size;
+    opts.json = a.format == Format::Json;
     let inputs: Vec<Input> = a.files.iter().map(|f| Input::from_arg(f)).collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
