@@ -286,3 +286,41 @@ fn check_emits_json_lines() {
         .exits(2)
         .stderr_has("json");
 }
+
+// ---- finding 3: migrate leaves VCS metadata alone ----
+
+#[test]
+fn migrate_leaves_a_git_repository_working() {
+    let d = Dir::new();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=N", "-c", "user.email=n@example.org"])
+            .args(args)
+            .current_dir(d.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", d.path())
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    d.write("a.txt", "café\n".as_bytes());
+    git(&["add", "a.txt"]);
+    git(&["commit", "-q", "-m", "one"]);
+    std::fs::create_dir_all(d.path().join(".hg")).unwrap();
+    d.write(".hg/requires", b"store\n");
+    let r = d.run(&["migrate", "--no-progress", "."], b"").ok();
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("converted: 1 file\n"),
+        "only a.txt: {}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    assert_eq!(d.read(".git/HEAD"), b"ref: refs/heads/main\n");
+    assert_eq!(d.read(".hg/requires"), b"store\n");
+    assert_eq!(git(&["log", "--format=%s"]), "one\n");
+    // --include-vcs goes in (and breaks the repository, as documented).
+    d.run(&["migrate", "--no-progress", "--include-vcs", "."], b"")
+        .ok();
+    assert!(d.read(".git/HEAD").starts_with(&MAGIC));
+}

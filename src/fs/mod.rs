@@ -40,6 +40,7 @@ mod inodes;
 mod mount;
 mod ops;
 pub mod options;
+mod rawnew;
 mod sys;
 mod write;
 
@@ -70,6 +71,8 @@ pub struct CutFs {
     /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`).
     journal: crate::edit::Journal,
     newfiles: options::NewFiles,
+    /// New files that stay raw, and file names for the log.
+    raw: rawnew::RawPolicy,
     attr_ttl: Duration,
     entry_ttl: Duration,
 }
@@ -88,6 +91,7 @@ impl CutFs {
         Ok(CutFs {
             journal,
             newfiles: opts.newfiles,
+            raw: rawnew::RawPolicy::new(std::os::fd::AsFd::as_fd(&root), &opts.rawdirs),
             inodes: InodeTable::new(root)?,
             handles: HandleTable::default(),
             cache: IndexCache::new(opts.index_cache),

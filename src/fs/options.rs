@@ -43,6 +43,9 @@ pub struct Options {
     /// How long the kernel may cache names (default 1 s).
     pub entry_timeout: Duration,
     pub newfiles: NewFiles,
+    /// Directory names under which new files stay raw (`rawdirs=`,
+    /// default `.git:.hg:.svn`).
+    pub rawdirs: Vec<std::ffi::OsString>,
     /// Worker threads (default: one per CPU, 2 to 16; more threads only
     /// add hand-offs for small requests, measured on 2 cores).
     pub threads: usize,
@@ -63,6 +66,8 @@ impl Default for Options {
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
             newfiles: NewFiles::Auto,
+            rawdirs: super::rawnew::parse_rawdirs(super::rawnew::DEFAULT_RAWDIRS)
+                .unwrap_or_default(),
             threads: cpus.clamp(2, 16),
             nonempty: false,
         }
@@ -186,6 +191,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
+        ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v
                 .parse()

@@ -94,6 +94,14 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
 
+    /// Convert inside version-control metadata (.git, .hg, .svn) too.
+    ///
+    /// By default those directories are not entered (reported as excluded):
+    /// git, hg and svn read them outside any mount, and a converted .git
+    /// stops working.
+    #[arg(long)]
+    pub include_vcs: bool,
+
     /// Take only the K-th of N deterministic slices of the files (1 <= K <= N).
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
@@ -134,6 +142,11 @@ impl Options {
     /// Validate `args`; `Err` is a usage error.
     pub fn from_args(args: &MigrateArgs) -> Result<Options, String> {
         let mut b = GlobSetBuilder::new();
+        if !args.include_vcs {
+            for vcs in crate::check::VCS_DIRS {
+                b.add(Glob::new(vcs).map_err(|e| e.to_string())?);
+            }
+        }
         for g in &args.exclude {
             b.add(Glob::new(g).map_err(|e| format!("--exclude {g:?}: {e}"))?);
         }
