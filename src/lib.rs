@@ -20,3 +20,4 @@ pub mod edit;
 pub mod fs;
 pub mod index;
 pub mod migrate;
+pub mod mountinfo;

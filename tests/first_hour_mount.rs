@@ -137,3 +137,78 @@ fn migrate_refuses_a_path_on_a_mount() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// Runs `cutf8fs -f BACKING MNT opts...`, which must fail; its stderr.
+fn mount_fails(m: &Mount, opts: &[&str]) -> String {
+    let mut cmd = Command::new(support_mount::BIN);
+    cmd.arg("-f").arg(&m.backing).arg(&m.mnt);
+    for o in opts {
+        cmd.arg("-o").arg(o);
+    }
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run cutf8fs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "must not mount: {err}");
+    err
+}
+
+fn mounts_at(mnt: &Path) -> usize {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = mnt.to_string_lossy().replace(' ', "\\040");
+    info.lines()
+        .filter(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        .count()
+}
+
+#[test]
+fn mounting_twice_says_already_mounted_and_never_stacks() {
+    let m = Mount::new(&[], |_| {});
+    for opts in [&[][..], &["nonempty"][..]] {
+        let err = mount_fails(&m, opts);
+        assert!(
+            err.contains("is already mounted")
+                && err.contains(&format!("fusermount3 -u {}", m.mnt.display())),
+            "{err}"
+        );
+    }
+    assert_eq!(mounts_at(&m.mnt), 1, "one mount, not stacked");
+}
+
+#[test]
+fn a_stale_mountpoint_after_kill_9_says_what_to_run() {
+    let mut m = Mount::new(&[], |_| {});
+    let mut child = m.take_child().expect("daemon");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let err = mount_fails(&m, &[]);
+    let _ = Command::new("fusermount3").arg("-u").arg(&m.mnt).status();
+    if support_mount::is_mounted(&m.mnt) {
+        let _ = Command::new("umount").arg("-l").arg(&m.mnt).status();
+    }
+    assert!(
+        err.contains("stale FUSE mount") && err.contains("fusermount3 -u"),
+        "{err}"
+    );
+}
+
+#[test]
+fn auto_unmount_is_refused_with_the_reason() {
+    let m = Mount::new(&[], |_| {});
+    let dir = m.dir.path().join("other");
+    fs::create_dir(&dir).unwrap();
+    let out = Command::new(support_mount::BIN)
+        .args(["-f", "-o", "auto_unmount"])
+        .arg(&m.backing)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("auto_unmount") && err.contains("fusermount3 -u"),
+        "{err}"
+    );
+    assert!(!support_mount::is_mounted(&dir));
+}

@@ -68,9 +68,21 @@ struct Checked {
 }
 
 fn dir_of(p: &Path, what: &str) -> Result<PathBuf, Failure> {
-    let abs = std::fs::canonicalize(p)
-        .map_err(|e| Failure::mount(format!("{what} {}: {e}", p.display())))?;
-    if !abs.is_dir() {
+    let fail = |e: std::io::Error| {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            // A FUSE mount whose daemon is gone (kill -9): bindfs says
+            // "Transport endpoint is not connected"; say what to run.
+            return Failure::mount(format!(
+                "{what} {}: a stale FUSE mount whose daemon is gone (transport endpoint \
+                 is not connected); run `fusermount3 -u {}` (or umount) and mount again",
+                p.display(),
+                p.display()
+            ));
+        }
+        Failure::mount(format!("{what} {}: {e}", p.display()))
+    };
+    let abs = std::fs::canonicalize(p).map_err(fail)?;
+    if !std::fs::metadata(&abs).map_err(fail)?.is_dir() {
         return Err(Failure::mount(format!(
             "{what} {}: not a directory",
             p.display()
@@ -89,6 +101,18 @@ fn check(cfg: &Config) -> Result<Checked, Failure> {
             "MOUNTPOINT {} is inside BACKING {}: the mount would contain itself",
             mountpoint.display(),
             backing.display()
+        )));
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if let Some((at, source)) =
+        crate::mountinfo::cutf8fs_mount_of(&mounts, &mountpoint).filter(|(at, _)| *at == mountpoint)
+    {
+        // Never stack a second mount, not even with -o nonempty.
+        return Err(Failure::mount(format!(
+            "MOUNTPOINT {} is already mounted (cutf8fs of {source}); to remount, run \
+             `fusermount3 -u {}` first",
+            at.display(),
+            at.display()
         )));
     }
     if !opts.nonempty && mountpoint != backing {

@@ -104,7 +104,6 @@ const IGNORED: &[&str] = &[
     "splice_read",
     "splice_write",
     "splice_move",
-    "auto_unmount",
     "lazytime",
     "nolazytime",
     "loud",
@@ -198,6 +197,14 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
                 .ok()
                 .filter(|n| (1..=256).contains(n))
                 .ok_or_else(bad)?
+        }
+        ("auto_unmount", None) => {
+            return Err(
+                "option 'auto_unmount' is not supported: cutf8fs does not run a \
+                 watchdog that unmounts after a crash; drop the option, and after a crash \
+                 run `fusermount3 -u MOUNTPOINT`"
+                    .into(),
+            )
         }
         (k, _) if IGNORED.contains(&k) => {}
         (k, _) if k.starts_with("x-") || k == "comment" => {}
