@@ -212,3 +212,48 @@ fn auto_unmount_is_refused_with_the_reason() {
     );
     assert!(!support_mount::is_mounted(&dir));
 }
+
+#[test]
+fn log_file_option_keeps_the_background_daemons_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (dir.path().join("b"), dir.path().join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let log = dir.path().join("cutf8fs.log");
+    // A log file that cannot be opened is reported before detaching.
+    let out = Command::new(support_mount::BIN)
+        .arg(&backing)
+        .arg(&mnt)
+        .arg("-o")
+        .arg(format!(
+            "log={}",
+            dir.path().join("no/such/dir/log").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("log="),
+        "{out:?}"
+    );
+    assert!(!support_mount::is_mounted(&mnt));
+    // In the background (no -f), the log goes to FILE.
+    let out = Command::new(support_mount::BIN)
+        .arg(&backing)
+        .arg(&mnt)
+        .arg("-o")
+        .arg(format!("log={}", log.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut bad = MAGIC.to_vec();
+    bad.extend_from_slice(b"x\n");
+    let refused = fs::write(mnt.join("in.cu8"), &bad);
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    assert!(refused.is_err());
+    let text = fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("in.cu8: refused a write"),
+        "log file: {text:?}"
+    );
+}

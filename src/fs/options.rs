@@ -51,6 +51,8 @@ pub struct Options {
     pub threads: usize,
     /// Mount over a non-empty directory.
     pub nonempty: bool,
+    /// `log=FILE`: log there (appended) instead of syslog or stderr.
+    pub log: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -70,6 +72,7 @@ impl Default for Options {
                 .unwrap_or_default(),
             threads: cpus.clamp(2, 16),
             nonempty: false,
+            log: None,
         }
     }
 }
@@ -177,6 +180,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("async", None) => set(o, libc::MS_SYNCHRONOUS, false),
         ("dirsync", None) => set(o, libc::MS_DIRSYNC, true),
         ("nonempty", None) => o.nonempty = true,
+        ("log", Some(v)) if !v.is_empty() => o.log = Some(v.into()),
         ("fsname", Some(v)) if !v.is_empty() && !v.contains(['\n', '\0']) => {
             o.fsname = Some(v.to_owned())
         }
