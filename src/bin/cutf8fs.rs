@@ -19,7 +19,8 @@ use clap::Parser;
     name = "cutf8fs",
     version,
     about = "Mirror BACKING at MOUNTPOINT, showing Corrected UTF-8 files as standard UTF-8 and writing them back as Corrected UTF-8",
-    long_about = None
+    long_about = None,
+    after_help = cutf8fs::fs::options::help()
 )]
 struct Cli {
     /// The directory to mirror.
