@@ -55,7 +55,8 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
-const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: SPEC.md, section 1.";
+const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: docs/format.md \
+     (installed in /usr/local/share/doc/cutf8fs); converting trees: docs/migrate.md.";
 
 const ABOUT: &str = "Convert between UTF-8 and Corrected UTF-8, and check Corrected UTF-8 files";
 
@@ -191,7 +192,7 @@ struct ConvertArgs {
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
 
-    /// Convert exactly as the cutf8fs mount does (SPEC section 2).
+    /// Convert exactly as the cutf8fs mount does (docs/format.md, the view).
     ///
     /// Ill-formed bytes and reserved units pass through unchanged, and code
     /// points above U+10FFFF convert to and from their extended forms. C1
