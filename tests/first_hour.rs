@@ -465,3 +465,22 @@ fn the_install_command_puts_man_pages_where_man_finds_them() {
     assert!(out.status.success());
     assert!(prefix.path().join("share/doc/cutf8fs/format.md").is_file());
 }
+
+#[test]
+fn cutf8_man_page_is_a_real_page() {
+    let page = std::fs::read_to_string(format!("{ROOT}/man/cutf8.1")).unwrap();
+    assert!(!page.contains("CUTF8 HELP"), "no empty help section");
+    assert!(
+        page.contains("\\fBcutf8 decode [OPTIONS] [FILE]...\\fR"),
+        "synopsis with ..."
+    );
+    assert!(page.contains("OUT"), "-o names its value");
+    assert!(
+        page.contains("How migrate works"),
+        "migrate section from docs/migrate.man.txt"
+    );
+    assert!(
+        page.contains("include\\-vcs"),
+        "migrate documents --include-vcs"
+    );
+}

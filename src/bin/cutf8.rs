@@ -413,7 +413,10 @@ fn man_page() -> std::io::Result<Vec<u8>> {
     man.render_synopsis_section(&mut w)?;
     man.render_description_section(&mut w)?;
     man.render_options_section(&mut w)?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         let name = sub.get_name().to_uppercase();
         let sub_man = clap_mangen::Man::new(sub.clone());
         for (section, render) in [
@@ -430,7 +433,17 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             // section named after it; clap_mangen's per-call preamble (the
             // Aq string) is already in the page.
             if section == "SYNOPSIS" {
+                // clap's usage line: value names (<OUT>) and repeats (...)
+                // as --help shows them.
                 writeln!(w, ".SH \"CUTF8 {name}\"")?;
+                let usage = sub
+                    .clone()
+                    .bin_name(format!("cutf8 {}", sub.get_name()))
+                    .render_usage();
+                let usage = usage.to_string();
+                let usage = usage.trim_start_matches("Usage: ");
+                writeln!(w, "\\fB{}\\fR", roff_text(usage))?;
+                continue;
             } else {
                 writeln!(
                     w,
@@ -441,6 +454,22 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             for line in String::from_utf8_lossy(&part).lines() {
                 if !(line.starts_with(".SH ") || line.contains(".ds Aq ")) {
                     writeln!(w, "{line}")?;
+                }
+            }
+        }
+        if sub.get_name() == "migrate" {
+            // The longer story, from docs/migrate.man.txt (its title line
+            // and synopsis block left out: the usage line above says it).
+            writeln!(w, ".SS \"How migrate works\"")?;
+            let text = include_str!("../../docs/migrate.man.txt");
+            for para in text.split("\n\n").skip(2) {
+                if para.trim().is_empty() {
+                    continue;
+                }
+                if para.starts_with('-') {
+                    writeln!(w, ".PP\n.nf\n{}\n.fi", roff_text_lines(para))?;
+                } else {
+                    writeln!(w, ".PP\n{}", roff_text_lines(para))?;
                 }
             }
         }
@@ -461,6 +490,11 @@ fn man_page() -> std::io::Result<Vec<u8>> {
     writeln!(w, ".SH \"SEE ALSO\"\n{}", roff_text(SEE_ALSO))?;
     man.render_version_section(&mut w)?;
     Ok(w)
+}
+
+/// [`roff_text`] for each line of `s`.
+fn roff_text_lines(s: &str) -> String {
+    s.lines().map(roff_text).collect::<Vec<_>>().join("\n")
 }
 
 type Render = fn(&clap_mangen::Man, &mut dyn Write) -> std::io::Result<()>;
