@@ -440,6 +440,29 @@ fn preflight(paths: &[PathBuf]) -> Result<(), String> {
     Ok(())
 }
 
+/// On SIGINT (Ctrl-C): say that nothing is half-converted and how to
+/// finish, then exit 130. Only async-signal-safe calls in the handler.
+fn say_how_to_resume_on_ctrl_c() {
+    extern "C" fn on_sigint(_: libc::c_int) {
+        const MSG: &[u8] = b"\ncutf8: migrate: interrupted. Every file is either converted or \
+unchanged (none is half-converted); run the same command again to finish: it cleans up \
+and resumes.\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; MSG is static.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(130);
+        }
+    }
+    // SAFETY: a zeroed sigaction with a plain handler and an empty mask is
+    // valid; the handler only makes async-signal-safe calls.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
 /// `cutf8 migrate`: run with `args`, print, return the exit status.
 pub fn run_cli(args: &MigrateArgs) -> i32 {
     let opts = match Options::from_args(args) {
@@ -470,7 +493,7 @@ pub fn run_cli(args: &MigrateArgs) -> i32 {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}",
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
             )
             .expect("valid template"),
         );
@@ -485,6 +508,9 @@ pub fn run_cli(args: &MigrateArgs) -> i32 {
         files_done: 0,
         files_total: 0,
     };
+    if !opts.dry_run {
+        say_how_to_resume_on_ctrl_c();
+    }
     let started = Instant::now();
     let summary = run(&opts, &mut cli);
     if let Some(bar) = cli.bar.take() {
