@@ -532,3 +532,38 @@ fn ctrl_c_during_migrate_says_how_to_resume_and_a_rerun_finishes() {
         "no leftovers"
     );
 }
+
+// ---- finding 9: colour only on a terminal ----
+
+#[test]
+fn diagnostics_are_coloured_on_a_terminal_only() {
+    let d = Dir::new();
+    d.write("t.cu8", &with_magic(b"a\tb\n"));
+    d.write("bad.txt", b"\xC0\xAF\n");
+    // Through a pipe: plain.
+    let r = d.run(&["check", "t.cu8"], b"").exits(0);
+    assert!(!r.stdout.contains(&0x1b) && !r.stderr.contains('\x1b'));
+    let r = d.run(&["encode", "bad.txt"], b"").exits(1);
+    assert!(!r.stderr.contains('\x1b'));
+    // On a terminal (script(1) gives it one): coloured, unless NO_COLOR.
+    let bin = env!("CARGO_BIN_EXE_cutf8");
+    for (no_color, want) in [("", true), ("1", false)] {
+        let out = std::process::Command::new("script")
+            .args([
+                "-qec",
+                &format!("{bin} check t.cu8; {bin} encode bad.txt"),
+                "/dev/null",
+            ])
+            .current_dir(d.path())
+            .env("NO_COLOR", no_color)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("tab (U+0009)"), "{text}");
+        assert_eq!(
+            text.contains("\x1b[1;33mwarning:\x1b[0m") && text.contains("\x1b[1;31mcutf8:"),
+            want,
+            "NO_COLOR={no_color:?}: {text:?}"
+        );
+    }
+}

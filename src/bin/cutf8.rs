@@ -343,10 +343,56 @@ fn convert_options(direction: Direction, a: &ConvertArgs) -> Options {
     opts
 }
 
+/// Whether to colour what goes to stdout (`out`) or stderr: only on a
+/// terminal, and never with NO_COLOR set (as clap does).
+fn colour(out: bool) -> bool {
+    use std::io::IsTerminal;
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && if out {
+            std::io::stdout().is_terminal()
+        } else {
+            std::io::stderr().is_terminal()
+        }
+}
+
+/// A diagnostic line for stderr: `cutf8:` in bold red on a terminal.
+fn diag_line(m: &str, colour: bool) -> String {
+    if colour && !m.contains(": warning:") {
+        format!("\x1b[1;31mcutf8:\x1b[0m {m}")
+    } else if colour {
+        format!("\x1b[1;33mcutf8:\x1b[0m {m}")
+    } else {
+        format!("cutf8: {m}")
+    }
+}
+
+/// A check finding for stdout, its level coloured on a terminal.
+fn finding_line(line: &str, colour: bool) -> String {
+    if !colour {
+        return line.to_string();
+    }
+    for (level, code) in [
+        (": error: ", "1;31"),
+        (": warning: ", "1;33"),
+        (": note: ", "1;36"),
+    ] {
+        if let Some(k) = line.find(level) {
+            let word = &level[2..level.len() - 2];
+            return format!(
+                "{}: \x1b[{code}m{word}:\x1b[0m {}",
+                &line[..k],
+                &line[k + level.len()..]
+            );
+        }
+    }
+    line.to_string()
+}
+
 fn run_convert(opts: &Options, a: &ConvertArgs) -> Result<u8, Fatal> {
     let inputs: Vec<Input> = a.files.iter().map(|f| Input::from_arg(f)).collect();
+    let paint = colour(false);
     let summary = convert::run(opts, &inputs, a.output.as_deref(), &mut |m| {
-        eprintln!("cutf8: {m}")
+        eprintln!("{}", diag_line(m, paint))
     })?;
     Ok(if summary.unreadable > 0 {
         2
@@ -378,15 +424,16 @@ fn run_check(a: &CheckArgs) -> u8 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut broken = false;
+    let (paint_out, paint_err) = (colour(true) && !opts.json, colour(false));
     let summary = check::run(
         &opts,
         &inputs,
         &mut |line| {
-            if !broken && writeln!(out, "{line}").is_err() {
+            if !broken && writeln!(out, "{}", finding_line(line, paint_out)).is_err() {
                 broken = true;
             }
         },
-        &mut |m| eprintln!("cutf8: {m}"),
+        &mut |m| eprintln!("{}", diag_line(m, paint_err)),
     );
     let _ = out.flush();
     eprintln!("cutf8: {summary}");
