@@ -464,6 +464,20 @@ fn the_install_command_puts_man_pages_where_man_finds_them() {
         .unwrap();
     assert!(out.status.success());
     assert!(prefix.path().join("share/doc/cutf8fs/format.md").is_file());
+    // The bash completions load and complete.
+    for b in ["cutf8", "cutf8fs"] {
+        let script = prefix
+            .path()
+            .join("share/bash-completion/completions")
+            .join(b);
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("source '{}' && complete -p {b}", script.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{b}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(b), "{out:?}");
+    }
 }
 
 #[test]

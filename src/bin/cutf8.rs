@@ -115,6 +115,10 @@ struct Cli {
     #[arg(long, hide = true, exclusive = true)]
     generate_man: bool,
 
+    /// Print the completion script for SHELL (bash, zsh, fish, ...) and exit.
+    #[arg(long, hide = true, exclusive = true, value_name = "SHELL")]
+    generate_completions: Option<clap_complete::Shell>,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -306,6 +310,10 @@ fn main() -> ExitCode {
 
 /// Do what `cli` asks; the exit status, or what stopped everything.
 fn run(cli: Cli) -> Result<u8, Fatal> {
+    if let Some(shell) = cli.generate_completions {
+        clap_complete::generate(shell, &mut Cli::command(), "cutf8", &mut std::io::stdout());
+        return Ok(0);
+    }
     if cli.generate_man {
         let mut out = std::io::stdout().lock();
         return match man_page().and_then(|page| out.write_all(&page)) {
