@@ -855,6 +855,8 @@ mod tests {
     fn located(input: &[u8], chunk: usize, direction: Direction) -> Located {
         let mut opts = Options::new(direction);
         opts.buffer_size = chunk;
+        // Inputs here are bare units: decode them as --no-magic does.
+        opts.magic = direction == Direction::Encode;
         let mut bufs = Buffers::new(&opts);
         let mut out = Vec::new();
         match convert_one(&opts, &mut &input[..], &mut out, true, &mut bufs) {
