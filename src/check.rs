@@ -137,6 +137,8 @@ pub struct CheckOptions {
     pub max_per_rule: u64,
     /// Input chunk size (default [`DEFAULT_BUFFER_SIZE`]).
     pub buffer_size: usize,
+    /// Print findings and notes as JSON lines (`--format json`).
+    pub json: bool,
 }
 
 impl Default for CheckOptions {
@@ -145,6 +147,7 @@ impl Default for CheckOptions {
             levels: Rule::ALL.map(Rule::default_level),
             max_per_rule: 20,
             buffer_size: DEFAULT_BUFFER_SIZE,
+            json: false,
         }
     }
 }
@@ -180,6 +183,81 @@ pub struct Finding {
     pub message: String,
 }
 
+impl Finding {
+    /// The finding as one JSON object (`--format json`).
+    pub fn json(&self) -> String {
+        serde_json::json!({
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "level": if self.level == Level::Error { "error" } else { "warning" },
+            "rule": self.rule.name(),
+            "message": self.message,
+        })
+        .to_string()
+    }
+}
+
+/// A note (not a finding) in the chosen output format.
+fn note(json: bool, file: &str, message: &str) -> String {
+    if json {
+        serde_json::json!({"file": file, "level": "note", "message": message}).to_string()
+    } else {
+        format!("{file}: note: {message}")
+    }
+}
+
+/// Directory names `check` does not descend into (as `cutf8 migrate`):
+/// version-control metadata, which is not text for people.
+pub const VCS_DIRS: [&str; 3] = [".git", ".hg", ".svn"];
+
+/// The named inputs with each directory replaced by the regular files
+/// under it (recursively, sorted by name, symlinks and special files left
+/// out, [`VCS_DIRS`] and the mount's own files not entered). A directory that cannot be listed is
+/// reported to `diag` and counted in `unreadable`.
+pub fn expand(inputs: &[Input], diag: &mut dyn FnMut(&str), unreadable: &mut usize) -> Vec<Input> {
+    let mut files = Vec::new();
+    for input in inputs {
+        match input {
+            Input::Path(p) if p.is_dir() => walk_dir(p, &mut files, diag, unreadable),
+            other => files.push(other.clone()),
+        }
+    }
+    files
+}
+
+fn walk_dir(
+    dir: &std::path::Path,
+    files: &mut Vec<Input>,
+    diag: &mut dyn FnMut(&str),
+    unreadable: &mut usize,
+) {
+    let mut entries: Vec<std::fs::DirEntry> = match std::fs::read_dir(dir) {
+        Ok(it) => it.filter_map(Result::ok).collect(),
+        Err(e) => {
+            diag(&format!("{}: {}", dir.display(), io_message(&e)));
+            *unreadable += 1;
+            return;
+        }
+    };
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        // The mount's own files (its journal) are not the user's text.
+        if crate::journal::is_internal(&e.file_name()) {
+            continue;
+        }
+        let Ok(kind) = e.file_type() else { continue };
+        let path = e.path();
+        if kind.is_dir() {
+            if !VCS_DIRS.iter().any(|v| e.file_name() == *v) {
+                walk_dir(&path, files, diag, unreadable);
+            }
+        } else if kind.is_file() {
+            files.push(Input::Path(path));
+        }
+    }
+}
+
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let level = if self.level == Level::Error {
@@ -207,6 +285,8 @@ pub struct CheckSummary {
     pub warnings: u64,
     /// Files that could not be read.
     pub unreadable: usize,
+    /// Files skipped as binary (one note each).
+    pub binary: usize,
 }
 
 impl std::fmt::Display for CheckSummary {
@@ -219,6 +299,13 @@ impl std::fmt::Display for CheckSummary {
             plural(self.errors, "error"),
             plural(self.warnings, "warning")
         )?;
+        if self.binary > 0 {
+            write!(
+                f,
+                ", {} skipped as binary",
+                plural(self.binary as u64, "file")
+            )?;
+        }
         if self.unreadable > 0 {
             write!(f, ", {} unreadable", self.unreadable)?;
         }
@@ -235,6 +322,7 @@ pub fn run(
     diag: &mut dyn FnMut(&str),
 ) -> CheckSummary {
     let mut summary = CheckSummary::default();
+    let inputs = &expand(inputs, diag, &mut summary.unreadable)[..];
     let mut input_buf = vec![0u8; opts.buffer_size.max(1)];
     let mut output_buf = vec![0u8; crate::codec::max_view_len(input_buf.len()).max(MIN_DST)];
     for input in inputs {
@@ -247,7 +335,8 @@ pub fn run(
         summary.errors += errors;
         summary.warnings += warnings;
         match result {
-            Ok(()) => summary.files += 1,
+            Ok(true) => summary.files += 1,
+            Ok(false) => summary.binary += 1,
             Err(e) => {
                 diag(&format!("{name}: {}", io_message(&e)));
                 summary.unreadable += 1;
@@ -256,6 +345,9 @@ pub fn run(
     }
     summary
 }
+
+/// How much of a file the binary test looks at (git's number).
+const BINARY_PROBE: usize = 8000;
 
 /// The state of checking one file.
 struct FileCheck<'a> {
@@ -307,17 +399,37 @@ impl<'a> FileCheck<'a> {
                 rule,
                 message: message(),
             };
-            (self.out)(&f.to_string());
+            let line = if self.opts.json {
+                f.json()
+            } else {
+                f.to_string()
+            };
+            (self.out)(&line);
         }
     }
 
+    /// Check one input; false when it was skipped as binary (a NUL byte
+    /// in the first [`BINARY_PROBE`] bytes and no magic number: git's and
+    /// `cutf8 migrate`'s rule), after one note saying so.
     fn scan(
         &mut self,
         r: &mut dyn Read,
         input: &mut [u8],
         output: &mut [u8],
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<bool> {
         let mut dec = Decoder::strict();
+        let mut probe = vec![0u8; BINARY_PROBE];
+        let n = read_prefix(r, &mut probe, input.len())?;
+        if !probe[..n].starts_with(&MAGIC) && probe[..n].contains(&0) {
+            (self.out)(&note(
+                self.opts.json,
+                &self.name,
+                "binary (a NUL byte in the first 8000 bytes and no magic number): not checked",
+            ));
+            return Ok(false);
+        }
+        let mut r = std::io::Cursor::new(&probe[..n]).chain(r);
+        let r = &mut r as &mut dyn Read;
         let mut prefix = [0u8; 8];
         let n = read_prefix(r, &mut prefix, input.len())?;
         let mut eof = n < MAGIC.len();
@@ -340,7 +452,7 @@ impl<'a> FileCheck<'a> {
                 "no newline (U+000A) at the end of the file".to_string()
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     fn feed(&mut self, dec: &mut Decoder, src: &[u8], last: bool, dst: &mut [u8]) {
@@ -444,12 +556,12 @@ impl<'a> FileCheck<'a> {
                 Level::Allow => {}
             }
             if self.opts.max_per_rule > 0 && n > self.opts.max_per_rule {
-                (self.out)(&format!(
-                    "{}: note: {} more [{}] findings not shown",
-                    self.name,
+                let message = format!(
+                    "{} more [{}] findings not shown",
                     n - self.opts.max_per_rule,
                     rule.name()
-                ));
+                );
+                (self.out)(&note(self.opts.json, &self.name, &message));
             }
         }
         (errors, warnings)

@@ -49,7 +49,11 @@ pub struct Options {
     pub direction: Direction,
     /// Apply V/W exactly as the mount does (default: false, strict).
     pub lossless: bool,
-    /// Encode only: begin the output with [`MAGIC`] (default: true).
+    /// Encode: begin the output with [`MAGIC`]. Decode: require each input
+    /// to begin with it (an input without it is refused: it is most likely
+    /// plain UTF-8 already), and, in strict mode, refuse a magic number
+    /// anywhere after the start (two files concatenated). Default: true;
+    /// `--no-magic` clears it.
     pub magic: bool,
     /// Input chunk size in bytes (default [`DEFAULT_BUFFER_SIZE`]; tests use
     /// 1 and 7 to put units across chunk edges). Values below 1 act as 1.
@@ -200,9 +204,9 @@ fn convert_all(
     diag: &mut dyn FnMut(&str),
 ) -> io::Result<Summary> {
     let mut out = Counting { inner: out, n: 0 };
-    if opts.direction == Direction::Encode && opts.magic {
-        out.write_all(&MAGIC)?;
-    }
+    // The magic number goes out once an input has opened, so that
+    // `encode nosuch > out` leaves `out` empty, as iconv does.
+    let mut magic_due = opts.direction == Direction::Encode && opts.magic;
     let mut buffers = Buffers::new(opts);
     let mut summary = Summary::default();
     for input in inputs {
@@ -215,6 +219,9 @@ fn convert_all(
                 continue;
             }
         };
+        if std::mem::take(&mut magic_due) {
+            out.write_all(&MAGIC)?;
+        }
         let at_start = out.n == 0;
         match convert_one(opts, &mut *reader, &mut out, at_start, &mut buffers) {
             Ok(0) => {}
@@ -230,6 +237,23 @@ fn convert_all(
             }
             Err(FileError::Malformed(at)) => {
                 diag(&format!("{name}:{}", at.message(opts)));
+                summary.malformed += 1;
+            }
+            Err(FileError::NoMagic) => {
+                diag(&format!(
+                    "{name}:1:1: input does not begin with the Corrected UTF-8 magic number \
+                     (byte offset 0), so it is most likely plain UTF-8 already; if it is \
+                     Corrected UTF-8 without the magic number, give --no-magic"
+                ));
+                summary.malformed += 1;
+            }
+            Err(FileError::MagicInside(at)) => {
+                diag(&format!(
+                    "{name}:{}:{}: a second Corrected UTF-8 magic number (byte offset {}): \
+                     files were concatenated; decode each file on its own \
+                     (--lossless reads it as text, as the mount does)",
+                    at.line, at.column, at.offset
+                ));
                 summary.malformed += 1;
             }
             Err(FileError::AlreadyEncoded) => {
@@ -296,6 +320,10 @@ enum FileError {
     Malformed(Located),
     /// Encode: the input begins with the magic number.
     AlreadyEncoded,
+    /// Decode without `--no-magic`: the input does not begin with it.
+    NoMagic,
+    /// Strict decode: the magic number again after the start.
+    MagicInside(Position),
     /// Encode with `--no-magic`, at the start of the output: the text
     /// begins with V(MAGIC), so the output would begin with the magic number
     /// and decode would drop it.
@@ -391,24 +419,90 @@ fn convert_one(
             }
             Direction::Encode => return Err(FileError::AlreadyEncoded),
         }
+    } else if opts.direction == Direction::Decode && opts.magic && n > 0 {
+        return Err(FileError::NoMagic);
     } else if opts.direction == Direction::Encode && !opts.magic && at_start && first == VIEW_MAGIC
     {
         return Err(FileError::EncodesToMagic);
     }
-    feed(&mut conv, first, eof, out, &mut bufs.output, &mut pos)?;
+    // Strict decode looks for a second magic number; elsewhere the scan
+    // is skipped (lossless carries it through as text, as the mount does).
+    let mut scan = (opts.direction == Direction::Decode && !opts.lossless).then(MagicScan::default);
+    let mut step = |chunk: &[u8], eof: bool, pos: &mut Tracker, out: &mut dyn Write| match &mut scan
+    {
+        Some(s) => s.feed(&mut conv, chunk, eof, out, &mut bufs.output, pos),
+        None => feed(&mut conv, chunk, eof, out, &mut bufs.output, pos),
+    };
+    step(first, eof, &mut pos, out)?;
     while !eof {
         let n = read_chunk(reader, &mut bufs.input).map_err(FileError::Read)?;
         eof = n == 0;
-        feed(
-            &mut conv,
-            &bufs.input[..n],
-            eof,
-            out,
-            &mut bufs.output,
-            &mut pos,
-        )?;
+        step(&bufs.input[..n], eof, &mut pos, out)?;
     }
     Ok(conv.exempt_units())
+}
+
+/// Where a second magic number starts.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    line: u64,
+    column: u64,
+    offset: u64,
+}
+
+/// Finds [`MAGIC`] inside a stream fed in chunks: the bytes of a chunk's
+/// end that could begin it are held back (`carry`) until the next chunk
+/// says. [`MAGIC`] holds its first byte once, so a match cannot start
+/// inside a partial match.
+#[derive(Default)]
+struct MagicScan {
+    carry: Vec<u8>,
+}
+
+impl MagicScan {
+    fn feed(
+        &mut self,
+        conv: &mut Converter,
+        src: &[u8],
+        last: bool,
+        out: &mut dyn Write,
+        dst: &mut [u8],
+        pos: &mut Tracker,
+    ) -> Result<(), FileError> {
+        let mut src = src;
+        if !self.carry.is_empty() {
+            let need = MAGIC.len() - self.carry.len();
+            let k = need.min(src.len());
+            let rest = &MAGIC[self.carry.len()..self.carry.len() + k];
+            if src[..k] == *rest {
+                if k == need {
+                    // Everything before the carry went through `feed`.
+                    feed(conv, &[], true, out, dst, pos)?;
+                    return Err(FileError::MagicInside(pos.position()));
+                }
+                if !last {
+                    self.carry.extend_from_slice(src);
+                    return Ok(());
+                }
+            }
+            let carry = std::mem::take(&mut self.carry);
+            feed(conv, &carry, false, out, dst, pos)?;
+        }
+        if let Some(k) = memchr::memmem::find(src, &MAGIC) {
+            feed(conv, &src[..k], true, out, dst, pos)?;
+            return Err(FileError::MagicInside(pos.position()));
+        }
+        if !last {
+            let tail = src.len().saturating_sub(MAGIC.len() - 1);
+            if let Some(k) = memchr::memrchr(MAGIC[0], &src[tail..]).map(|k| tail + k) {
+                if MAGIC.starts_with(&src[k..]) {
+                    self.carry.extend_from_slice(&src[k..]);
+                    src = &src[..k];
+                }
+            }
+        }
+        feed(conv, src, last, out, dst, pos)
+    }
 }
 
 /// Push one chunk through the converter, writing everything it produces.
@@ -465,6 +559,14 @@ impl Default for Tracker {
 }
 
 impl Tracker {
+    fn position(&self) -> Position {
+        Position {
+            line: self.line,
+            column: self.chars + 1,
+            offset: self.offset,
+        }
+    }
+
     pub(crate) fn skip_magic(&mut self) {
         self.offset += MAGIC.len() as u64;
     }
@@ -753,6 +855,8 @@ mod tests {
     fn located(input: &[u8], chunk: usize, direction: Direction) -> Located {
         let mut opts = Options::new(direction);
         opts.buffer_size = chunk;
+        // Inputs here are bare units: decode them as --no-magic does.
+        opts.magic = direction == Direction::Encode;
         let mut bufs = Buffers::new(&opts);
         let mut out = Vec::new();
         match convert_one(&opts, &mut &input[..], &mut out, true, &mut bufs) {

@@ -22,3 +22,4 @@ pub mod fs;
 pub mod index;
 pub mod journal;
 pub mod migrate;
+pub mod mountinfo;

@@ -83,18 +83,21 @@ fn spec_worked_examples_encode_and_decode() {
                 cutf8(&args_with(&["decode"], chunk), &with_magic(disk))
                     .ok()
                     .stdout_is(&v, &what);
-                // The magic number is optional on input.
-                cutf8(&args_with(&["decode"], chunk), disk)
+                // --no-magic: known to be Corrected without it.
+                cutf8(&args_with(&["decode", "--no-magic"], chunk), disk)
                     .ok()
                     .stdout_is(&v, &what);
             } else {
                 // No standard form: strict refuses, lossless converts.
-                cutf8(&args_with(&["decode"], chunk), disk).exits(1);
+                cutf8(&args_with(&["decode", "--no-magic"], chunk), disk).exits(1);
                 cutf8(&args_with(&["encode"], chunk), &v).exits(1);
             }
-            cutf8(&args_with(&["decode", "--lossless"], chunk), disk)
-                .ok()
-                .stdout_is(&v, &what);
+            cutf8(
+                &args_with(&["decode", "--lossless", "--no-magic"], chunk),
+                disk,
+            )
+            .ok()
+            .stdout_is(&v, &what);
             cutf8(
                 &args_with(&["encode", "--lossless", "--no-magic"], chunk),
                 &v,
@@ -141,7 +144,8 @@ fn output_file_and_no_magic() {
     assert_eq!(d.read("raw.cu8"), [0xC1, 0x89, b'\n']);
     d.run(&["decode", "out.cu8", "-o", "back.txt"], b"").ok();
     assert_eq!(d.read("back.txt"), "é\n".as_bytes());
-    d.run(&["decode", "raw.cu8", "-o", "back2.txt"], b"").ok();
+    d.run(&["decode", "--no-magic", "raw.cu8", "-o", "back2.txt"], b"")
+        .ok();
     assert_eq!(d.read("back2.txt"), "é\n".as_bytes());
     assert_eq!(
         d.names(),
@@ -202,7 +206,7 @@ fn an_error_stops_that_input_and_the_next_one_converts() {
 #[test]
 fn unreadable_input_is_named_and_exits_2() {
     let d = Dir::new();
-    d.write("b", b"b\n");
+    d.write("b", &with_magic(b"b\n"));
     let r = d.run(&["decode", "missing", "b"], b"");
     r.exits(2)
         .stderr_is("cutf8: missing: No such file or directory\n")
@@ -221,11 +225,10 @@ fn usage_errors_exit_2() {
     cutf8(&[], b"").exits(2);
     cutf8(&["encode", "--bogus"], b"").exits(2);
     cutf8(&["frobnicate"], b"").exits(2);
-    cutf8(&["check"], b"").exits(2).stderr_has("<FILE>");
+    cutf8(&["check"], b"").exits(2).stderr_has("<PATH>");
     cutf8(&["check", "--allow", "no-such-rule", "x"], b"")
         .exits(2)
         .stderr_has("no-such-rule");
-    cutf8(&["decode", "--no-magic"], b"").exits(2);
     cutf8(&["decode", "--buffer-size", "0"], b"").exits(2);
 }
 
@@ -277,7 +280,7 @@ fn broken_pipe_is_quiet() {
     let d = Dir::new();
     d.write("big", "x\n".repeat(4 << 20).as_bytes());
     let mut child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
-        .args(["decode", "big"])
+        .args(["decode", "--no-magic", "big"])
         .current_dir(d.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -381,7 +384,7 @@ fn check_error(encode: bool, bad: &Bad, input: &[u8], line: u64, col: u64, offse
     let (cmd, hint) = if encode {
         ("encode", !bad.message.contains("cannot be encoded"))
     } else {
-        ("decode", true)
+        ("decode --no-magic", true)
     };
     let hint = if hint {
         "; --lossless carries it through as the mount does"
@@ -393,7 +396,8 @@ fn check_error(encode: bool, bad: &Bad, input: &[u8], line: u64, col: u64, offse
         bad.message
     );
     for chunk in CHUNKS {
-        cutf8(&args_with(&[cmd], chunk), input)
+        let cmd: Vec<&str> = cmd.split(' ').collect();
+        cutf8(&args_with(&cmd, chunk), input)
             .exits(1)
             .stderr_is(&want);
     }
@@ -472,7 +476,10 @@ fn lossless_round_trip_of_random_bytes() {
         for chunk in CHUNKS {
             let what = format!("round {round}, chunk {chunk:?}");
             let v = d.run(
-                &args_with(&["decode", "--lossless", "b", "-o", "v"], chunk),
+                &args_with(
+                    &["decode", "--lossless", "--no-magic", "b", "-o", "v"],
+                    chunk,
+                ),
                 b"",
             );
             v.ok();
@@ -520,7 +527,7 @@ fn round_trip_of_random_text() {
 #[test]
 fn lossless_decode_carries_reserved_and_ill_formed_bytes() {
     let disk = b"a\xFE\x80\x80b\x80c\xE4\xB8";
-    let r = cutf8(&["decode", "--lossless"], disk).ok();
+    let r = cutf8(&["decode", "--lossless", "--no-magic"], disk).ok();
     r.stdout_is(disk, "passed through unchanged");
 }
 
@@ -685,12 +692,16 @@ fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
     cutf8(&["encode", "--no-magic"], &text)
         .exits(1)
         .stderr_has("<stdin>:1:1: text begins with U+10E7D U+ED4E U+0000 U+000A (byte offset 0)");
-    // With the magic number, it round-trips.
+    // With the magic number, it round-trips through --lossless; strict
+    // decode takes the second magic number for a second file.
     let disk = cutf8(&["encode"], &text).ok().stdout;
     assert_eq!(&disk[..16], [MAGIC, MAGIC].concat());
-    cutf8(&["decode"], &disk)
+    cutf8(&["decode", "--lossless"], &disk)
         .ok()
         .stdout_is(&text, "round trip");
+    cutf8(&["decode"], &disk)
+        .exits(1)
+        .stderr_has("<stdin>:1:1: a second Corrected UTF-8 magic number (byte offset 8)");
     // Not at the start of the output, it is just text.
     let d = Dir::new();
     d.write("first", b"x");
@@ -778,18 +789,21 @@ fn lossless_decode_warns_about_the_one_unit_encode_would_change() {
     // code point's extended form, which W stores as FC-led Corrected UTF-8.
     let disk = [b'a', 0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80, b'\n'];
     for chunk in CHUNKS {
-        cutf8(&args_with(&["decode", "--lossless"], chunk), &disk)
-            .exits(0)
-            .stdout_is(&disk, "carried through")
-            .stderr_is(
-                "cutf8: <stdin>: warning: 1 reserved unit(s) of FE plus six continuation bytes \
+        cutf8(
+            &args_with(&["decode", "--lossless", "--no-magic"], chunk),
+            &disk,
+        )
+        .exits(0)
+        .stdout_is(&disk, "carried through")
+        .stderr_is(
+            "cutf8: <stdin>: warning: 1 reserved unit(s) of FE plus six continuation bytes \
                  read as an extended form: encode --lossless would not give them back unchanged \
                  (the mount serves such a file read-only)\n",
-            );
+        );
     }
     // Out of that range, it is an ordinary reserved unit.
     let disk = [0xFE, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80];
-    cutf8(&["decode", "--lossless"], &disk)
+    cutf8(&["decode", "--lossless", "--no-magic"], &disk)
         .ok()
         .stdout_is(&disk, "no warning");
 }
@@ -938,7 +952,7 @@ fn strict_encode_stops_where_the_reference_does() {
                 );
                 let r = r.exits(1);
                 // What was written decodes to exactly the text before.
-                cutf8(&["decode"], &r.stdout)
+                cutf8(&["decode", "--no-magic"], &r.stdout)
                     .ok()
                     .stdout_is(text.as_bytes(), &what);
             }
@@ -974,7 +988,11 @@ fn strict_decode_stops_where_the_reference_does() {
             data.clone()
         };
         let chunk = ["1", "2", "3", "7", "65536"][rng.gen_range(0..5)];
-        let r = cutf8(&["decode", "--buffer-size", chunk], &input);
+        let mut args = vec!["decode", "--buffer-size", chunk];
+        if !magic {
+            args.push("--no-magic");
+        }
+        let r = cutf8(&args, &input);
         let (err, chars) = decode_reference(&data);
         let text: String = chars
             .iter()

@@ -758,11 +758,14 @@ fn exit_codes_and_usage() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
     }
     assert_eq!(fs::read(t.path().join("a.txt")).unwrap(), b"ok\n");
-    // A path that does not exist fails (1) and is named; the rest converts.
+    // A named path that does not exist is named and nothing is converted
+    // (2, as for encode and decode).
     let missing = t.path().join("missing");
-    let out = migrate(&[missing.as_os_str(), root], 1);
+    let out = migrate(&[missing.as_os_str(), root], 2);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&*missing.to_string_lossy()), "{err}");
+    assert_eq!(fs::read(t.path().join("a.txt")).unwrap(), b"ok\n");
+    migrate(&[root], 0);
     assert_eq!(
         fs::read(t.path().join("a.txt")).unwrap(),
         expected_cutf8(b"ok\n")

@@ -677,7 +677,7 @@ fn git_clone_checkout_and_commit_inside_the_mount() {
     assert_corrected(&m.b("clone/README.md"), &want, "README after commit");
     git(&clone, &home, &["fsck", "--strict", "--no-progress"]);
     // Every file under .git reads through the mount as V of its backing
-    // bytes (git's own files: text ones corrected, binary ones raw).
+    // bytes (git's own files are new files under .git: kept raw).
     for rel in files_under(&m.b("clone/.git"), &[]) {
         let back = fs::read(m.b("clone/.git").join(&rel)).unwrap();
         let view = fs::read(m.m("clone/.git").join(&rel)).unwrap();

@@ -18,15 +18,20 @@ use cutf8fs::convert::{self, Direction, Fatal, Input, Options, DEFAULT_BUFFER_SI
 
 /// Exit statuses, for --help and the man page.
 const EXIT_STATUS: &[(&str, &str)] = &[
-    ("0", "Everything converted; check found no errors."),
+    (
+        "0",
+        "Everything converted; check found no errors; migrate converted or skipped every file.",
+    ),
     (
         "1",
         "Some input could not be converted (each such input is named with line, \
-         column and byte offset), or check found errors.",
+         column and byte offset), check found errors, or migrate failed on some file.",
     ),
     (
         "2",
-        "Usage error, or an input could not be read or the output could not be written.",
+        "Usage error, an input could not be read, or the output could not be written. \
+         migrate: a named PATH does not exist or is on a cutf8fs mount (nothing is \
+         converted then).",
     ),
 ];
 
@@ -50,7 +55,8 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
-const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: SPEC.md, section 1.";
+const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: docs/format.md \
+     (installed in /usr/local/share/doc/cutf8fs); converting trees: docs/migrate.md.";
 
 const ABOUT: &str = "Convert between UTF-8 and Corrected UTF-8, and check Corrected UTF-8 files";
 
@@ -109,6 +115,10 @@ struct Cli {
     #[arg(long, hide = true, exclusive = true)]
     generate_man: bool,
 
+    /// Print the completion script for SHELL (bash, zsh, fish, ...) and exit.
+    #[arg(long, hide = true, exclusive = true, value_name = "SHELL")]
+    generate_completions: Option<clap_complete::Shell>,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -131,8 +141,11 @@ An input that already begins with the magic number is refused.")]
     /// Convert Corrected UTF-8 to UTF-8 (stdin to stdout without FILE).
     #[command(long_about = "\
 Convert Corrected UTF-8 to UTF-8, standard input to standard output when no \
-FILE is named (\"-\" is standard input). The magic number is dropped from each \
-input that begins with it.
+FILE is named (\"-\" is standard input). Each input must begin with the \
+magic number, which is dropped; an input without it is refused (it is most \
+likely plain UTF-8 already) unless --no-magic is given. A magic number after \
+the start of an input is an error (files were concatenated; decode each on \
+its own), except with --lossless, which reads it as text as the mount does.
 
 By default an input that has no faithful UTF-8 form is an error: stray \
 continuation bytes, truncated sequences, reserved units (FE or FF and the \
@@ -145,8 +158,11 @@ read as an extended form gets a warning, as it would not come back unchanged.")]
     /// Lint Corrected UTF-8 files against the document rules.
     #[command(long_about = "\
 Lint Corrected UTF-8 files against the document rules, one finding per line \
-on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE], and a \
-summary line on standard error. Exit status 1 when any finding is an error.
+on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE] (or JSON \
+lines with --format json), and a summary line on standard error. Exit status \
+1 when any finding is an error. Directories are checked recursively; a file \
+without the magic number that has a NUL byte in its first 8000 bytes is \
+binary: one note says so and it is not checked.
 
 Malformed bytes are reported where they are and checking goes on. Reserved \
 units and code points above U+10FFFF are valid Corrected UTF-8, so they are \
@@ -180,7 +196,7 @@ struct ConvertArgs {
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
 
-    /// Convert exactly as the cutf8fs mount does (SPEC section 2).
+    /// Convert exactly as the cutf8fs mount does (docs/format.md, the view).
     ///
     /// Ill-formed bytes and reserved units pass through unchanged, and code
     /// points above U+10FFFF convert to and from their extended forms. C1
@@ -209,13 +225,36 @@ struct EncodeArgs {
 struct DecodeArgs {
     #[command(flatten)]
     common: ConvertArgs,
+
+    /// Decode input that does not begin with the magic number.
+    ///
+    /// Without it, such an input is refused: it is most likely plain UTF-8
+    /// already, and decoding it would garble every non-ASCII character.
+    #[arg(long)]
+    no_magic: bool,
+}
+
+/// `check --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug)]
 struct CheckArgs {
-    /// Files to check ("-" is stdin).
-    #[arg(value_name = "FILE", required = true)]
+    /// Files or directories to check ("-" is stdin).
+    ///
+    /// A directory is checked recursively, in name order, without following
+    /// symlinks and without entering .git, .hg or .svn (as migrate).
+    #[arg(value_name = "PATH", required = true)]
     files: Vec<PathBuf>,
+
+    /// Output format: text (FILE:LINE:COL: level: message [rule]) or json
+    /// (one object per line: file, line, column, level, rule, message; notes
+    /// have level "note" and no position).
+    #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+    format: Format,
 
     /// Report RULE as an error (repeatable, or comma-separated).
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
@@ -271,6 +310,10 @@ fn main() -> ExitCode {
 
 /// Do what `cli` asks; the exit status, or what stopped everything.
 fn run(cli: Cli) -> Result<u8, Fatal> {
+    if let Some(shell) = cli.generate_completions {
+        clap_complete::generate(shell, &mut Cli::command(), "cutf8", &mut std::io::stdout());
+        return Ok(0);
+    }
     if cli.generate_man {
         let mut out = std::io::stdout().lock();
         return match man_page().and_then(|page| out.write_all(&page)) {
@@ -286,7 +329,8 @@ fn run(cli: Cli) -> Result<u8, Fatal> {
             run_convert(&opts, &a.common)
         }
         Some(Command::Decode(a)) => {
-            let opts = convert_options(Direction::Decode, &a.common);
+            let mut opts = convert_options(Direction::Decode, &a.common);
+            opts.magic = !a.no_magic;
             run_convert(&opts, &a.common)
         }
         Some(Command::Check(a)) => Ok(run_check(&a)),
@@ -307,10 +351,56 @@ fn convert_options(direction: Direction, a: &ConvertArgs) -> Options {
     opts
 }
 
+/// Whether to colour what goes to stdout (`out`) or stderr: only on a
+/// terminal, and never with NO_COLOR set (as clap does).
+fn colour(out: bool) -> bool {
+    use std::io::IsTerminal;
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && if out {
+            std::io::stdout().is_terminal()
+        } else {
+            std::io::stderr().is_terminal()
+        }
+}
+
+/// A diagnostic line for stderr: `cutf8:` in bold red on a terminal.
+fn diag_line(m: &str, colour: bool) -> String {
+    if colour && !m.contains(": warning:") {
+        format!("\x1b[1;31mcutf8:\x1b[0m {m}")
+    } else if colour {
+        format!("\x1b[1;33mcutf8:\x1b[0m {m}")
+    } else {
+        format!("cutf8: {m}")
+    }
+}
+
+/// A check finding for stdout, its level coloured on a terminal.
+fn finding_line(line: &str, colour: bool) -> String {
+    if !colour {
+        return line.to_string();
+    }
+    for (level, code) in [
+        (": error: ", "1;31"),
+        (": warning: ", "1;33"),
+        (": note: ", "1;36"),
+    ] {
+        if let Some(k) = line.find(level) {
+            let word = &level[2..level.len() - 2];
+            return format!(
+                "{}: \x1b[{code}m{word}:\x1b[0m {}",
+                &line[..k],
+                &line[k + level.len()..]
+            );
+        }
+    }
+    line.to_string()
+}
+
 fn run_convert(opts: &Options, a: &ConvertArgs) -> Result<u8, Fatal> {
     let inputs: Vec<Input> = a.files.iter().map(|f| Input::from_arg(f)).collect();
+    let paint = colour(false);
     let summary = convert::run(opts, &inputs, a.output.as_deref(), &mut |m| {
-        eprintln!("cutf8: {m}")
+        eprintln!("{}", diag_line(m, paint))
     })?;
     Ok(if summary.unreadable > 0 {
         2
@@ -337,19 +427,21 @@ fn run_check(a: &CheckArgs) -> u8 {
     }
     opts.max_per_rule = a.max_per_rule;
     opts.buffer_size = a.buffer_size;
+    opts.json = a.format == Format::Json;
     let inputs: Vec<Input> = a.files.iter().map(|f| Input::from_arg(f)).collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut broken = false;
+    let (paint_out, paint_err) = (colour(true) && !opts.json, colour(false));
     let summary = check::run(
         &opts,
         &inputs,
         &mut |line| {
-            if !broken && writeln!(out, "{line}").is_err() {
+            if !broken && writeln!(out, "{}", finding_line(line, paint_out)).is_err() {
                 broken = true;
             }
         },
-        &mut |m| eprintln!("cutf8: {m}"),
+        &mut |m| eprintln!("{}", diag_line(m, paint_err)),
     );
     let _ = out.flush();
     eprintln!("cutf8: {summary}");
@@ -376,7 +468,10 @@ fn man_page() -> std::io::Result<Vec<u8>> {
     man.render_synopsis_section(&mut w)?;
     man.render_description_section(&mut w)?;
     man.render_options_section(&mut w)?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         let name = sub.get_name().to_uppercase();
         let sub_man = clap_mangen::Man::new(sub.clone());
         for (section, render) in [
@@ -393,7 +488,17 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             // section named after it; clap_mangen's per-call preamble (the
             // Aq string) is already in the page.
             if section == "SYNOPSIS" {
+                // clap's usage line: value names (<OUT>) and repeats (...)
+                // as --help shows them.
                 writeln!(w, ".SH \"CUTF8 {name}\"")?;
+                let usage = sub
+                    .clone()
+                    .bin_name(format!("cutf8 {}", sub.get_name()))
+                    .render_usage();
+                let usage = usage.to_string();
+                let usage = usage.trim_start_matches("Usage: ");
+                writeln!(w, "\\fB{}\\fR", roff_text(usage))?;
+                continue;
             } else {
                 writeln!(
                     w,
@@ -404,6 +509,22 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             for line in String::from_utf8_lossy(&part).lines() {
                 if !(line.starts_with(".SH ") || line.contains(".ds Aq ")) {
                     writeln!(w, "{line}")?;
+                }
+            }
+        }
+        if sub.get_name() == "migrate" {
+            // The longer story, from docs/migrate.man.txt (its title line
+            // and synopsis block left out: the usage line above says it).
+            writeln!(w, ".SS \"How migrate works\"")?;
+            let text = include_str!("../../docs/migrate.man.txt");
+            for para in text.split("\n\n").skip(2) {
+                if para.trim().is_empty() {
+                    continue;
+                }
+                if para.starts_with('-') {
+                    writeln!(w, ".PP\n.nf\n{}\n.fi", roff_text_lines(para))?;
+                } else {
+                    writeln!(w, ".PP\n{}", roff_text_lines(para))?;
                 }
             }
         }
@@ -424,6 +545,11 @@ fn man_page() -> std::io::Result<Vec<u8>> {
     writeln!(w, ".SH \"SEE ALSO\"\n{}", roff_text(SEE_ALSO))?;
     man.render_version_section(&mut w)?;
     Ok(w)
+}
+
+/// [`roff_text`] for each line of `s`.
+fn roff_text_lines(s: &str) -> String {
+    s.lines().map(roff_text).collect::<Vec<_>>().join("\n")
 }
 
 type Render = fn(&clap_mangen::Man, &mut dyn Write) -> std::io::Result<()>;

@@ -19,13 +19,19 @@ use clap::Parser;
     name = "cutf8fs",
     version,
     about = "Mirror BACKING at MOUNTPOINT, showing Corrected UTF-8 files as standard UTF-8 and writing them back as Corrected UTF-8",
-    long_about = None
+    long_about = None,
+    after_help = cutf8fs::fs::options::help()
 )]
 struct Cli {
     /// The directory to mirror.
-    backing: PathBuf,
+    #[arg(required_unless_present = "generate_completions")]
+    backing: Option<PathBuf>,
     /// Where to show it.
-    mountpoint: PathBuf,
+    #[arg(required_unless_present = "generate_completions")]
+    mountpoint: Option<PathBuf>,
+    /// Print the completion script for SHELL (bash, zsh, fish, ...) and exit.
+    #[arg(long, hide = true, value_name = "SHELL")]
+    generate_completions: Option<clap_complete::Shell>,
     /// Comma-separated mount options (FUSE's, the kernel's and cutf8fs's;
     /// see cutf8fs(1)); may be repeated.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
@@ -56,9 +62,17 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    let (Some(backing), Some(mountpoint)) = (cli.backing, cli.mountpoint) else {
+        let shell = cli
+            .generate_completions
+            .unwrap_or(clap_complete::Shell::Bash);
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(shell, &mut cmd, "cutf8fs", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    };
     let cfg = cutf8fs::fs::Config {
-        backing: cli.backing,
-        mountpoint: cli.mountpoint,
+        backing,
+        mountpoint,
         options: cli.options,
         foreground: cli.foreground || cli.debug,
         debug: cli.debug,

@@ -68,9 +68,21 @@ struct Checked {
 }
 
 fn dir_of(p: &Path, what: &str) -> Result<PathBuf, Failure> {
-    let abs = std::fs::canonicalize(p)
-        .map_err(|e| Failure::mount(format!("{what} {}: {e}", p.display())))?;
-    if !abs.is_dir() {
+    let fail = |e: std::io::Error| {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            // A FUSE mount whose daemon is gone (kill -9): bindfs says
+            // "Transport endpoint is not connected"; say what to run.
+            return Failure::mount(format!(
+                "{what} {}: a stale FUSE mount whose daemon is gone (transport endpoint \
+                 is not connected); run `fusermount3 -u {}` (or umount) and mount again",
+                p.display(),
+                p.display()
+            ));
+        }
+        Failure::mount(format!("{what} {}: {e}", p.display()))
+    };
+    let abs = std::fs::canonicalize(p).map_err(fail)?;
+    if !std::fs::metadata(&abs).map_err(fail)?.is_dir() {
         return Err(Failure::mount(format!(
             "{what} {}: not a directory",
             p.display()
@@ -89,6 +101,18 @@ fn check(cfg: &Config) -> Result<Checked, Failure> {
             "MOUNTPOINT {} is inside BACKING {}: the mount would contain itself",
             mountpoint.display(),
             backing.display()
+        )));
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if let Some((at, source)) =
+        crate::mountinfo::cutf8fs_mount_of(&mounts, &mountpoint).filter(|(at, _)| *at == mountpoint)
+    {
+        // Never stack a second mount, not even with -o nonempty.
+        return Err(Failure::mount(format!(
+            "MOUNTPOINT {} is already mounted (cutf8fs of {source}); to remount, run \
+             `fusermount3 -u {}` first",
+            at.display(),
+            at.display()
         )));
     }
     if !opts.nonempty && mountpoint != backing {
@@ -113,7 +137,45 @@ fn check(cfg: &Config) -> Result<Checked, Failure> {
     })
 }
 
-fn init_logging(cfg: &Config, background: bool) {
+/// Where log lines go when not to syslog: `-o log=FILE`, opened before
+/// the daemon detaches so that a bad path is reported to the user.
+fn open_log(c: &Checked, background: bool) -> Result<Option<File>, Failure> {
+    let Some(p) = &c.opts.log else {
+        if background
+            && std::os::unix::net::UnixDatagram::unbound()
+                .and_then(|s| s.connect("/dev/log"))
+                .is_err()
+        {
+            eprintln!(
+                "cutf8fs: warning: no syslog (/dev/log): the daemon's log messages will be \
+                 lost; use -o log=FILE, or -f to stay in the foreground"
+            );
+        }
+        return Ok(None);
+    };
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(p)
+        .map(Some)
+        .map_err(|e| Failure::usage(format!("option log={}: {e}", p.display())))
+}
+
+fn init_logging(cfg: &Config, background: bool, file: Option<File>) {
+    if let Some(f) = file {
+        let mut b = env_logger::Builder::new();
+        b.filter_level(if cfg.debug {
+            log::LevelFilter::Debug
+        } else {
+            log::LevelFilter::Info
+        })
+        .parse_default_env()
+        .target(env_logger::Target::Pipe(Box::new(f)));
+        let _ = b.try_init();
+        return;
+    }
     let level = if cfg.debug {
         log::LevelFilter::Debug
     } else {
@@ -248,12 +310,13 @@ fn spawn_signal_thread(set: libc::sigset_t, mnt: PathBuf, fusermount: bool) {
 /// Runs the daemon to the end. Returns once the filesystem is unmounted.
 pub fn run(cfg: Config) -> Result<(), Failure> {
     let checked = check(&cfg)?;
+    let log_file = open_log(&checked, !cfg.foreground)?;
     let mut notify = if cfg.foreground {
         Notify(None)
     } else {
         daemonize()?
     };
-    init_logging(&cfg, !cfg.foreground);
+    init_logging(&cfg, !cfg.foreground, log_file);
     // A panic is a bug: make sure it reaches the log (syslog in the
     // background, where stderr is /dev/null).
     let default_hook = std::panic::take_hook();

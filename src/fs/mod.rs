@@ -45,6 +45,7 @@ mod inodes;
 mod mount;
 mod ops;
 pub mod options;
+mod rawnew;
 mod sys;
 mod write;
 
@@ -81,6 +82,8 @@ pub struct CutFs {
     /// created on first use, never on a read-only mount).
     journal: crate::journal::Journal,
     newfiles: options::NewFiles,
+    /// New files that stay raw, and file names for the log.
+    raw: rawnew::RawPolicy,
     attr_ttl: Duration,
     entry_ttl: Duration,
     /// `-o noatime`: file handles read with O_NOATIME.
@@ -157,6 +160,7 @@ impl CutFs {
             strictatime: opts.atime() == options::Atime::Strict,
             journal,
             newfiles: opts.newfiles,
+            raw: rawnew::RawPolicy::new(&opts.rawdirs),
             inodes: Arc::new(InodeTable::new(root)?),
             handles: Arc::new(HandleTable::default()),
             cache: Arc::new(IndexCache::new(opts.index_cache)),

@@ -43,11 +43,16 @@ pub struct Options {
     /// How long the kernel may cache names (default 1 s).
     pub entry_timeout: Duration,
     pub newfiles: NewFiles,
+    /// Directory names under which new files stay raw (`rawdirs=`,
+    /// default `.git:.hg:.svn`).
+    pub rawdirs: Vec<std::ffi::OsString>,
     /// Worker threads (default: one per CPU, 2 to 16; more threads only
     /// add hand-offs for small requests, measured on 2 cores).
     pub threads: usize,
     /// Mount over a non-empty directory.
     pub nonempty: bool,
+    /// `log=FILE`: log there (appended) instead of syslog or stderr.
+    pub log: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -63,8 +68,11 @@ impl Default for Options {
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
             newfiles: NewFiles::Auto,
+            rawdirs: super::rawnew::parse_rawdirs(super::rawnew::DEFAULT_RAWDIRS)
+                .unwrap_or_default(),
             threads: cpus.clamp(2, 16),
             nonempty: false,
+            log: None,
         }
     }
 }
@@ -107,6 +115,167 @@ impl Options {
     }
 }
 
+/// Every option `cutf8fs` acts on: (form, default, what it does, allowed
+/// values for errors). The one definition behind `cutf8fs --help`, the
+/// messages for bad values and the suggestions for unknown options;
+/// tests/first_hour.rs checks that man/cutf8fs.1 documents each.
+pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
+    (
+        "allow_other",
+        "on as root",
+        "other users may use the mount",
+        "",
+    ),
+    ("noallow_other", "", "only the mounting user", ""),
+    ("allow_root", "off", "only the mounting user and root", ""),
+    (
+        "ro",
+        "off (rw)",
+        "read-only mount; nothing is written to BACKING",
+        "",
+    ),
+    ("rw", "on", "read-write mount", ""),
+    (
+        "nosuid",
+        "on",
+        "ignore set-user-ID bits (suid turns this off)",
+        "",
+    ),
+    ("nodev", "on", "no device files (dev turns this off)", ""),
+    ("noexec", "off", "no execution (exec turns this off)", ""),
+    (
+        "noatime",
+        "off",
+        "kernel atime flags: noatime, nodiratime, relatime, strictatime",
+        "",
+    ),
+    ("sync", "off", "synchronous writes (async, dirsync)", ""),
+    (
+        "nonempty",
+        "off",
+        "mount over a non-empty directory (never over a mount)",
+        "",
+    ),
+    (
+        "fsname=NAME",
+        "BACKING",
+        "source shown by mount and df",
+        "a non-empty name",
+    ),
+    (
+        "max_read=N",
+        "kernel's",
+        "largest read request, in bytes",
+        "a number of bytes",
+    ),
+    (
+        "index_cache=SIZE",
+        "64M",
+        "memory for offset indexes",
+        "a size such as 64M (units k, M, G, T)",
+    ),
+    (
+        "attr_timeout=SECS",
+        "1",
+        "how long the kernel caches attributes",
+        "seconds, such as 0.5",
+    ),
+    (
+        "entry_timeout=SECS",
+        "1",
+        "how long the kernel caches names",
+        "seconds, such as 0.5",
+    ),
+    (
+        "newfiles=auto|raw",
+        "auto",
+        "what an empty file becomes on its first write",
+        "auto, raw",
+    ),
+    (
+        "rawdirs=NAME:...",
+        ".git:.hg:.svn",
+        "new files under these directories stay raw",
+        "directory names separated by ':'",
+    ),
+    (
+        "threads=N",
+        "CPUs, 2 to 16",
+        "worker threads",
+        "a number from 1 to 256",
+    ),
+    (
+        "log=FILE",
+        "syslog",
+        "append the daemon's log to FILE",
+        "a file name",
+    ),
+];
+
+/// The `--help` text listing [`OPTIONS`].
+pub fn help() -> String {
+    let mut s = String::from("Mount options (-o, comma-separated; default in brackets):\n");
+    for (form, default, what, _) in OPTIONS {
+        let default = if default.is_empty() {
+            String::new()
+        } else {
+            format!(" [{default}]")
+        };
+        s.push_str(&format!("  {form:<20} {what}{default}\n"));
+    }
+    s.push_str(
+        "Options of mount(8), fstab and libfuse (defaults, nofail, _netdev, x-*, ...) are \
+         accepted and ignored; auto_unmount is refused. See cutf8fs(1).",
+    );
+    s
+}
+
+/// The error for a bad value of `key`: what is allowed.
+fn bad_value(opt: &str, key: &str) -> String {
+    let allowed = OPTIONS
+        .iter()
+        .find(|(form, ..)| form.split('=').next() == Some(key))
+        .map_or("", |o| o.3);
+    format!("option '{opt}': bad value; allowed: {allowed}")
+}
+
+/// The known option name nearest to `key`, if near (edit distance ≤ 2).
+fn nearest(key: &str) -> Option<&'static str> {
+    let names = OPTIONS
+        .iter()
+        .map(|o| o.0.split('=').next().unwrap_or(o.0))
+        .chain([
+            "suid",
+            "dev",
+            "exec",
+            "async",
+            "dirsync",
+            "nodiratime",
+            "relatime",
+        ]);
+    names
+        .map(|n| (distance(key, n), n))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n)
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// Accepted and ignored: meaningful only to mount(8), fstab or libfuse.
 const IGNORED: &[&str] = &[
     "defaults",
@@ -131,7 +300,6 @@ const IGNORED: &[&str] = &[
     "splice_read",
     "splice_write",
     "splice_move",
-    "auto_unmount",
     "lazytime",
     "nolazytime",
     "loud",
@@ -181,7 +349,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         Some((k, v)) => (k, Some(v)),
         None => (opt, None),
     };
-    let bad = || format!("bad value in option '{opt}'");
+    let bad = || bad_value(opt, key);
     match (key, value) {
         ("allow_other", None) => o.allow_other = Some(true),
         ("noallow_other", None) => o.allow_other = Some(false),
@@ -205,6 +373,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("async", None) => set(o, libc::MS_SYNCHRONOUS, false),
         ("dirsync", None) => set(o, libc::MS_DIRSYNC, true),
         ("nonempty", None) => o.nonempty = true,
+        ("log", Some(v)) if !v.is_empty() => o.log = Some(v.into()),
         ("fsname", Some(v)) if !v.is_empty() && !v.contains(['\n', '\0']) => {
             o.fsname = Some(v.to_owned())
         }
@@ -218,12 +387,21 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
+        ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v
                 .parse()
                 .ok()
                 .filter(|n| (1..=256).contains(n))
                 .ok_or_else(bad)?
+        }
+        ("auto_unmount", None) => {
+            return Err(
+                "option 'auto_unmount' is not supported: cutf8fs does not run a \
+                 watchdog that unmounts after a crash; drop the option, and after a crash \
+                 run `fusermount3 -u MOUNTPOINT`"
+                    .into(),
+            )
         }
         (k, _) if IGNORED.contains(&k) => {}
         (k, _) if k.starts_with("x-") || k == "comment" => {}
@@ -234,7 +412,13 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ) => {
             log::warn!("option '{opt}' is ignored");
         }
-        _ => return Err(format!("unknown option '{opt}'")),
+        ("newfiles" | "threads" | "fsname" | "log", _) => return Err(bad_value(opt, key)),
+        _ => {
+            return Err(match nearest(key) {
+                Some(n) => format!("unknown option '{opt}' (did you mean '{n}'?)"),
+                None => format!("unknown option '{opt}' (cutf8fs --help lists them)"),
+            })
+        }
     }
     Ok(())
 }
@@ -290,6 +474,26 @@ mod tests {
         );
         assert!(parse(&["nodiratime"]).unwrap().nodiratime());
         assert!(!parse(&["strictatime"]).unwrap().nodiratime());
+    }
+
+    #[test]
+    fn bad_values_name_the_allowed_ones_and_typos_get_a_suggestion() {
+        let e = parse(&["newfiles=utf8"]).unwrap_err();
+        assert!(
+            e.contains("newfiles=utf8") && e.contains("auto, raw"),
+            "{e}"
+        );
+        let e = parse(&["threads=0"]).unwrap_err();
+        assert!(e.contains("from 1 to 256"), "{e}");
+        let e = parse(&["nwefiles=raw"]).unwrap_err();
+        assert!(e.contains("did you mean 'newfiles'"), "{e}");
+        let e = parse(&["alow_other"]).unwrap_err();
+        assert!(e.contains("did you mean 'allow_other'"), "{e}");
+        let e = parse(&["zzzzzzzz"]).unwrap_err();
+        assert!(e.contains("unknown option 'zzzzzzzz'"), "{e}");
+        for (form, ..) in OPTIONS {
+            assert!(help().contains(form), "{form}");
+        }
     }
 
     #[test]

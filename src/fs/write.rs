@@ -107,7 +107,11 @@ impl CutFs {
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
             Now::Empty => {
-                if self.newfiles == NewFiles::Auto && offset == 0 && edit::is_text(data) {
+                if self.newfiles == NewFiles::Auto
+                    && offset == 0
+                    && edit::is_text(data)
+                    && !self.raw.keeps_raw(&h.inode.path(), data)
+                {
                     match edit::start_corrected(&h.file, data).map_err(io)? {
                         Ok(index) => {
                             self.changed(state, &mut content, &h.file, Some(index))?;
@@ -168,7 +172,15 @@ impl CutFs {
     /// Returns how much was written: short only when BACKING ran out of
     /// space (or another error) after some bytes went in, as write(2) is.
     fn write_raw(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
-        Self::guard_magic(h, offset, data)?;
+        Self::guard_magic(h, offset, data).inspect_err(|_| {
+            log::warn!(
+                "{}: refused a write (EILSEQ) that would make this raw file begin with the \
+                 Corrected UTF-8 magic number: it would read back as something else. To \
+                 bring a Corrected UTF-8 file in, copy it into BACKING directly, or decode \
+                 it first (cutf8 decode) and copy the result into the mount.",
+                self.name_of(&h.inode)
+            )
+        })?;
         let mut done = 0;
         while done < data.len() {
             match h.file.write_at(&data[done..], offset + done as u64) {

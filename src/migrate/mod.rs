@@ -97,6 +97,14 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
 
+    /// Convert inside version-control metadata (.git, .hg, .svn) too.
+    ///
+    /// By default those directories are not entered (reported as excluded):
+    /// git, hg and svn read them outside any mount, and a converted .git
+    /// stops working.
+    #[arg(long)]
+    pub include_vcs: bool,
+
     /// Take only the K-th of N deterministic slices of the files (1 <= K <= N).
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
@@ -137,6 +145,11 @@ impl Options {
     /// Validate `args`; `Err` is a usage error.
     pub fn from_args(args: &MigrateArgs) -> Result<Options, String> {
         let mut b = GlobSetBuilder::new();
+        if !args.include_vcs {
+            for vcs in crate::check::VCS_DIRS {
+                b.add(Glob::new(vcs).map_err(|e| e.to_string())?);
+            }
+        }
         for g in &args.exclude {
             b.add(Glob::new(g).map_err(|e| format!("--exclude {g:?}: {e}"))?);
         }
@@ -375,7 +388,7 @@ impl Observer for Cli {
                     Outcome::Skipped(r) => format!(": {r}"),
                     Outcome::Converted { before, after }
                     | Outcome::WouldConvert { before, after } => {
-                        format!(" ({before} -> {after} bytes)")
+                        format!(" ({} -> {})", report::size(*before), report::size(*after))
                     }
                     _ => String::new(),
                 };
@@ -401,6 +414,59 @@ impl Observer for Cli {
     }
 }
 
+/// Check the named PATHs before touching anything: each must exist, and
+/// none may be on a cutf8fs mount (its files already read as UTF-8 there
+/// and are written back as Corrected UTF-8 by the mount: migrating through
+/// it would fail on every file). The first problem, with its remedy.
+fn preflight(paths: &[PathBuf]) -> Result<(), String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for p in paths {
+        let shown = report::display_path(p);
+        if let Err(e) = std::fs::symlink_metadata(p) {
+            return Err(format!(
+                "{shown}: {}; nothing was converted",
+                crate::convert::io_message(&e)
+            ));
+        }
+        let Ok(real) = std::fs::canonicalize(p) else {
+            continue;
+        };
+        if let Some((mnt, source)) = crate::mountinfo::cutf8fs_mount_of(&mounts, &real) {
+            return Err(format!(
+                "{shown} is on a cutf8fs mount ({}), where files already read as UTF-8 \
+                 and are stored as Corrected UTF-8 by the mount; nothing was converted. \
+                 Run migrate on the mount's BACKING directory instead ({source}), or \
+                 copy corrected files into BACKING directly.",
+                mnt.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// On SIGINT (Ctrl-C): say that nothing is half-converted and how to
+/// finish, then exit 130. Only async-signal-safe calls in the handler.
+fn say_how_to_resume_on_ctrl_c() {
+    extern "C" fn on_sigint(_: libc::c_int) {
+        const MSG: &[u8] = b"\ncutf8: migrate: interrupted. Every file is either converted or \
+unchanged (none is half-converted); run the same command again to finish: it cleans up \
+and resumes.\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; MSG is static.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(130);
+        }
+    }
+    // SAFETY: a zeroed sigaction with a plain handler and an empty mask is
+    // valid; the handler only makes async-signal-safe calls.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
 /// `cutf8 migrate`: run with `args`, print, return the exit status.
 pub fn run_cli(args: &MigrateArgs) -> i32 {
     let opts = match Options::from_args(args) {
@@ -410,6 +476,10 @@ pub fn run_cli(args: &MigrateArgs) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = preflight(&opts.paths) {
+        eprintln!("cutf8: migrate: {e}");
+        return 2;
+    }
     let report = match &args.report {
         None => None,
         Some(p) => match File::create(p) {
@@ -427,7 +497,7 @@ pub fn run_cli(args: &MigrateArgs) -> i32 {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}",
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
             )
             .expect("valid template"),
         );
@@ -442,6 +512,9 @@ pub fn run_cli(args: &MigrateArgs) -> i32 {
         files_done: 0,
         files_total: 0,
     };
+    if !opts.dry_run {
+        say_how_to_resume_on_ctrl_c();
+    }
     let started = Instant::now();
     let summary = run(&opts, &mut cli);
     if let Some(bar) = cli.bar.take() {

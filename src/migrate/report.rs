@@ -284,31 +284,49 @@ impl Summary {
         if dry_run {
             writeln!(
                 out,
-                "dry run: {} files would be converted",
-                self.would_convert
+                "dry run: {} would be converted",
+                count(self.would_convert, "file")
             )?;
         } else {
-            writeln!(out, "converted: {} files", self.converted)?;
+            writeln!(out, "converted: {}", count(self.converted, "file"))?;
         }
-        writeln!(out, "skipped:   {skipped} paths")?;
+        writeln!(out, "skipped:   {}", count(skipped, "path"))?;
         for (code, n) in &self.skipped {
             writeln!(out, "  {code}: {n}")?;
         }
-        writeln!(out, "failed:    {} files", self.failed)?;
+        writeln!(out, "failed:    {}", count(self.failed, "file"))?;
         if self.cleaned > 0 || self.rolled_back > 0 {
             writeln!(
                 out,
-                "recovered from an earlier run: {} temporary files removed, {} journals rolled back",
-                self.cleaned, self.rolled_back
+                "recovered from an earlier run: {} removed, {} rolled back",
+                count(self.cleaned, "temporary file"),
+                count(self.rolled_back, "journal")
             )?;
         }
         writeln!(
             out,
-            "bytes:     {} before, {} after",
-            self.bytes_before, self.bytes_after
+            "size:      {} before, {} after",
+            size(self.bytes_before),
+            size(self.bytes_after)
         )?;
         writeln!(out, "time:      {:.3} s", elapsed.as_secs_f64())
     }
+}
+
+/// `1 file`, `2 files`.
+pub fn count(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// A size as every human-facing line of migrate shows it (the summary,
+/// `--verbose`, the progress bar): binary units, `1.50 MiB`, exact below
+/// 1 KiB. The `--report` keeps exact byte counts.
+pub fn size(n: u64) -> String {
+    indicatif::HumanBytes(n).to_string()
 }
 
 /// Whether `name` is one of migrate's own working files.

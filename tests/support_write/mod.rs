@@ -358,6 +358,10 @@ pub fn sh_in(script: &str, args: &[&OsStr], input: &[u8]) -> Output {
 /// it in one go: corrected for UTF-8 text without U+0000 that W can store
 /// (no C1 controls), raw otherwise.
 pub fn becomes_corrected(bytes: &[u8]) -> bool {
+    // A `#!` script stays raw: it must run from BACKING too (cutf8fs(1)).
+    if bytes.starts_with(b"#!") {
+        return false;
+    }
     match std::str::from_utf8(bytes) {
         Ok(s) => !s
             .chars()
