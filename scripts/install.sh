@@ -1,5 +1,6 @@
 #!/bin/sh
-# Install cutf8 and cutf8fs with their man pages and docs:
+# Install cutf8 and cutf8fs with their man pages and docs, the
+# CORRECTED-UTF-8 iconv module and the file(1) magic entry:
 #   scripts/install.sh [PREFIX]        (default /usr/local)
 # Binaries go to PREFIX/bin, man pages to PREFIX/share/man/man1, docs to
 # PREFIX/share/doc/cutf8fs, shell completions to PREFIX/share/bash-completion,
@@ -26,6 +27,14 @@ for b in cutf8 cutf8fs; do
 done
 install -m 644 README.md docs/format.md docs/migrate.md docs/performance.md \
     "$prefix/share/doc/cutf8fs/"
+# The CORRECTED-UTF-8 iconv module and the file(1) magic entry
+# (PREFIX/lib/cutf8fs/gconv, PREFIX/share/cutf8fs/magic; docs/charset.md).
+if [ -z "${CUTF8_BIN_DIR:-}" ]; then
+    scripts/install-gconv.sh "$prefix"
+elif [ -f "$bin/libcutf8_gconv.so" ]; then
+    CUTF8_GCONV_SO="$bin/libcutf8_gconv.so" scripts/install-gconv.sh "$prefix"
+fi
+install -m 644 docs/charset.md "$prefix/share/doc/cutf8fs/"
 if [ "$(id -u)" = 0 ] && [ "$prefix" = /usr/local ] && [ -d /sbin ]; then
     ln -sf "$prefix/bin/cutf8fs" /sbin/mount.fuse.cutf8fs
 fi

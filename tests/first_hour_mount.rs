@@ -194,23 +194,35 @@ fn a_stale_mountpoint_after_kill_9_says_what_to_run() {
 }
 
 #[test]
-fn auto_unmount_is_refused_with_the_reason() {
-    let m = Mount::new(&[], |_| {});
-    let dir = m.dir.path().join("other");
-    fs::create_dir(&dir).unwrap();
-    let out = Command::new(support_mount::BIN)
-        .args(["-f", "-o", "auto_unmount"])
-        .arg(&m.backing)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+fn auto_unmount_leaves_no_stale_mount_after_kill_9() {
+    let mut m = Mount::new(&["auto_unmount"], |d| {
+        fs::write(d.join("f.txt"), support_mount::corrected(b"hello\n")).unwrap();
+    });
+    assert_eq!(fs::read(m.m("f.txt")).unwrap(), b"hello\n");
+    let mut child = m.take_child().expect("daemon");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
     assert!(
-        err.contains("auto_unmount") && err.contains("fusermount3 -u"),
-        "{err}"
+        support_mount::wait_for(10.0, || !support_mount::is_mounted(&m.mnt)),
+        "the mount outlived its daemon (kill -9) despite auto_unmount"
     );
-    assert!(!support_mount::is_mounted(&dir));
+    // A plain directory again: mounting there works at once.
+    let mut again = Command::new(support_mount::BIN)
+        .arg("-f")
+        .arg(&m.backing)
+        .arg(&m.mnt)
+        .spawn()
+        .unwrap();
+    let up = support_mount::wait_for(20.0, || support_mount::is_mounted(&m.mnt));
+    assert!(up, "could not mount again after the watchdog unmounted");
+    assert_eq!(fs::read(m.m("f.txt")).unwrap(), b"hello\n");
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&m.mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    again.wait().unwrap();
 }
 
 #[test]

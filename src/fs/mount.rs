@@ -45,8 +45,9 @@ fn common_opts(o: &Options, allow_other: bool) -> Vec<String> {
 }
 
 pub fn mount(source: &str, mnt: &Path, o: &Options, allow_other: bool) -> Result<Mounted, Failure> {
+    // auto_unmount needs fusermount3's watchdog, root or not.
     // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if !o.auto_unmount && unsafe { libc::geteuid() } == 0 {
         match mount_sys(source, mnt, o, allow_other) {
             Ok(dev) => {
                 return Ok(Mounted {
@@ -185,6 +186,9 @@ fn mount_fusermount(
     opts.extend(common_opts(o, allow_other));
     opts.push(format!("fsname={}", source.replace(',', "\\,")));
     opts.push("subtype=cutf8fs".into());
+    if o.auto_unmount {
+        opts.push("auto_unmount".into());
+    }
     let theirs_fd = theirs.as_raw_fd();
     let mut cmd = Command::new(fusermount_bin());
     cmd.arg("-o")
@@ -210,6 +214,18 @@ fn mount_fusermount(
         .map_err(|e| Failure::mount(format!("cannot run fusermount3 (install fuse3): {e}")))?;
     drop(theirs);
     let received = receive_fd(&ours);
+    let received = match received {
+        Ok(fd) if o.auto_unmount => {
+            // fusermount3 stays, a watchdog that unmounts once our end of
+            // the socket closes: when this process ends, however it ends.
+            // So the socket stays open for the life of the process, and
+            // fusermount3 is neither waited for nor read to its end.
+            std::mem::forget(ours);
+            std::mem::forget(child);
+            return Ok(fd);
+        }
+        r => r,
+    };
     drop(ours);
     let mut err = String::new();
     if let Some(mut s) = child.stderr.take() {

@@ -51,6 +51,9 @@ pub struct Options {
     pub threads: usize,
     /// Mount over a non-empty directory.
     pub nonempty: bool,
+    /// `-o auto_unmount`: fusermount3 stays as a watchdog that unmounts
+    /// when the daemon dies, however it dies.
+    pub auto_unmount: bool,
     /// `log=FILE`: log there (appended) instead of syslog or stderr.
     pub log: Option<std::path::PathBuf>,
 }
@@ -72,6 +75,7 @@ impl Default for Options {
                 .unwrap_or_default(),
             threads: cpus.clamp(2, 16),
             nonempty: false,
+            auto_unmount: false,
             log: None,
         }
     }
@@ -157,6 +161,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "",
     ),
     (
+        "auto_unmount",
+        "off",
+        "unmount when the daemon dies, even by kill -9 (a fusermount3 watchdog)",
+        "",
+    ),
+    (
         "fsname=NAME",
         "BACKING",
         "source shown by mount and df",
@@ -225,7 +235,7 @@ pub fn help() -> String {
     }
     s.push_str(
         "Options of mount(8), fstab and libfuse (defaults, nofail, _netdev, x-*, ...) are \
-         accepted and ignored; auto_unmount is refused. See cutf8fs(1).",
+         accepted and ignored. See cutf8fs(1).",
     );
     s
 }
@@ -395,14 +405,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
                 .filter(|n| (1..=256).contains(n))
                 .ok_or_else(bad)?
         }
-        ("auto_unmount", None) => {
-            return Err(
-                "option 'auto_unmount' is not supported: cutf8fs does not run a \
-                 watchdog that unmounts after a crash; drop the option, and after a crash \
-                 run `fusermount3 -u MOUNTPOINT`"
-                    .into(),
-            )
-        }
+        ("auto_unmount", None) => o.auto_unmount = true,
         (k, _) if IGNORED.contains(&k) => {}
         (k, _) if k.starts_with("x-") || k == "comment" => {}
         // mount(8)'s helper convention passes these through; harmless.
