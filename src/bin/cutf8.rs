@@ -473,7 +473,8 @@ fn man_page() -> std::io::Result<Vec<u8>> {
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
     {
         let name = sub.get_name().to_uppercase();
-        let sub_man = clap_mangen::Man::new(sub.clone());
+        // "-h, --help" once, in the top OPTIONS, not again per subcommand.
+        let sub_man = clap_mangen::Man::new(sub.clone().mut_arg("help", |a| a.hide(true)));
         for (section, render) in [
             (
                 "SYNOPSIS",

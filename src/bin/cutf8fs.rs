@@ -37,7 +37,7 @@ struct Cli {
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
     /// Stay in the foreground; log to stderr.
-    #[arg(short = 'f')]
+    #[arg(short = 'f', long = "foreground")]
     foreground: bool,
     /// Debug logging (implies -f).
     #[arg(short = 'd')]
