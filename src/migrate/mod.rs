@@ -376,6 +376,11 @@ impl Observer for Cli {
         if let Some(bar) = &self.bar {
             bar.set_length(bytes);
             bar.set_message(format!("0/{files} files"));
+            // The walk that counted the work is over: rate, ETA and
+            // elapsed time count from the first conversion, not from the
+            // bar's creation (which made the rate read low).
+            bar.reset_elapsed();
+            bar.reset_eta();
         }
     }
 
