@@ -181,6 +181,31 @@ fn migrate_counts_in_words_and_one_unit() {
     );
 }
 
+/// migrate's exit 1: a file that cannot be replaced (immutable, so not even
+/// root may) fails, is named, and is left as it was; the others convert.
+#[test]
+fn migrate_exits_1_when_a_file_fails_and_leaves_it_unchanged() {
+    let d = Dir::new();
+    d.write("ok.txt", b"fine\n");
+    d.write("locked.txt", "caf\u{e9}\n".as_bytes());
+    let chattr = |flag: &str| {
+        let st = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(d.path().join("locked.txt"))
+            .status()
+            .expect("chattr (e2fsprogs)");
+        assert!(st.success(), "chattr {flag}: needs root on ext4-like /tmp");
+    };
+    chattr("+i");
+    let r = d.run(&["migrate", "--no-progress", "."], b"");
+    chattr("-i");
+    let r = r.exits(1).stderr_has("locked.txt");
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(out.contains("failed:    1 file\n"), "{out}");
+    assert_eq!(d.read("locked.txt"), "caf\u{e9}\n".as_bytes(), "unchanged");
+    assert_eq!(d.read("ok.txt"), with_magic(b"fine\n"));
+}
+
 /// Every exit status `cutf8 --help` documents, produced by the command it
 /// names.
 #[test]
