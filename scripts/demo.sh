@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 # Only what the demo uses: FUSE (fusermount3) and a Rust toolchain.
 if ! command -v fusermount3 >/dev/null 2>&1; then
     SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+    $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq fuse3 >/dev/null
 fi
 cargo build --release --bins
