@@ -383,12 +383,7 @@ impl Journal {
         if !is_dir(&st) {
             return Err(format!("is {}, not a directory", kind(&st)));
         }
-        if st.st_uid != self.euid {
-            return Err(format!(
-                "is owned by uid {}, not by the daemon's user (uid {})",
-                st.st_uid, self.euid
-            ));
-        }
+        self.owned(&st)?;
         if st.st_mode & 0o022 != 0 {
             return Err(format!(
                 "is writable by group or others (mode {:04o})",
@@ -546,14 +541,20 @@ impl Journal {
         })
     }
 
-    /// Owned by the daemon's user, no access for group or others.
-    fn private(&self, st: &FileStat) -> Result<(), String> {
+    /// Owned by the daemon's user.
+    fn owned(&self, st: &FileStat) -> Result<(), String> {
         if st.st_uid != self.euid {
             return Err(format!(
                 "is owned by uid {}, not by the daemon's user (uid {})",
                 st.st_uid, self.euid
             ));
         }
+        Ok(())
+    }
+
+    /// Owned by the daemon's user, no access for group or others.
+    fn private(&self, st: &FileStat) -> Result<(), String> {
+        self.owned(st)?;
         if st.st_mode & 0o077 != 0 {
             return Err(format!(
                 "is accessible to group or others (mode {:04o})",

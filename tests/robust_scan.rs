@@ -89,28 +89,39 @@ fn sparse_20_gib_files_are_classified_without_reading_the_holes() {
     assert!(std::os::unix::fs::MetadataExt::blocks(&bk) < 1024);
 }
 
-#[test]
-fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
-    // Dense corrected text: every few bytes a character that grows.
+/// 1 MiB of dense corrected disk text: every few bytes a character that
+/// grows (a 2-byte unit, then "ab"), cut at a unit boundary.
+fn dense_chunk() -> Vec<u8> {
     let mut chunk = Vec::new();
     while chunk.len() < (1 << 20) {
         chunk.extend(enc(0x0800 + (chunk.len() as u32 % 0xA0)));
         chunk.extend_from_slice(b"ab");
     }
     chunk.truncate(1 << 20);
+    chunk
+}
+
+/// `big1.txt` and `big2.txt` in `dir`: corrected files of `n` times `chunk`.
+fn write_big(dir: &std::path::Path, chunk: &[u8], n: u64) {
+    for name in ["big1.txt", "big2.txt"] {
+        let mut f = std::io::BufWriter::new(fs::File::create(dir.join(name)).unwrap());
+        f.write_all(&cutf8fs::codec::MAGIC).unwrap();
+        for _ in 0..n {
+            f.write_all(chunk).unwrap();
+        }
+        f.flush().unwrap();
+    }
+}
+
+#[test]
+fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
+    let chunk = dense_chunk();
     // Cut at a unit boundary: 4 bytes per (2-byte unit + "ab").
     let chunk_view = expected_view(&corrected(&chunk)).len() as u64;
     let n_chunks = 2048u64;
     let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
     let m = Mount::new(&[], |d| {
-        for name in ["big1.txt", "big2.txt"] {
-            let mut f = std::io::BufWriter::new(fs::File::create(d.join(name)).unwrap());
-            f.write_all(&cutf8fs::codec::MAGIC).unwrap();
-            for _ in 0..n_chunks {
-                f.write_all(&chunk).unwrap();
-            }
-            f.flush().unwrap();
-        }
+        write_big(d, &chunk, n_chunks);
         fs::write(d.join("small.txt"), &small).unwrap();
         // A large raw file: told raw by its head, never queued for a scan.
         fs::write(d.join("video.raw"), vec![0x5Au8; 32 << 20]).unwrap();
@@ -203,24 +214,12 @@ fn a_small_cat_completes_while_big_files_are_opened_without_a_cached_index() {
     // index_cache=0: no index is kept, so every open of a big corrected
     // file needs a scan (as when the cache let it go, or an index is larger
     // than the cache): the opens must not hold the workers a cat needs.
-    let mut chunk = Vec::new();
-    while chunk.len() < (1 << 20) {
-        chunk.extend(enc(0x0800 + (chunk.len() as u32 % 0xA0)));
-        chunk.extend_from_slice(b"ab");
-    }
-    chunk.truncate(1 << 20);
+    let chunk = dense_chunk();
     let view = expected_view(&corrected(&chunk));
     let n_chunks = 768u64;
     let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
     let m = Mount::new(&["index_cache=0"], |d| {
-        for name in ["big1.txt", "big2.txt"] {
-            let mut f = std::io::BufWriter::new(fs::File::create(d.join(name)).unwrap());
-            f.write_all(&cutf8fs::codec::MAGIC).unwrap();
-            for _ in 0..n_chunks {
-                f.write_all(&chunk).unwrap();
-            }
-            f.flush().unwrap();
-        }
+        write_big(d, &chunk, n_chunks);
         fs::write(d.join("small.txt"), &small).unwrap();
     });
     // Known class (the stats scan on the scan threads), no index kept.
