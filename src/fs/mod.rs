@@ -195,43 +195,45 @@ impl CutFs {
         error::guard(op, || self.name_of_ino(ino), work)
     }
 
+    /// Classifies `inode` (state `st`) on the scan threads, for request
+    /// `op`, and hands its attributes to `done` there (a panic is EIO).
+    fn attr_on_scan_threads(
+        &self,
+        op: &'static str,
+        inode: Arc<inodes::Inode>,
+        st: libc::stat,
+        done: impl FnOnce(Result<fuser::FileAttr>) + Send + 'static,
+    ) {
+        let cache = self.cache.clone();
+        self.scans.run(move || {
+            done(error::guard(
+                op,
+                || inode.path(),
+                || ops::classify(&cache, &inode, &st).map(|c| ops::attr_with(&inode, &st, c)),
+            ))
+        });
+    }
+
     /// Finishes a lookup whose file needs a long scan on the scan threads.
     fn entry_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyEntry) {
-        let cache = self.cache.clone();
         let inodes = self.inodes.clone();
         let (attr_ttl, entry_ttl) = (self.attr_ttl, self.entry_ttl);
-        self.scans.run(move || {
-            let ino = inode.ino;
-            let r = error::guard(
-                "lookup",
-                || format!("inode {ino}"),
-                || ops::classify(&cache, &inode, &st).map(|c| ops::attr_with(&inode, &st, c)),
-            );
-            match r {
-                Ok(a) => reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GEN),
-                Err(e) => {
-                    inodes.forget(ino, 1);
-                    reply.error(e)
-                }
+        let ino = inode.ino;
+        self.attr_on_scan_threads("lookup", inode, st, move |r| match r {
+            Ok(a) => reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GEN),
+            Err(e) => {
+                inodes.forget(ino, 1);
+                reply.error(e)
             }
         });
     }
 
     /// Finishes a getattr whose file needs a long scan on the scan threads.
     fn attr_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyAttr) {
-        let cache = self.cache.clone();
         let ttl = self.attr_ttl;
-        self.scans.run(move || {
-            let ino = inode.ino;
-            let r = error::guard(
-                "getattr",
-                || format!("inode {ino}"),
-                || ops::classify(&cache, &inode, &st).map(|c| ops::attr_with(&inode, &st, c)),
-            );
-            match r {
-                Ok(a) => reply.attr(&ttl, &a),
-                Err(e) => reply.error(e),
-            }
+        self.attr_on_scan_threads("getattr", inode, st, move |r| match r {
+            Ok(a) => reply.attr(&ttl, &a),
+            Err(e) => reply.error(e),
         });
     }
 }

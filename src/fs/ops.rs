@@ -962,17 +962,9 @@ impl CutFs {
             });
         }
         let attr = attr_with(&inode, st, Class::Raw);
-        let cache = self.cache.clone();
-        let st = *st;
-        self.scans.run(move || {
-            // Warms the class for the lookup or getattr that follows; an
-            // error resurfaces there.
-            let _ = super::error::guard(
-                "readdirplus",
-                || inode.path(),
-                || classify(&cache, &inode, &st),
-            );
-        });
+        // Warms the class for the lookup or getattr that follows; an error
+        // resurfaces there.
+        self.attr_on_scan_threads("readdirplus", inode, *st, drop);
         Ok(PlusAttr {
             attr,
             provisional: true,
