@@ -43,7 +43,7 @@ fn main() {
     }
     println!();
     for c in &corpora {
-        let mut disk = cutf8fs::codec::MAGIC.to_vec();
+        let mut disk = cutf8::MAGIC.to_vec();
         disk.extend_from_slice(&c.disk);
         let mut u16 = vec![0xFF, 0xFE];
         for u in std::str::from_utf8(&c.view).unwrap().encode_utf16() {

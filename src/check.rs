@@ -34,11 +34,11 @@
 
 use std::io::Read;
 
-use crate::codec::{Decoder, Problem, Status, MAGIC, MIN_DST};
 use crate::convert::{
     count_chars, io_message, read_chunk, read_prefix, Direction, Input, Tracker,
     DEFAULT_BUFFER_SIZE,
 };
+use cutf8::{Decoder, Problem, Status, MAGIC, MIN_DST};
 
 /// One document rule of SPEC §1 (or a malformation of §1's format).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
@@ -324,7 +324,7 @@ pub fn run(
     let mut summary = CheckSummary::default();
     let inputs = &expand(inputs, diag, &mut summary.unreadable)[..];
     let mut input_buf = vec![0u8; opts.buffer_size.max(1)];
-    let mut output_buf = vec![0u8; crate::codec::max_view_len(input_buf.len()).max(MIN_DST)];
+    let mut output_buf = vec![0u8; cutf8::max_view_len(input_buf.len()).max(MIN_DST)];
     for input in inputs {
         let name = input.name();
         let mut file = FileCheck::new(opts, name.clone(), out);

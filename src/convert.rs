@@ -28,8 +28,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::codec::{max_disk_len, max_view_len, Decoder, Encoder, Malformed, Problem, Status};
-use crate::codec::{MAGIC, MIN_DST};
+use cutf8::{max_disk_len, max_view_len, Decoder, Encoder, Malformed, Problem, Status};
+use cutf8::{MAGIC, MIN_DST};
 
 /// Default size of the input buffer (the output buffer is sized from it).
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
@@ -899,7 +899,7 @@ mod tests {
 
     #[test]
     fn view_magic_is_the_view_of_magic() {
-        let v = crate::codec::decode_to_vec(&MAGIC, true).expect("MAGIC decodes");
+        let v = cutf8::decode_to_vec(&MAGIC, true).expect("MAGIC decodes");
         assert_eq!(v, VIEW_MAGIC);
     }
 

@@ -34,9 +34,9 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 
-use crate::codec::{decode_disk_unit, encode_view, DiskUnit, Encoder, Malformed, Status, MAGIC};
 use crate::index::{read_full_at, read_view_at, OffsetIndex};
 pub use crate::journal::Journal;
+use cutf8::{decode_disk_unit, encode_view, DiskUnit, Encoder, Malformed, Status, MAGIC};
 
 /// Where the text starts in a corrected file.
 pub const DATA_START: u64 = MAGIC.len() as u64;
@@ -636,7 +636,7 @@ fn memchr_zero(data: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{decode_to_vec, encode_to_vec};
+    use cutf8::{decode_to_vec, encode_to_vec};
     use rand::{Rng, SeedableRng};
     use std::fs::{self, OpenOptions};
     use std::os::fd::AsFd;
@@ -840,7 +840,7 @@ mod tests {
         let before = fs::read(&f.path).unwrap();
         let r = f.write(3, &[0xC2, 0x85]);
         assert!(
-            matches!(r, Outcome::Unstorable(m) if m.problem == crate::codec::Problem::C1Control(0x85))
+            matches!(r, Outcome::Unstorable(m) if m.problem == cutf8::Problem::C1Control(0x85))
         );
         assert_eq!(fs::read(&f.path).unwrap(), before);
         let len = to_raw(&f.file, &f.index, &f.journal, 3, &[0xC2, 0x85]).unwrap();

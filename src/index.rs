@@ -2,7 +2,7 @@
 //!
 //! A corrected file's view (V of its disk bytes after the magic) is as long
 //! as the disk bytes plus one byte for every unit that grows (see
-//! [`crate::codec::length`]). The index records, per 4 KiB block of disk
+//! [`cutf8::length`]). The index records, per 4 KiB block of disk
 //! bytes, how many growing units start before the block — but only for blocks
 //! where that count changes, so a file whose text keeps its length (almost
 //! all text) costs a few words, and a dense one 16 bytes per 4 KiB block.
@@ -29,8 +29,8 @@ use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
-use crate::codec::length::{scan_disk, DiskEvent};
-use crate::codec::{decode_disk_unit, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
+use cutf8::length::{scan_disk, DiskEvent};
+use cutf8::{decode_disk_unit, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
 
 /// Disk bytes per index block.
 const BLOCK: u64 = 4096;
@@ -285,7 +285,7 @@ impl OffsetIndex {
         let limit = (span_end - k1 * BLOCK) as usize;
         let mut counts = vec![0u64; (k2 - k1 + 1) as usize];
         let mut exempt_new = 0u64;
-        crate::codec::length::scan_disk(&buf[..n], at_end, |e| match e {
+        cutf8::length::scan_disk(&buf[..n], at_end, |e| match e {
             DiskEvent::Grow(p) if p < limit => counts[p / BLOCK as usize] += 1,
             DiskEvent::Exempt(p) if p < limit => exempt_new += 1,
             _ => {}
@@ -435,7 +435,7 @@ fn unit_start_near(head: &[u8], rel: usize, block: u64, g: u64, at_end: bool) ->
 /// Whether the disk unit `cp` of `len` bytes is one byte longer in the view.
 fn grows(cp: u32, len: usize) -> bool {
     let mut tmp = [0u8; 8];
-    crate::codec::encode_view(cp, &mut tmp) > len
+    cutf8::encode_view(cp, &mut tmp) > len
 }
 
 /// Fill `buf` from `file` at `off`, short only at end of file.
@@ -535,7 +535,7 @@ pub fn read_view_at(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{decode_to_vec, encode_to_vec, MAGIC};
+    use cutf8::{decode_to_vec, encode_to_vec, MAGIC};
     use rand::{Rng, SeedableRng};
     use std::io::Write;
 
@@ -563,7 +563,7 @@ mod tests {
                     _ => rng.gen_range(0x8000_0000..=0x8421_109F),
                 };
                 let mut b = [0u8; 8];
-                let n = crate::codec::encode_disk(c, &mut b).unwrap();
+                let n = cutf8::encode_disk(c, &mut b).unwrap();
                 b[..n].to_vec()
             } else if junk && roll < dense + 20 {
                 match rng.gen_range(0..4) {

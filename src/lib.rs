@@ -15,7 +15,6 @@
 //! Data flows one way: bin → fs/migrate/convert/check → index → codec.
 
 pub mod check;
-pub mod codec;
 pub mod convert;
 pub mod edit;
 pub mod fs;

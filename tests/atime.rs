@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cutf8fs::codec::{self, MAGIC};
+use cutf8::{self, MAGIC};
 use support_mount::{wait_for, Mount, BIN};
 
 /// A tmpfs of our own, mounted with `opts`, unmounted on drop.
@@ -97,7 +97,7 @@ fn ls(p: &Path) {
 /// The files every case uses, in `dir` (BACKING, or the native model).
 fn populate(dir: &Path) {
     let mut f = MAGIC.to_vec();
-    f.extend(codec::encode_to_vec("café 中文 😀\n".repeat(100).as_bytes(), true).unwrap());
+    f.extend(cutf8::encode_to_vec("café 中文 😀\n".repeat(100).as_bytes(), true).unwrap());
     fs::write(dir.join("corrected"), &f).unwrap();
     fs::write(dir.join("raw"), [0xFFu8, 0, 1, 2, 3]).unwrap();
     fs::create_dir(dir.join("d")).unwrap();

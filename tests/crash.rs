@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cutf8fs::codec::{self, MAGIC};
+use cutf8::{self, MAGIC};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support_mount::expected_view;
@@ -352,8 +352,8 @@ fn check_file(back: &Path, p: &Plan, prog: &Progress, what: &str) -> Vec<u8> {
     let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{what}: {} lost: {e}", p.name));
     // Never half-converted: corrected means strict Corrected UTF-8 here
     // (everything the writer wrote into corrected files is valid text).
-    let view = if codec::has_magic(&bytes) {
-        codec::decode_to_vec(&bytes[MAGIC.len()..], true).unwrap_or_else(|e| {
+    let view = if cutf8::has_magic(&bytes) {
+        cutf8::decode_to_vec(&bytes[MAGIC.len()..], true).unwrap_or_else(|e| {
             panic!(
                 "{what}: {} is not strict Corrected UTF-8 after the crash: {e}",
                 p.name
@@ -402,7 +402,7 @@ fn check_file(back: &Path, p: &Plan, prog: &Progress, what: &str) -> Vec<u8> {
         "{what}: {} ({} bytes, {}) is none of the states its writes could leave (ops {}..={} of {:?}; raw {:02X?}…)",
         p.name,
         view.len(),
-        if codec::has_magic(&bytes) { "corrected" } else { "raw" },
+        if cutf8::has_magic(&bytes) { "corrected" } else { "raw" },
         prog.synced,
         prog.started,
         p.kind,

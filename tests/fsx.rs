@@ -146,8 +146,8 @@ fn fsx_on_a_raw_file() {
 fn fsx_on_a_file_that_starts_corrected() {
     run_fsx("corrected.txt", |b| {
         let text = "corrected before fsx: café 中文 😀 \u{800} 𐀀\n".repeat(2000);
-        let mut disk = cutf8fs::codec::MAGIC.to_vec();
-        disk.extend(cutf8fs::codec::encode_to_vec(text.as_bytes(), true).unwrap());
+        let mut disk = cutf8::MAGIC.to_vec();
+        disk.extend(cutf8::encode_to_vec(text.as_bytes(), true).unwrap());
         fs::write(b.join("corrected.txt"), disk).unwrap();
     });
 }

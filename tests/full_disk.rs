@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cutf8fs::codec::{self, MAGIC};
+use cutf8::{self, MAGIC};
 use support_write::{assert_corrected, assert_raw, corrected_file, Daemon};
 
 const ENOSPC: i32 = 28;
@@ -99,13 +99,13 @@ fn check_corrected(path: &Path, view: &[u8], what: &str) {
         return assert_corrected(path, view, what);
     }
     let b = fs::read(path).unwrap();
-    assert!(codec::has_magic(&b), "{what}: not corrected");
+    assert!(cutf8::has_magic(&b), "{what}: not corrected");
     assert!(
-        codec::decode_to_vec(&b[MAGIC.len()..], false).unwrap() == view,
+        cutf8::decode_to_vec(&b[MAGIC.len()..], false).unwrap() == view,
         "{what}: V of the backing file differs"
     );
     assert!(
-        codec::encode_to_vec(view, false).unwrap() == b[MAGIC.len()..],
+        cutf8::encode_to_vec(view, false).unwrap() == b[MAGIC.len()..],
         "{what}: backing differs from W of the view"
     );
 }

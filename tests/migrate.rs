@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use cutf8fs::codec::{decode_to_vec, encode_to_vec, MAGIC};
+use cutf8::{decode_to_vec, encode_to_vec, MAGIC};
 use rand::{Rng, SeedableRng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cutf8");

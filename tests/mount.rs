@@ -27,9 +27,9 @@ fn views_of_every_kind_of_corrected_file_equal_v() {
         ("random.txt", corrected(&random_disk(200_000, 7))),
         ("empty", vec![]),
         ("magic-only", corrected(b"")),
-        ("near-magic-7", cutf8fs::codec::MAGIC[..7].to_vec()),
+        ("near-magic-7", cutf8::MAGIC[..7].to_vec()),
         ("near-magic-8", {
-            let mut m = cutf8fs::codec::MAGIC.to_vec();
+            let mut m = cutf8::MAGIC.to_vec();
             m[7] = b'X';
             m
         }),
@@ -360,19 +360,19 @@ fn magic_at_the_start_of_a_raw_file_is_refused() {
         .write(true)
         .open(m.m("raw.txt"))
         .unwrap();
-    let e = f.write_at(&cutf8fs::codec::MAGIC, 0).unwrap_err();
+    let e = f.write_at(&cutf8::MAGIC, 0).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
     // Five of the eight bytes are harmless alone ...
-    f.write_at(&cutf8fs::codec::MAGIC[3..], 3).unwrap();
+    f.write_at(&cutf8::MAGIC[3..], 3).unwrap();
     let mut want = b"123".to_vec();
-    want.extend_from_slice(&cutf8fs::codec::MAGIC[3..]);
+    want.extend_from_slice(&cutf8::MAGIC[3..]);
     want.extend_from_slice(b"rest");
     assert_eq!(fs::read(m.b("raw.txt")).unwrap(), want);
     // ... but not together with the other three.
-    let e = f.write_at(&cutf8fs::codec::MAGIC[..3], 0).unwrap_err();
+    let e = f.write_at(&cutf8::MAGIC[..3], 0).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
     assert_eq!(fs::read(m.b("raw.txt")).unwrap(), want);
-    let e = fs::write(m.m("new.bin"), cutf8fs::codec::MAGIC).unwrap_err();
+    let e = fs::write(m.m("new.bin"), cutf8::MAGIC).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EILSEQ));
     assert_eq!(fs::read(m.b("new.bin")).unwrap(), b"");
     // Emptying a corrected file is fine (it then holds no content).

@@ -23,7 +23,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cutf8fs::codec::MAGIC;
+use cutf8::MAGIC;
 use support_mount::Mount;
 use support_write::*;
 

@@ -273,10 +273,7 @@ fn tar_x_100k_files_then_walk_200k() {
         let disk = fs::read(m.b(&r)).unwrap();
         assert_eq!(expected_view(&disk), expected_view(&want), "{r} in BACKING");
         if i % 7 == 0 {
-            assert!(
-                cutf8fs::codec::has_magic(&disk),
-                "{r} is not stored corrected"
-            );
+            assert!(cutf8::has_magic(&disk), "{r} is not stored corrected");
         }
         let direct = rel("direct", PER, i);
         let view = fs::read(m.m(&direct)).unwrap_or_else(|e| panic!("read {direct}: {e}"));

@@ -63,10 +63,7 @@ fn sparse_20_gib_files_are_classified_without_reading_the_holes() {
     // The same through the mount, as any user can: a one-line corrected
     // file extended to 20 GiB by truncate.
     fs::write(m.m("x.txt"), "x\n").unwrap();
-    assert_eq!(
-        &fs::read(m.b("x.txt")).unwrap()[..8],
-        &cutf8fs::codec::MAGIC
-    );
+    assert_eq!(&fs::read(m.b("x.txt")).unwrap()[..8], &cutf8::MAGIC);
     let t = Instant::now();
     let st = Command::new("truncate")
         .args(["-s", "20G"])
@@ -105,7 +102,7 @@ fn dense_chunk() -> Vec<u8> {
 fn write_big(dir: &std::path::Path, chunk: &[u8], n: u64) {
     for name in ["big1.txt", "big2.txt"] {
         let mut f = std::io::BufWriter::new(fs::File::create(dir.join(name)).unwrap());
-        f.write_all(&cutf8fs::codec::MAGIC).unwrap();
+        f.write_all(&cutf8::MAGIC).unwrap();
         for _ in 0..n {
             f.write_all(chunk).unwrap();
         }

@@ -2,7 +2,7 @@
 //! its corrected files are magic + strictly valid Corrected UTF-8 whose view
 //! is the text we meant, and its raw files have no magic.
 
-use cutf8fs::codec::{decode_to_vec, has_magic, MAGIC};
+use cutf8::{decode_to_vec, has_magic, MAGIC};
 use std::path::Path;
 
 fn read(p: &str) -> Vec<u8> {

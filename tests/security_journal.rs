@@ -27,7 +27,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use cutf8fs::codec::{encode_to_vec, MAGIC};
+use cutf8::{encode_to_vec, MAGIC};
 use support_mount::{is_mounted, wait_for, BIN};
 use support_users::{sh_as, user, User};
 

@@ -26,7 +26,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cutf8fs::codec::{self, MAGIC};
+use cutf8::{self, MAGIC};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support_mount::Mount;
@@ -71,7 +71,7 @@ impl Model {
             }
         } else {
             match self.enc {
-                Enc::Corrected if codec::encode_to_vec(&self.view, false).is_ok() => Enc::Corrected,
+                Enc::Corrected if cutf8::encode_to_vec(&self.view, false).is_ok() => Enc::Corrected,
                 // W cannot store the new content: the file turns raw.
                 Enc::Corrected => Enc::Raw,
                 e => e,
@@ -206,7 +206,7 @@ impl Exerciser {
             ),
             Enc::Corrected => assert_corrected_bytes(&backing, &self.model.view, &what),
             Enc::Raw => {
-                assert!(!codec::has_magic(&backing), "{what}: should be raw");
+                assert!(!cutf8::has_magic(&backing), "{what}: should be raw");
                 assert!(
                     backing == self.model.view,
                     "{what}: raw backing differs: {}",

@@ -9,7 +9,7 @@
 //! corpora both have the same length).
 #![allow(dead_code)] // each includer uses a different part
 
-use cutf8fs::codec::{length, Decoder, Encoder, Status};
+use cutf8::{length, Decoder, Encoder, Status};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -375,7 +375,7 @@ pub fn corpora(min_bytes: usize) -> Vec<Corpus> {
                 gen(&mut rng, &mut text);
             }
             let view = text.into_bytes();
-            let disk = cutf8fs::codec::encode_to_vec(&view, true).expect("corpus is storable");
+            let disk = cutf8::encode_to_vec(&view, true).expect("corpus is storable");
             Corpus { name, view, disk }
         })
         .collect()
@@ -462,7 +462,7 @@ impl Buffers {
             .max()
             .unwrap_or(0);
         let mut b = Buffers {
-            bytes: vec![0; cutf8fs::codec::max_view_len(n)],
+            bytes: vec![0; cutf8::max_view_len(n)],
             utf16: vec![0; n + 1],
         };
         // Touch every page once so that no run pays for first faults.
@@ -612,5 +612,5 @@ pub fn describe(cs: &[Corpus]) -> String {
 
 /// Which vector code the codec runs on this machine.
 pub fn simd_path() -> &'static str {
-    cutf8fs::codec::simd_path()
+    cutf8::simd_path()
 }

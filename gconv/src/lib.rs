@@ -3,7 +3,7 @@
 //! Two halves. `shim/gconv.c` speaks glibc's step protocol against the
 //! system's `<gconv.h>` (struct layouts, calling the next step, re-running a
 //! conversion up to where the next step stopped); this crate does the
-//! converting, over [`cutf8fs::codec`], as pure functions of (input, output
+//! converting, over [`cutf8`], as pure functions of (input, output
 //! room): [`convert`] and [`prologue`]. Why a C shim and not Rust alone: the
 //! step structures are glibc-internal and their layout is only promised by
 //! the header of the glibc at hand (`__gconv_step_data` lost a member in
@@ -33,7 +33,7 @@
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use cutf8fs::codec::{
+use cutf8::{
     decode_disk_unit, decode_view_unit, encode_disk, encode_view, Decoder, DiskUnit, Encoder,
     Status, ViewUnit, MAGIC,
 };

@@ -94,7 +94,7 @@ fn long_version() -> &'static str {
         format!(
             "{} (codec: {})",
             env!("CARGO_PKG_VERSION"),
-            cutf8fs::codec::simd_path()
+            cutf8::simd_path()
         )
     })
 }

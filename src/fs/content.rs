@@ -39,8 +39,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
-use crate::codec::MAGIC;
 use crate::index::{read_view_at, OffsetIndex};
+use cutf8::MAGIC;
 
 use super::error::{io, Result};
 

@@ -14,7 +14,7 @@
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
 //!   bounded index cache, and reads: raw bytes by `pread`, the view through
-//!   `crate::index` (view offset → disk offset) and `crate::codec` (V).
+//!   `crate::index` (view offset → disk offset) and `cutf8` (V).
 //! * `attr` turns a backing `stat` into FUSE attributes; `CutFs::attr` is
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.

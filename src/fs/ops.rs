@@ -28,7 +28,7 @@ use std::sync::{Arc, PoisonError};
 
 use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
 
-use crate::codec::MAGIC;
+use cutf8::MAGIC;
 
 use super::attr;
 use super::content::{self, Class, Stamp};

@@ -24,9 +24,9 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, PoisonError};
 
-use crate::codec::MAGIC;
 use crate::edit::{self, Outcome, Zeroing};
 use crate::index::OffsetIndex;
+use cutf8::MAGIC;
 
 use super::content::{self, Class, Content, FileState, Stamp};
 use super::error::{io, Errno, Result, READ_ONLY_VIEW};

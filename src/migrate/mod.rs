@@ -13,7 +13,7 @@
 //!    bar and the [`report::Summary`].
 //!
 //! Called by `src/bin/cutf8.rs` through [`MigrateArgs`] and [`run_cli`];
-//! stands on [`crate::codec`] only.
+//! stands on [`cutf8`] only.
 
 mod file;
 mod journal;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::codec::Problem;
+use cutf8::Problem;
 
 /// Where in a file a problem starts: lines and columns count from 1,
 /// columns in characters, the byte offset from 0.

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::codec::{has_magic, Decoder, Encoder, Malformed, Problem, Status, MAGIC};
+use cutf8::{has_magic, Decoder, Encoder, Malformed, Problem, Status, MAGIC};
 
 use super::report::{Position, Reason};
 
@@ -37,8 +37,8 @@ impl Default for Buffers {
     fn default() -> Self {
         Buffers {
             inp: vec![0; CHUNK],
-            out: vec![0; crate::codec::max_view_len(CHUNK)],
-            cmp: vec![0; crate::codec::max_view_len(CHUNK)],
+            out: vec![0; cutf8::max_view_len(CHUNK)],
+            cmp: vec![0; cutf8::max_view_len(CHUNK)],
         }
     }
 }
@@ -412,7 +412,7 @@ mod tests {
         let text: String = "€".repeat(CHUNK);
         let v = to_cutf8(text.as_bytes()).unwrap();
         assert_eq!(
-            crate::codec::decode_to_vec(&v[8..], true).unwrap(),
+            cutf8::decode_to_vec(&v[8..], true).unwrap(),
             text.as_bytes()
         );
         // A truncated sequence at the very end is found at its offset.
@@ -429,7 +429,7 @@ mod tests {
     fn verify_catches_a_difference() {
         let orig = file("héllo\n".as_bytes());
         let mut wrong = MAGIC.to_vec();
-        wrong.extend_from_slice(&crate::codec::encode_to_vec("hallo\n".as_bytes(), true).unwrap());
+        wrong.extend_from_slice(&cutf8::encode_to_vec("hallo\n".as_bytes(), true).unwrap());
         let conv = file(&wrong);
         let mut bufs = Buffers::default();
         let r = verify(

@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cutf8fs::codec;
-
 pub const BIN: &str = env!("CARGO_BIN_EXE_cutf8fs");
 
 /// Whether `mnt` is listed as a cutf8fs mount in /proc/self/mountinfo.
@@ -188,15 +186,15 @@ impl Drop for Mount {
 
 /// `MAGIC` followed by `disk`.
 pub fn corrected(disk: &[u8]) -> Vec<u8> {
-    let mut v = codec::MAGIC.to_vec();
+    let mut v = cutf8::MAGIC.to_vec();
     v.extend_from_slice(disk);
     v
 }
 
 /// The view the mount must show for a backing file's bytes.
 pub fn expected_view(file: &[u8]) -> Vec<u8> {
-    if codec::has_magic(file) {
-        codec::decode_to_vec(&file[codec::MAGIC.len()..], false).expect("lossless V never fails")
+    if cutf8::has_magic(file) {
+        cutf8::decode_to_vec(&file[cutf8::MAGIC.len()..], false).expect("lossless V never fails")
     } else {
         file.to_vec()
     }
@@ -205,7 +203,7 @@ pub fn expected_view(file: &[u8]) -> Vec<u8> {
 /// Corrected UTF-8 for a code point (panics on the unencodable).
 pub fn enc(cp: u32) -> Vec<u8> {
     let mut buf = [0u8; 8];
-    let n = codec::encode_disk(cp, &mut buf).expect("encodable code point");
+    let n = cutf8::encode_disk(cp, &mut buf).expect("encodable code point");
     buf[..n].to_vec()
 }
 

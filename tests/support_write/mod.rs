@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use cutf8fs::codec::{self, MAGIC};
+use cutf8::{self, MAGIC};
 
 use super::support_mount::{is_mounted, wait_for, BIN};
 
@@ -48,20 +48,20 @@ pub fn first_difference(a: &[u8], b: &[u8]) -> String {
 /// and encoding `text` strictly gives them.
 pub fn assert_corrected_bytes(backing: &[u8], text: &[u8], what: &str) {
     assert!(
-        codec::has_magic(backing),
+        cutf8::has_magic(backing),
         "{what}: backing file is not corrected (no magic number); it begins {:02X?} ({} bytes)",
         &backing[..backing.len().min(16)],
         backing.len()
     );
     let body = &backing[MAGIC.len()..];
-    let decoded = codec::decode_to_vec(body, true)
+    let decoded = cutf8::decode_to_vec(body, true)
         .unwrap_or_else(|e| panic!("{what}: backing file is not strict Corrected UTF-8: {e}"));
     assert!(
         decoded == text,
         "{what}: strict V of the backing file is not what was written: {}",
         first_difference(&decoded, text)
     );
-    let encoded = codec::encode_to_vec(text, true)
+    let encoded = cutf8::encode_to_vec(text, true)
         .unwrap_or_else(|e| panic!("{what}: test bug, the text is not strictly encodable: {e}"));
     assert!(
         encoded == body,
@@ -80,7 +80,7 @@ pub fn assert_corrected(path: &Path, text: &[u8], what: &str) {
 pub fn assert_raw(path: &Path, bytes: &[u8], what: &str) {
     let backing = fs::read(path).unwrap_or_else(|e| panic!("{what}: read {}: {e}", path.display()));
     assert!(
-        !codec::has_magic(&backing),
+        !cutf8::has_magic(&backing),
         "{what}: backing file is corrected, expected raw"
     );
     assert!(
@@ -109,7 +109,7 @@ pub fn assert_view(path: &Path, bytes: &[u8], what: &str) {
 /// Bytes of a corrected backing file holding `text`.
 pub fn corrected_file(text: &str) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
-    v.extend(codec::encode_to_vec(text.as_bytes(), true).expect("encodable test text"));
+    v.extend(cutf8::encode_to_vec(text.as_bytes(), true).expect("encodable test text"));
     v
 }
 

@@ -12,7 +12,7 @@ use super::{decode_view_unit, simd, Malformed, Problem, Status, MAX_UNIT_LEN};
 /// decoder).
 const SCALAR_STRETCH: usize = 64;
 
-/// Streaming W; see the module doc of [`crate::codec`] for the contract.
+/// Streaming W; see the module doc of [`crate`] for the contract.
 ///
 /// ```
 /// use cutf8fs::codec::{Encoder, Status, Problem};
@@ -53,7 +53,7 @@ impl Encoder {
         }
     }
 
-    /// Convert `src` into `dst`; see [`crate::codec`] for the contract.
+    /// Convert `src` into `dst`; see [`crate`] for the contract.
     pub fn convert(&mut self, src: &[u8], dst: &mut [u8], last: bool) -> (Status, usize, usize) {
         let mut i = 0;
         let mut o = 0;

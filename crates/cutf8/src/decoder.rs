@@ -14,7 +14,7 @@ use super::{decode_disk_unit, simd, Malformed, Problem, Status, MAX_CODE_POINT, 
 /// longest block it refuses, so that the next try starts beyond it.
 const SCALAR_STRETCH: usize = 64;
 
-/// Streaming V; see the module doc of [`crate::codec`] for the contract.
+/// Streaming V; see the module doc of [`crate`] for the contract.
 ///
 /// ```
 /// use cutf8fs::codec::{Decoder, Status};
@@ -89,7 +89,7 @@ impl Decoder {
         self.exempt
     }
 
-    /// Convert `src` into `dst`; see [`crate::codec`] for the contract.
+    /// Convert `src` into `dst`; see [`crate`] for the contract.
     pub fn convert(&mut self, src: &[u8], dst: &mut [u8], last: bool) -> (Status, usize, usize) {
         let mut i = 0;
         let mut o = 0;

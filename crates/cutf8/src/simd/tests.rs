@@ -5,8 +5,8 @@
 //! output buffers of several sizes.
 
 use super::*;
-use crate::codec::scalar::is_cont;
-use crate::codec::{
+use crate::scalar::is_cont;
+use crate::{
     decode_disk_unit, decode_to_vec, decode_view_unit, encode_disk, encode_to_vec, encode_view,
     length, Decoder, DiskUnit, Encoder, Status, ViewUnit,
 };
