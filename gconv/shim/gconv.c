@@ -7,10 +7,14 @@
  * step, and when the next step stops early, convert again up to exactly where
  * it stopped so that the input pointer (and so iconv(1)'s "position N") names
  * the character that failed.  The conversion itself is Rust
- * (cutf8_gconv_convert / cutf8_gconv_prologue in src/lib.rs), over the
- * cutf8fs codec; it is stateless between calls: a sequence cut by the end of
- * the input is reported as incomplete (EINVAL) and is fed again by the caller,
- * which is iconv(3)'s contract.
+ * (cutf8_gconv_convert / cutf8_gconv_prologue / cutf8_gconv_flush in
+ * src/lib.rs), over the cutf8 codec.  A sequence cut by the end of the input
+ * is reported as incomplete (EINVAL) and is fed again by the caller, which is
+ * iconv(3)'s contract.  The one thing kept between calls is one int of the
+ * descriptor's mbstate_t (__count): units of a magic number a call's input
+ * ended with (decided by the next call, written as text by the flush), or
+ * how much of the magic number an encoder wrote.  Like skeleton.c's
+ * SAVE_RESET_STATE, the re-run below starts again from the saved word.
  *
  * Compiled against the system's <gconv.h> so that the structures have the
  * layout of the glibc the module is built for.  The exported symbols gconv,
@@ -36,11 +40,14 @@ enum {
 
 extern int cutf8_gconv_convert (int kind, const unsigned char **in,
                                 const unsigned char *inend,
-                                unsigned char **out, unsigned char *outend);
+                                unsigned char **out, unsigned char *outend,
+                                int *state);
+extern int cutf8_gconv_flush (int kind, unsigned char **out,
+                              unsigned char *outend, int *state);
 extern int cutf8_gconv_prologue (int kind, const unsigned char **in,
                                  const unsigned char *inend,
                                  unsigned char **out, unsigned char *outend,
-                                 int *magic_sent);
+                                 int *state);
 /* The exported entry point (src/lib.rs); its address calibrates demangling. */
 extern int gconv (struct __gconv_step *, struct __gconv_step_data *,
                   const unsigned char **, const unsigned char *,
@@ -192,9 +199,39 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
 
   if (do_flush)
     {
-      /* Stateless: nothing held back.  One thing to emit: the magic number
-         of an encoder that was never given input (an empty text still
-         becomes a Corrected file, as with cutf8 encode). */
+      int *state = &data->__statep->__count;
+      /* Units of a magic number held at the end of the input are text
+         after all (cutf8 decode converts a text that ends with them):
+         write them, through the next steps as skeleton.c's
+         EMIT_SHIFT_TO_INIT does.  A reset (do_flush 2) drops them. */
+      if (do_flush == 1)
+        {
+          unsigned char *outstart = data->__outbuf;
+          unsigned char *outbuf = outstart;
+          int saved = *state;
+          int res = cutf8_gconv_flush (kind, &outbuf, data->__outbufend, state);
+          if (is_last)
+            data->__outbuf = outbuf;
+          if (res != RES_EMPTY)
+            return to_gconv_status (res);
+          if (!is_last && outbuf > outstart)
+            {
+              const unsigned char *outerr = outstart;
+              int result = fct (next_step, next_data, &outerr, outbuf, NULL,
+                                irreversible, 0, consume_incomplete);
+              if (result != __GCONV_EMPTY_INPUT)
+                {
+                  /* Keep held what the next step did not take. */
+                  *state = saved;
+                  outbuf = outstart;
+                  (void) cutf8_gconv_flush (kind, &outbuf,
+                                            (unsigned char *) outerr, state);
+                  return result;
+                }
+            }
+        }
+      /* The magic number of an encoder that was never given input (an empty
+         text still becomes a Corrected file, as with cutf8 encode). */
       if (do_flush == 1 && is_last && data->__invocation_counter == 0
           && !data->__internal_use
           && (kind & ~K_NOMAGIC) != K_DECODE_UCS4
@@ -221,7 +258,8 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
   unsigned char *outend = data->__outbufend;
 
   /* The magic number, as utf-16.c handles its BOM: only on the first call
-     for this descriptor, never for mb*towc-style internal use. */
+     for this descriptor, never for mb*towc-style internal use.  An encoder
+     writes it here; for the others this marks the start of the stream. */
   if (data->__invocation_counter == 0 && !data->__internal_use)
     {
       int res = cutf8_gconv_prologue (kind, inptrp, inend, &outbuf, outend,
@@ -240,9 +278,10 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
     {
       const unsigned char *inptr = *inptrp;
       unsigned char *outstart = outbuf;
+      int saved = data->__statep->__count;
 
-      status = to_gconv_status (
-          cutf8_gconv_convert (kind, inptrp, inend, &outbuf, outend));
+      status = to_gconv_status (cutf8_gconv_convert (
+          kind, inptrp, inend, &outbuf, outend, &data->__statep->__count));
 
       /* Called from an error handler: do nothing else. */
       if (outbufstart != NULL)
@@ -273,8 +312,10 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
                      first character it did not take. */
                   *inptrp = inptr;
                   outbuf = outstart;
-                  int again = cutf8_gconv_convert (kind, inptrp, inend, &outbuf,
-                                                   (unsigned char *) outerr);
+                  data->__statep->__count = saved;
+                  int again = cutf8_gconv_convert (
+                      kind, inptrp, inend, &outbuf, (unsigned char *) outerr,
+                      &data->__statep->__count);
                   if (outbuf != outerr || again != RES_FULL)
                     return __GCONV_INTERNAL_ERROR;
                   if (outbuf == outstart)

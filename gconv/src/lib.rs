@@ -24,18 +24,35 @@
 //! offset `cutf8` reports. A unit cut by the end of the input is
 //! `Incomplete` (iconv(3): `EINVAL`, feed it again with more input).
 //!
-//! The magic number is handled as glibc's `UTF-16` handles a BOM: on the
-//! first call for a descriptor, decoding drops it when the input begins with
-//! it (and decodes input without it), encoding writes it. The
-//! `CORRECTED-UTF-8-NOMAGIC` variant does neither (like `cutf8
-//! --no-magic`), for tools that must not see it.
+//! The magic number is handled as glibc's `UTF-16` handles a BOM, with
+//! `cutf8 decode`'s strict rule on top: at the start of a stream decoding
+//! drops it (and decodes input without it, as `cutf8 decode --no-magic`);
+//! anywhere later it is an error at its first byte (`cutf8 decode`: "a
+//! second Corrected UTF-8 magic number"); encoding writes it. The
+//! `CORRECTED-UTF-8-NOMAGIC` variant writes none and refuses text that
+//! would encode to it at the start (`cutf8 encode --no-magic`); decoding is
+//! the same as for `CORRECTED-UTF-8` (`cutf8 decode --no-magic` drops a
+//! leading one too).
+//!
+//! Finding the magic number across iconv(3)'s buffer boundaries: a call
+//! whose input ends in a proper prefix of it that ends at a unit boundary
+//! (U+10E7D, then U+ED4E, then U+0000) takes those units into the
+//! descriptor's state instead of converting them ([`Held`], in glibc's
+//! `mbstate_t`). The next call decides: the rest of the magic number is an
+//! error (at the first byte of that call's input, the earliest one it can
+//! name), anything else makes the held units text, written before what
+//! follows; the final flush (`iconv(cd, NULL, NULL, &out, &n)`, which
+//! iconv(1) and careful callers make at the end) writes them as text, as
+//! `cutf8 decode` converts a text that merely ends with them. Handing them
+//! back as incomplete input instead would make such a text fail at its end.
+//! The same mechanism holds the start of a `-NOMAGIC` encoding.
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cutf8::{
     decode_disk_unit, decode_view_unit, encode_disk, encode_view, Decoder, DiskUnit, Encoder,
-    Status, ViewUnit, MAGIC,
+    Status, ViewUnit, MAGIC, MAX_UNIT_LEN,
 };
 
 /// Corrected UTF-8 → UCS-4 (glibc `INTERNAL`, host byte order).
@@ -75,49 +92,183 @@ const VIEW_MAGIC: [u8; 9] = [0xF0, 0x90, 0xB9, 0xBD, 0xEE, 0xB5, 0x8E, 0x00, 0x0
 /// The same as UCS-4 code points.
 const UCS_MAGIC: [u32; 4] = [0x1_0E7D, 0xED4E, 0, 0x0A];
 
-fn is_cont(b: u8) -> bool {
-    b & 0xC0 == 0x80
+/// The magic number in each form a step reads or writes: its bytes and
+/// where each of its four units ends.
+struct Form {
+    bytes: &'static [u8],
+    ends: [usize; 4],
 }
 
-/// Length a lead byte announces on disk; FE/FF count as 1 (the strict
-/// decoder rejects them at their first byte, whatever follows).
-fn disk_lead_len(b: u8) -> usize {
-    match b {
-        0xC0..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        0xF0..=0xF7 => 4,
-        0xF8..=0xFB => 5,
-        0xFC..=0xFD => 6,
-        _ => 1,
+/// On disk: the magic number itself.
+const DISK_FORM: Form = Form {
+    bytes: &MAGIC,
+    ends: [3, 6, 7, 8],
+};
+/// In UTF-8: V(MAGIC).
+const VIEW_FORM: Form = Form {
+    bytes: &VIEW_MAGIC,
+    ends: [4, 7, 8, 9],
+};
+/// In glibc's INTERNAL (UCS-4, host byte order).
+const UCS_FORM: Form = Form {
+    bytes: &UCS_MAGIC_BYTES,
+    ends: [4, 8, 12, 16],
+};
+const UCS_MAGIC_BYTES: [u8; 16] = {
+    let mut b = [0u8; 16];
+    let mut k = 0;
+    while k < 16 {
+        b[k] = UCS_MAGIC[k / 4].to_ne_bytes()[k % 4];
+        k += 1;
+    }
+    b
+};
+
+impl Form {
+    /// Bytes of the first `units` units.
+    fn end(&self, units: usize) -> usize {
+        if units == 0 {
+            0
+        } else {
+            self.ends[units - 1]
+        }
+    }
+
+    /// How many whole units the first `n` bytes hold.
+    fn units_in(&self, n: usize) -> usize {
+        self.ends.iter().take_while(|&&e| e <= n).count()
+    }
+
+    /// The unit `k` (0..4).
+    fn unit(&self, k: usize) -> &'static [u8] {
+        &self.bytes[self.end(k)..self.ends[k]]
+    }
+
+    /// Where a proper prefix of the magic number begins that runs to the
+    /// end of `src` (`src.len()` if none). Its first byte occurs once in
+    /// it, so at most one candidate exists.
+    fn tail_prefix(&self, src: &[u8]) -> usize {
+        let n = src.len();
+        (n.saturating_sub(self.bytes.len() - 1)..n)
+            .find(|&p| src[p] == self.bytes[0] && self.bytes.starts_with(&src[p..]))
+            .unwrap_or(n)
     }
 }
 
-/// Length a lead byte announces in UTF-8 plus the extended forms.
-/// (FE, the extended form's lead, counts as 1: strict encoding rejects it
-/// at once.)
-fn view_lead_len(b: u8) -> usize {
-    disk_lead_len(b)
+/// The forms a step reads and writes.
+fn forms(kind: c_int) -> (&'static Form, &'static Form) {
+    match kind & !NOMAGIC {
+        DECODE_UCS4 => (&DISK_FORM, &UCS_FORM),
+        DECODE_UTF8 => (&DISK_FORM, &VIEW_FORM),
+        ENCODE_UCS4 => (&UCS_FORM, &DISK_FORM),
+        _ => (&VIEW_FORM, &DISK_FORM),
+    }
+}
+
+fn is_decode(kind: c_int) -> bool {
+    matches!(kind & !NOMAGIC, DECODE_UCS4 | DECODE_UTF8)
+}
+
+/// Whether a step keeps [`Held`] in its state word (an encoder that
+/// writes the magic number keeps there how much of it went out instead).
+fn holds(kind: c_int) -> bool {
+    is_decode(kind) || kind & NOMAGIC != 0
+}
+
+/// What a step keeps between calls, in `mbstate_t.__count` (zeroed by
+/// glibc's reset and by our flush): the first `held` units of the magic
+/// number, read in earlier calls and not yet written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Units of the magic number taken from the input (0..=3).
+    held: usize,
+    /// Of those, how many went out as text already.
+    done: usize,
+    /// They are text (the input went on otherwise): write them.
+    text: bool,
+    /// The stream started with them: the rest of the magic number makes
+    /// it the leading one (dropped by a decoder, refused by a `-NOMAGIC`
+    /// encoder).
+    start: bool,
+    /// The start of the stream has been seen (set once per descriptor).
+    begun: bool,
+}
+
+impl Held {
+    pub fn load(word: c_int) -> Held {
+        let w = word as u32;
+        Held {
+            held: (w & 3) as usize,
+            done: ((w >> 2) & 3) as usize,
+            text: w & 16 != 0,
+            start: w & 32 != 0,
+            begun: w & 64 != 0,
+        }
+    }
+
+    pub fn store(self) -> c_int {
+        (self.held as u32
+            | (self.done as u32) << 2
+            | (self.text as u32) << 4
+            | (self.start as u32) << 5
+            | (self.begun as u32) << 6) as c_int
+    }
+
+    /// Hold the whole units of a proper prefix of `n` bytes of `form`, on
+    /// top of the `had` held already; return the call's result and how
+    /// many bytes of input that took.
+    fn take(&mut self, form: &Form, n: usize) -> (Res, usize) {
+        let had = form.end(self.held);
+        self.held = form.units_in(n);
+        let took = form.end(self.held) - had;
+        let res = if form.end(self.held) < n {
+            // A unit of the magic number cut by the end of the input.
+            Res::Incomplete
+        } else {
+            Res::Empty
+        };
+        (res, took)
+    }
 }
 
 /// The end of the longest prefix of `src` that does not end inside a unit
-/// (a lead byte followed by fewer continuation bytes than it announces).
-fn complete_prefix(src: &[u8], lead_len: fn(u8) -> usize) -> usize {
+/// (one the codec's scalar reference calls incomplete).
+fn complete_prefix(src: &[u8], incomplete: fn(&[u8]) -> bool) -> usize {
     let n = src.len();
-    for p in (n.saturating_sub(7)..n).rev() {
-        if !is_cont(src[p]) {
-            return if lead_len(src[p]) > n - p { p } else { n };
-        }
-    }
-    n
+    (n.saturating_sub(MAX_UNIT_LEN)..n)
+        .find(|&p| incomplete(&src[p..]))
+        .unwrap_or(n)
+}
+
+fn disk_incomplete(s: &[u8]) -> bool {
+    decode_disk_unit(s, false) == DiskUnit::Incomplete
+}
+
+fn view_incomplete(s: &[u8]) -> bool {
+    decode_view_unit(s, false) == ViewUnit::Incomplete
 }
 
 /// Convert as much of `src` into `dst` as fits, stopping at the first unit
 /// that cannot be converted. Returns what happened, bytes read and written.
 /// On [`Res::Illegal`] and [`Res::Incomplete`] `read` is the offset of the
 /// unit's first byte; on [`Res::Full`] the next unit does not fit in what is
-/// left of `dst` (so a re-run with `dst` cut at a unit boundary ends exactly
-/// there).
-pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
+/// left of `dst` (so a re-run with `dst` cut at a unit boundary, from the
+/// same `state`, ends exactly there).
+///
+/// `state` is the step's word in the descriptor's `mbstate_t` (see
+/// [`Held`]).
+pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8], state: &mut c_int) -> (Res, usize, usize) {
+    if !holds(kind) {
+        return convert_plain(kind, src, dst);
+    }
+    let mut h = Held::load(*state);
+    let r = convert_held(kind, src, dst, &mut h);
+    *state = h.store();
+    r
+}
+
+/// The conversion alone, no magic number anywhere.
+fn convert_plain(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
     match kind & !NOMAGIC {
         DECODE_UCS4 => decode_ucs4(src, dst),
         ENCODE_UCS4 => encode_ucs4(src, dst),
@@ -127,37 +278,155 @@ pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
     }
 }
 
+/// Write the held units that are not out yet, as text.
+fn write_held(kind: c_int, dst: &mut [u8], h: &mut Held) -> (Res, usize) {
+    let (_, out) = forms(kind);
+    let mut o = 0;
+    while h.done < h.held {
+        let u = out.unit(h.done);
+        if o + u.len() > dst.len() {
+            return (Res::Full, o);
+        }
+        dst[o..o + u.len()].copy_from_slice(u);
+        o += u.len();
+        h.done += 1;
+    }
+    *h = Held {
+        begun: h.begun,
+        ..Held::default()
+    };
+    (Res::Empty, o)
+}
+
+/// [`convert`] for steps that look for the magic number: decoders (at the
+/// start: dropped; later: an error) and `-NOMAGIC` encoders (at the start:
+/// an error).
+fn convert_held(kind: c_int, src: &[u8], dst: &mut [u8], h: &mut Held) -> (Res, usize, usize) {
+    let (form, _) = forms(kind);
+    let decode = is_decode(kind);
+    let magic = form.bytes;
+    let (mut i, mut o) = (0, 0);
+    // Units held by earlier calls: does this input finish the magic number?
+    if h.held > 0 && !h.text {
+        let k = form.end(h.held);
+        let n = src.len().min(magic.len() - k);
+        if src[..n] != magic[k..k + n] {
+            h.text = true;
+            h.start = false;
+        } else if k + n < magic.len() {
+            let (res, took) = h.take(form, k + n);
+            return (res, took, 0);
+        } else if h.start && decode {
+            *h = Held {
+                begun: true,
+                ..Held::default()
+            };
+            i = n;
+        } else {
+            return (Res::Illegal, 0, 0);
+        }
+    }
+    if h.text {
+        let (res, w) = write_held(kind, dst, h);
+        o = w;
+        if res != Res::Empty {
+            return (res, 0, o);
+        }
+    }
+    if h.start {
+        let rest = &src[i..];
+        if rest.is_empty() {
+            return (Res::Empty, i, o);
+        }
+        if rest.starts_with(magic) {
+            if !decode {
+                return (Res::Illegal, i, o);
+            }
+            i += magic.len();
+        } else if magic.starts_with(rest) {
+            let (res, took) = h.take(form, rest.len());
+            return (res, i + took, o);
+        }
+        h.start = false;
+    }
+    if !decode {
+        let (res, r, w) = convert_plain(kind, &src[i..], &mut dst[o..]);
+        return (res, i + r, o + w);
+    }
+    // The body: text up to the next magic number, or up to a proper prefix
+    // of one at the end of the input. A call converts at most as many input
+    // bytes as it has room for output bytes (no unit is shorter in UTF-8 or
+    // UCS-4 than on disk), so the search looks no further than that: with a
+    // small output buffer and a long input (iconv(1) hands over whole
+    // files) each call stays proportional to what it converts.
+    let rest = &src[i..];
+    let reach = dst.len() - o + 2 * magic.len();
+    let window = &rest[..rest.len().min(reach)];
+    let cut_short = window.len() < rest.len();
+    let (limit, found) = match memchr::memmem::find(window, magic) {
+        Some(p) => (p, true),
+        None if cut_short => (window.len(), false),
+        None => (form.tail_prefix(window), false),
+    };
+    let (res, r, w) = convert_plain(kind, &rest[..limit], &mut dst[o..]);
+    let (i, o) = (i + r, o + w);
+    match res {
+        Res::Empty | Res::Incomplete if cut_short && !found => {
+            // Cannot happen (see above); refuse rather than guess.
+            (Res::Bug, i, o)
+        }
+        // A unit cut short by the magic number's first byte (not a
+        // continuation byte): truncated, as `cutf8 decode` says.
+        Res::Incomplete if limit < rest.len() => (Res::Illegal, i, o),
+        Res::Empty if found => (Res::Illegal, i, o),
+        Res::Empty if limit < rest.len() => {
+            let (res, took) = h.take(form, rest.len() - limit);
+            (res, i + took, o)
+        }
+        other => (other, i, o),
+    }
+}
+
+/// The final flush of a decoder or `-NOMAGIC` encoder: held units are
+/// text. Returns [`Res::Empty`] or [`Res::Full`] and bytes written.
+pub fn flush(kind: c_int, dst: &mut [u8], state: &mut c_int) -> (Res, usize) {
+    if !holds(kind) {
+        return (Res::Empty, 0);
+    }
+    let mut h = Held::load(*state);
+    if h.held > 0 {
+        h.text = true;
+    }
+    let r = write_held(kind, dst, &mut h);
+    *state = h.store();
+    r
+}
+
 /// The first call of a descriptor: the magic number. Returns
 /// [`Res::Proceed`] to go on with [`convert`], or a result to return.
 ///
-/// `sent` is per-descriptor state (in glibc's `mbstate_t`, zeroed by a
-/// reset): how many bytes of the magic number earlier calls wrote.
-pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8], sent: &mut c_int) -> (Res, usize, usize) {
-    let nomagic = kind & NOMAGIC != 0;
-    match (kind & !NOMAGIC, nomagic) {
-        (DECODE_UCS4 | DECODE_UTF8, false) => {
-            if src.is_empty() {
-                // Nothing to decide on yet: this call does not count as the
-                // first (utf-16.c does the same).
-                (Res::Empty, 0, 0)
-            } else if src.starts_with(&MAGIC) {
-                (Res::Proceed, MAGIC.len(), 0)
-            } else if !src.is_empty() && src.len() < MAGIC.len() && MAGIC.starts_with(src) {
-                // Undecided until more input comes, as utf-16.c with one
-                // byte of a BOM.
-                (Res::Incomplete, 0, 0)
-            } else {
-                (Res::Proceed, 0, 0)
-            }
+/// `state` is per-descriptor (in glibc's `mbstate_t`, zeroed by a reset):
+/// for an encoder that writes the magic number, how many of its bytes
+/// earlier calls wrote; for the others, [`Held`], where this marks the
+/// start of the stream for [`convert`] to decide on.
+pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8], state: &mut c_int) -> (Res, usize, usize) {
+    if holds(kind) {
+        let mut h = Held::load(*state);
+        if !h.begun {
+            h.begun = true;
+            h.start = true;
         }
-        (DECODE_UCS4 | DECODE_UTF8, true) => (Res::Proceed, 0, 0),
-        (ENCODE_UCS4 | ENCODE_UTF8, false) => {
+        *state = h.store();
+        return (Res::Proceed, 0, 0);
+    }
+    match kind & !NOMAGIC {
+        ENCODE_UCS4 | ENCODE_UTF8 => {
             // Written piecewise if the output is short (iconv(3) with a
-            // tiny buffer): `*sent` counts what earlier calls wrote.
-            let done = (*sent).clamp(0, MAGIC.len() as c_int) as usize;
+            // tiny buffer): `*state` counts what earlier calls wrote.
+            let done = (*state).clamp(0, MAGIC.len() as c_int) as usize;
             let n = (MAGIC.len() - done).min(dst.len());
             dst[..n].copy_from_slice(&MAGIC[done..done + n]);
-            *sent = (done + n) as c_int;
+            *state = (done + n) as c_int;
             if done + n < MAGIC.len() {
                 return (Res::Full, 0, n);
             }
@@ -167,24 +436,6 @@ pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8], sent: &mut c_int) -> (R
                 return (Res::Illegal, 0, n);
             }
             (Res::Proceed, 0, n)
-        }
-        (ENCODE_UCS4 | ENCODE_UTF8, true) => {
-            // `cutf8 encode --no-magic`: text that would encode to the magic
-            // number would be read back without it.
-            let hit = if kind & !NOMAGIC == ENCODE_UTF8 {
-                src.starts_with(&VIEW_MAGIC)
-            } else {
-                src.len() >= 16
-                    && UCS_MAGIC
-                        .iter()
-                        .enumerate()
-                        .all(|(k, &c)| read_u32(&src[4 * k..]) == c)
-            };
-            if hit {
-                (Res::Illegal, 0, 0)
-            } else {
-                (Res::Proceed, 0, 0)
-            }
         }
         _ => (Res::Bug, 0, 0),
     }
@@ -245,7 +496,7 @@ fn encode_ucs4(src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
 /// unit for the tail it leaves: an output too short for its next step, or a
 /// unit cut by the end of `src`.
 fn decode_utf8(src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
-    let safe = complete_prefix(src, disk_lead_len);
+    let safe = complete_prefix(src, disk_incomplete);
     let (status, r, w) = Decoder::strict().convert(&src[..safe], dst, true);
     if let Status::Malformed(m) = status {
         return (Res::Illegal, r - m.len, w);
@@ -271,7 +522,7 @@ fn decode_utf8(src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
 
 /// As [`decode_utf8`], the other way, over the strict [`Encoder`].
 fn encode_utf8(src: &[u8], dst: &mut [u8]) -> (Res, usize, usize) {
-    let safe = complete_prefix(src, view_lead_len);
+    let safe = complete_prefix(src, view_incomplete);
     let (status, r, w) = Encoder::strict().convert(&src[..safe], dst, true);
     if let Status::Malformed(m) = status {
         return (Res::Illegal, r - m.len, w);
@@ -366,15 +617,43 @@ pub unsafe extern "C" fn cutf8_gconv_convert(
     inend: *const u8,
     outp: *mut *mut u8,
     outend: *mut u8,
+    state: *mut c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { with_buffers(inp, inend, outp, outend, |s, d| convert(kind, s, d)) }
+    // SAFETY: forwarded contract; `state` points into the descriptor's
+    // mbstate_t (the shim passes &data->__statep->__count).
+    unsafe {
+        let state = &mut *state;
+        with_buffers(inp, inend, outp, outend, |s, d| convert(kind, s, d, state))
+    }
+}
+
+/// C entry for [`flush`] (called by shim/gconv.c).
+///
+/// # Safety
+/// `*outp..outend` is a valid range; `state` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn cutf8_gconv_flush(
+    kind: c_int,
+    outp: *mut *mut u8,
+    outend: *mut u8,
+    state: *mut c_int,
+) -> c_int {
+    let mut none: *const u8 = std::ptr::null();
+    // SAFETY: forwarded contract (an empty input range); `state` as in
+    // cutf8_gconv_convert.
+    unsafe {
+        let state = &mut *state;
+        with_buffers(&mut none, std::ptr::null(), outp, outend, |_, d| {
+            let (res, w) = flush(kind, d, state);
+            (res, 0, w)
+        })
+    }
 }
 
 /// C entry for [`prologue`] (called by shim/gconv.c).
 ///
 /// # Safety
-/// See [`with_buffers`]; `sent` is valid.
+/// See [`with_buffers`]; `state` is valid.
 #[no_mangle]
 pub unsafe extern "C" fn cutf8_gconv_prologue(
     kind: c_int,
@@ -382,13 +661,13 @@ pub unsafe extern "C" fn cutf8_gconv_prologue(
     inend: *const u8,
     outp: *mut *mut u8,
     outend: *mut u8,
-    sent: *mut c_int,
+    state: *mut c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract; `sent` points into the descriptor's
+    // SAFETY: forwarded contract; `state` points into the descriptor's
     // mbstate_t (the shim passes &data->__statep->__count).
     unsafe {
-        let sent = &mut *sent;
-        with_buffers(inp, inend, outp, outend, |s, d| prologue(kind, s, d, sent))
+        let state = &mut *state;
+        with_buffers(inp, inend, outp, outend, |s, d| prologue(kind, s, d, state))
     }
 }
 
@@ -476,10 +755,10 @@ mod tests {
 
     #[test]
     fn complete_prefix_stops_before_a_cut_unit() {
-        assert_eq!(complete_prefix(b"ab\xE0\x80", disk_lead_len), 2);
-        assert_eq!(complete_prefix(b"ab\xE0\x80\x80", disk_lead_len), 5);
-        assert_eq!(complete_prefix(b"\xFE\x80", view_lead_len), 2);
-        assert_eq!(complete_prefix(b"\x80\x80", disk_lead_len), 2);
+        assert_eq!(complete_prefix(b"ab\xE0\x80", disk_incomplete), 2);
+        assert_eq!(complete_prefix(b"ab\xE0\x80\x80", disk_incomplete), 5);
+        assert_eq!(complete_prefix(b"\x80\x80", disk_incomplete), 2);
+        assert_eq!(complete_prefix(b"ab\xF0\x90", view_incomplete), 2);
     }
 
     #[test]
