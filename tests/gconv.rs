@@ -794,10 +794,39 @@ fn iconv1_reports_errors_where_cutf8_does() {
 /// iconv(1) says "illegal input sequence at position N" for a magic number
 /// inside a file, N the byte offset `cutf8 decode` prints, and writes the
 /// same text before it; a file that ends with part of one converts as
-/// `cutf8 decode` converts it (iconv(1) flushes at the end of each file).
+/// `cutf8 decode` converts it (iconv(1) flushes at the end of each file,
+/// so each file's leading magic number is dropped, as by `cutf8 decode a b`).
 #[test]
 fn iconv1_reports_a_second_magic_number_where_cutf8_does() {
     let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let f = dir.path().join(n);
+            std::fs::write(&f, cutf8(&["encode"], format!("{n}\n").as_bytes()).0).unwrap();
+            f
+        })
+        .collect();
+    let out = Command::new("iconv")
+        .args(["-f", "CUTF8", "-t", "UTF-8"])
+        .args(&files)
+        .env("GCONV_PATH", gconv_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = Command::new(CUTF8)
+        .arg("decode")
+        .args(&files)
+        .output()
+        .unwrap();
+    assert_eq!(
+        (out.stdout, &want.stdout[..]),
+        (b"a\nb\n".to_vec(), &b"a\nb\n"[..])
+    );
     let mut rng = StdRng::seed_from_u64(0x14_0006);
     for i in 0..30 {
         let body = random_disk(&mut rng, false);
