@@ -680,6 +680,73 @@ fn the_magic_numbers_code_points_encode_as_cutf8_encode_does() {
     }
 }
 
+/// `cutf8 encode` refuses input that begins with the magic number (it is
+/// Corrected already): an error at byte 0, with nothing but the magic
+/// number written. However the input is split. Its first 3 bytes are
+/// U+FDDD in UTF-8, a whole unit: a call whose input ends after it holds
+/// it, and the next call reports the error at its first byte (3), as for
+/// a magic number inside decoded text. A call that ends after 5 to 7 bytes
+/// of it cannot hold it: ED B2 begins an encoded surrogate, an error at 3
+/// after U+FDDD unless the magic number follows; it writes U+FDDD then.
+/// U+FDDD that is not followed by the rest of the magic number is text.
+#[test]
+fn already_encoded_input_is_refused_however_it_is_split() {
+    let mut fddd = [0u8; 8];
+    let n = encode_disk(0xFDDD, &mut fddd).unwrap();
+    let fddd = &fddd[..n];
+    let input = [&MAGIC[..], b"x\n"].concat();
+    check_encode(&input, "already encoded");
+    let want = whole("CORRECTED-UTF-8", "UTF-8", &input);
+    assert_eq!(
+        want,
+        Outcome {
+            out: MAGIC.to_vec(),
+            err: Some((0, libc::EILSEQ))
+        }
+    );
+    for cut in 0..=input.len() {
+        for cap in [4, 9, 64] {
+            let at = if (3..MAGIC.len()).contains(&cut) {
+                3
+            } else {
+                0
+            };
+            let out = if (5..MAGIC.len()).contains(&cut) {
+                [&MAGIC[..], fddd].concat()
+            } else {
+                MAGIC.to_vec()
+            };
+            assert_eq!(
+                stream("CORRECTED-UTF-8", "UTF-8", &input, &[cut], cap),
+                Outcome {
+                    out,
+                    err: Some((at, libc::EILSEQ))
+                },
+                "cut at {cut}, {cap}-byte output"
+            );
+        }
+    }
+    for text in [
+        &b"\xEF\xB7\x9D"[..],
+        b"\xEF\xB7\x9Dx",
+        b"\xEF\xB7\x9D\xED\x9F\xBF",
+        b"\xEF\xB7\x9D\xED\x9F",
+        b"\xEF\xB7\x9D\xED\xB2\xAE",
+        b"\xEF\xB7\x9D\xED\xB2",
+        b"\xEF\xB7\x9D\xED\xB2\xAE\x00",
+    ] {
+        let case = format!("{text:02X?}");
+        check_encode(text, &case);
+        let want = whole("CORRECTED-UTF-8", "UTF-8", text);
+        for cut in 0..=text.len() {
+            for cap in [4, 64] {
+                let got = stream("CORRECTED-UTF-8", "UTF-8", text, &[cut], cap);
+                assert_eq!(got, want, "{case} cut at {cut}, {cap}-byte output");
+            }
+        }
+    }
+}
+
 /// A text with every kind of unit, and the same with errors after it.
 fn sample() -> Vec<u8> {
     let mut v = Vec::new();

@@ -45,7 +45,9 @@
 //! iconv(1) and careful callers make at the end) writes them as text, as
 //! `cutf8 decode` converts a text that merely ends with them. Handing them
 //! back as incomplete input instead would make such a text fail at its end.
-//! The same mechanism holds the start of a `-NOMAGIC` encoding.
+//! The same mechanism holds the start of an encoding: `-NOMAGIC` refuses
+//! text beginning with V(MAGIC), the encoder from UTF-8 refuses input that
+//! already begins with the magic number (`cutf8 encode`: at byte 0).
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -157,6 +159,9 @@ impl Form {
 
 /// The forms a step reads and writes.
 fn forms(kind: c_int) -> (&'static Form, &'static Form) {
+    if is_already_check(kind) {
+        return (&ALREADY_FORM, &DISK_FORM);
+    }
     match kind & !NOMAGIC {
         DECODE_UCS4 => (&DISK_FORM, &UCS_FORM),
         DECODE_UTF8 => (&DISK_FORM, &VIEW_FORM),
@@ -169,11 +174,32 @@ fn is_decode(kind: c_int) -> bool {
     matches!(kind & !NOMAGIC, DECODE_UCS4 | DECODE_UTF8)
 }
 
-/// Whether a step keeps [`Held`] in its state word (an encoder that
-/// writes the magic number keeps there how much of it went out instead).
+/// Whether a step keeps [`Held`] in its state word: all but the encoder
+/// from UCS-4 that writes the magic number (whose input cannot begin with
+/// it: code points, and U+ED4E is no surrogate there).
 fn holds(kind: c_int) -> bool {
-    is_decode(kind) || kind & NOMAGIC != 0
+    kind != ENCODE_UCS4
 }
+
+/// The encoder from UTF-8 that writes the magic number: it refuses input
+/// that already begins with it (`cutf8 encode`: "already encoded").
+fn is_already_check(kind: c_int) -> bool {
+    kind == ENCODE_UTF8
+}
+
+/// For [`is_already_check`]: the magic number's bytes read as UTF-8. Only
+/// the first unit is one (U+FDDD); ED B2 is the start of an encoded
+/// surrogate, an error at its first byte whatever follows.
+const ALREADY_FORM: Form = Form {
+    bytes: &MAGIC,
+    ends: [3, 99, 99, 99],
+};
+/// U+FDDD, held by [`ALREADY_FORM`], as written when it turns out to be text.
+const FDDD: u32 = 0xFDDD;
+
+/// Where an encoder that writes the magic number keeps how many of its
+/// bytes are out, above [`Held`]'s bits in the state word.
+const SENT_SHIFT: u32 = 8;
 
 /// What a step keeps between calls, in `mbstate_t.__count` (zeroed by
 /// glibc's reset and by our flush): the first `held` units of the magic
@@ -187,8 +213,7 @@ pub struct Held {
     /// They are text (the input went on otherwise): write them.
     text: bool,
     /// The stream started with them: the rest of the magic number makes
-    /// it the leading one (dropped by a decoder, refused by a `-NOMAGIC`
-    /// encoder).
+    /// it the leading one (dropped by a decoder, refused by an encoder).
     start: bool,
     /// The start of the stream has been seen (set once per descriptor).
     begun: bool,
@@ -221,11 +246,11 @@ impl Held {
         let had = form.end(self.held);
         self.held = form.units_in(n);
         let took = form.end(self.held) - had;
-        let res = if form.end(self.held) < n {
+        let res = if form.end(self.held) == n {
+            Res::Empty
+        } else {
             // A unit of the magic number cut by the end of the input.
             Res::Incomplete
-        } else {
-            Res::Empty
         };
         (res, took)
     }
@@ -263,7 +288,7 @@ pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8], state: &mut c_int) -> (R
     }
     let mut h = Held::load(*state);
     let r = convert_held(kind, src, dst, &mut h);
-    *state = h.store();
+    *state = (*state & !0x7F) | h.store();
     r
 }
 
@@ -281,9 +306,15 @@ fn convert_plain(kind: c_int, src: &[u8], dst: &mut [u8]) -> (Res, usize, usize)
 /// Write the held units that are not out yet, as text.
 fn write_held(kind: c_int, dst: &mut [u8], h: &mut Held) -> (Res, usize) {
     let (_, out) = forms(kind);
+    let mut fddd = [0u8; 8];
     let mut o = 0;
     while h.done < h.held {
-        let u = out.unit(h.done);
+        let u = if is_already_check(kind) {
+            let n = encode_disk(FDDD, &mut fddd).unwrap_or(0);
+            &fddd[..n]
+        } else {
+            out.unit(h.done)
+        };
         if o + u.len() > dst.len() {
             return (Res::Full, o);
         }
@@ -305,12 +336,17 @@ fn convert_held(kind: c_int, src: &[u8], dst: &mut [u8], h: &mut Held) -> (Res, 
     let (form, _) = forms(kind);
     let decode = is_decode(kind);
     let magic = form.bytes;
+    // An encoder's input that begins EF B7 9D ED B2 (U+FDDD, then the start
+    // of an encoded surrogate) is an error at byte 0 if the magic number
+    // follows, else at byte 3 with U+FDDD written first: no use holding it
+    // longer, write it (`cutf8 encode`'s outcome for a whole buffer).
+    let undecided = |n: usize| is_already_check(kind) && n >= 5 && n < magic.len();
     let (mut i, mut o) = (0, 0);
     // Units held by earlier calls: does this input finish the magic number?
     if h.held > 0 && !h.text {
         let k = form.end(h.held);
         let n = src.len().min(magic.len() - k);
-        if src[..n] != magic[k..k + n] {
+        if src[..n] != magic[k..k + n] || undecided(k + n) {
             h.text = true;
             h.start = false;
         } else if k + n < magic.len() {
@@ -343,7 +379,7 @@ fn convert_held(kind: c_int, src: &[u8], dst: &mut [u8], h: &mut Held) -> (Res, 
                 return (Res::Illegal, i, o);
             }
             i += magic.len();
-        } else if magic.starts_with(rest) {
+        } else if magic.starts_with(rest) && !undecided(rest.len()) {
             let (res, took) = h.take(form, rest.len());
             return (res, i + took, o);
         }
@@ -398,7 +434,7 @@ pub fn flush(kind: c_int, dst: &mut [u8], state: &mut c_int) -> (Res, usize) {
         h.text = true;
     }
     let r = write_held(kind, dst, &mut h);
-    *state = h.store();
+    *state = (*state & !0x7F) | h.store();
     r
 }
 
@@ -409,36 +445,38 @@ pub fn flush(kind: c_int, dst: &mut [u8], state: &mut c_int) -> (Res, usize) {
 /// for an encoder that writes the magic number, how many of its bytes
 /// earlier calls wrote; for the others, [`Held`], where this marks the
 /// start of the stream for [`convert`] to decide on.
-pub fn prologue(kind: c_int, src: &[u8], dst: &mut [u8], state: &mut c_int) -> (Res, usize, usize) {
+pub fn prologue(
+    kind: c_int,
+    _src: &[u8],
+    dst: &mut [u8],
+    state: &mut c_int,
+) -> (Res, usize, usize) {
+    let mut n = 0;
+    if matches!(kind, ENCODE_UCS4 | ENCODE_UTF8) {
+        // Written piecewise if the output is short (iconv(3) with a tiny
+        // buffer): the state counts what earlier calls wrote.
+        let word = *state as u32;
+        let done = ((word >> SENT_SHIFT) as usize).min(MAGIC.len());
+        n = (MAGIC.len() - done).min(dst.len());
+        dst[..n].copy_from_slice(&MAGIC[done..done + n]);
+        *state = ((word & ((1 << SENT_SHIFT) - 1)) | ((done + n) as u32) << SENT_SHIFT) as c_int;
+        if done + n < MAGIC.len() {
+            return (Res::Full, 0, n);
+        }
+    }
     if holds(kind) {
+        // `convert` decides on the start of the stream: a decoder drops a
+        // magic number there, an encoder from UTF-8 refuses it (`cutf8
+        // encode`: already encoded), a -NOMAGIC encoder refuses text that
+        // would encode to it.
         let mut h = Held::load(*state);
         if !h.begun {
             h.begun = true;
             h.start = true;
         }
-        *state = h.store();
-        return (Res::Proceed, 0, 0);
+        *state = (*state & !0x7F) | h.store();
     }
-    match kind & !NOMAGIC {
-        ENCODE_UCS4 | ENCODE_UTF8 => {
-            // Written piecewise if the output is short (iconv(3) with a
-            // tiny buffer): `*state` counts what earlier calls wrote.
-            let done = (*state).clamp(0, MAGIC.len() as c_int) as usize;
-            let n = (MAGIC.len() - done).min(dst.len());
-            dst[..n].copy_from_slice(&MAGIC[done..done + n]);
-            *state = (done + n) as c_int;
-            if done + n < MAGIC.len() {
-                return (Res::Full, 0, n);
-            }
-            // `cutf8 encode`: input that already begins with the magic
-            // number is an error at byte 0.
-            if kind & !NOMAGIC == ENCODE_UTF8 && src.starts_with(&MAGIC) {
-                return (Res::Illegal, 0, n);
-            }
-            (Res::Proceed, 0, n)
-        }
-        _ => (Res::Bug, 0, 0),
-    }
+    (Res::Proceed, 0, n)
 }
 
 fn read_u32(s: &[u8]) -> u32 {
