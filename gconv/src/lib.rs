@@ -220,6 +220,7 @@ pub struct Held {
 }
 
 impl Held {
+    /// Read from the state word (its low 7 bits).
     pub fn load(word: c_int) -> Held {
         let w = word as u32;
         Held {
@@ -231,6 +232,7 @@ impl Held {
         }
     }
 
+    /// The low 7 bits of the state word.
     pub fn store(self) -> c_int {
         (self.held as u32
             | (self.done as u32) << 2
