@@ -8,9 +8,7 @@
 //! (the hidden `--buffer-size`), so every unit also lands across a chunk
 //! edge.
 
-mod cli_support;
-
-use cli_support::{cutf8, Dir};
+use crate::support::cli::{cutf8, Dir};
 use rand::{Rng, SeedableRng};
 
 const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];

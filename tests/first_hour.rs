@@ -6,9 +6,7 @@
 //! Mount findings (VCS files kept raw, `#!` scripts, stale and doubled
 //! mounts, options) live in tests/first_hour_mount.rs.
 
-mod cli_support;
-
-use cli_support::{cutf8, Dir};
+use crate::support::cli::{cutf8, Dir};
 
 const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
 

@@ -7,12 +7,10 @@
 //! Config: `../shared/peer-suites/pjdfstest.toml` beside the repository
 //! (CI's layout), or `$PJDFSTEST_CONFIG`.
 
-mod support_mount;
-
 use std::path::Path;
 use std::process::Command;
 
-use support_mount::Mount;
+use crate::support::mount::Mount;
 
 /// Tests allowed to fail, each with the reason. Empty: every test that can
 /// run on FUSE passes.
@@ -37,8 +35,8 @@ fn parent_dir() -> tempfile::TempDir {
 
 #[test]
 fn pjdfstest_passes_on_the_mount() {
-    let pjd = support_mount::find_tool("pjdfstest");
-    let cfg = support_mount::peer_config("PJDFSTEST_CONFIG", "pjdfstest.toml");
+    let pjd = crate::support::mount::find_tool("pjdfstest");
+    let cfg = crate::support::mount::peer_config("PJDFSTEST_CONFIG", "pjdfstest.toml");
     let parent = parent_dir();
     let m = Mount::new_in(parent.path(), &[], |_| {});
     // A second filesystem for the EXDEV tests (tmpfs at /dev/shm).
