@@ -4,6 +4,8 @@
 //! either of two immediate reruns (measured: 384 passed, 0 failed; the 14
 //! skipped need a remount to read-only or LINK_MAX, which FUSE cannot give).
 //!
+//! `PJDFSTEST_ONLY=chmod` runs a subset (a quick check of the set-up).
+//!
 //! Config: `../shared/peer-suites/pjdfstest.toml` beside the repository
 //! (CI's layout), or `$PJDFSTEST_CONFIG`.
 
@@ -44,6 +46,12 @@ fn pjdfstest_passes_on_the_mount() {
     cmd.arg("-c").arg(&cfg).arg("-p").arg(&m.mnt);
     if Path::new("/dev/shm").is_dir() {
         cmd.arg("-s").arg("/dev/shm");
+    }
+    // PJDFSTEST_ONLY=PATTERN runs a subset (pjdfstest's substring match),
+    // for a quick check; the full run insists on at least 300 tests.
+    let only = std::env::var("PJDFSTEST_ONLY").ok();
+    if let Some(p) = &only {
+        cmd.arg(p);
     }
     let out = cmd.current_dir(&m.mnt).output().expect("run pjdfstest");
     let text =
@@ -101,5 +109,6 @@ fn pjdfstest_passes_on_the_mount() {
                 .and_then(|n| n.trim().parse().ok())
         })
         .unwrap_or(0);
-    assert!(passed >= 300, "suspiciously few tests ran: {summary}");
+    let least = if only.is_some() { 1 } else { 300 };
+    assert!(passed >= least, "suspiciously few tests ran: {summary}");
 }
