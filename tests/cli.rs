@@ -277,7 +277,7 @@ fn broken_pipe_is_quiet() {
     use std::process::{Command, Stdio};
     let d = Dir::new();
     d.write("big", "x\n".repeat(4 << 20).as_bytes());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let mut child = Command::new(crate::support::cli::BIN)
         .args(["decode", "--no-magic", "big"])
         .current_dir(d.path())
         .stdout(Stdio::piped())
@@ -713,7 +713,7 @@ fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
 #[allow(clippy::zombie_processes)]
 fn peak_rss_kib(dir: &std::path::Path, args: &[&str]) -> i64 {
     use std::process::{Command, Stdio};
-    let child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let child = Command::new(crate::support::cli::BIN)
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::null())

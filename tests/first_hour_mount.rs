@@ -115,7 +115,7 @@ fn migrate_refuses_a_path_on_a_mount() {
     let m = Mount::new(&[], |b| {
         fs::write(b.join("a.txt"), "a\n").unwrap();
     });
-    let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let out = Command::new(crate::support::cli::BIN)
         .arg("migrate")
         .arg(m.m("a.txt"))
         .output()
@@ -128,7 +128,7 @@ fn migrate_refuses_a_path_on_a_mount() {
     );
     assert_eq!(fs::read(m.b("a.txt")).unwrap(), b"a\n", "nothing converted");
     // The same file, named in BACKING, converts.
-    let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let out = Command::new(crate::support::cli::BIN)
         .args(["migrate", "-q"])
         .arg(m.b("a.txt"))
         .output()

@@ -664,7 +664,7 @@ fn migrate_never_enters_converts_or_reports_the_mounts_files() {
     fs::write(f.b("a.txt"), "plain text ü\n").unwrap();
     fs::write(f.b("sub/b.txt"), "more text ü\n").unwrap();
     let report = f.dir.path().join("report.jsonl");
-    let cutf8 = env!("CARGO_BIN_EXE_cutf8");
+    let cutf8 = crate::support::cli::BIN;
     let run = |args: &[&OsStr]| {
         let out = Command::new(cutf8)
             .arg("migrate")

@@ -73,3 +73,91 @@ fn harness_lists_every_test_file() {
          (and use `crate::support::...` instead of `mod support_mount;`)"
     );
 }
+
+/// The mount guard cleans up and prints the daemon's log, its stderr and
+/// its `-o log=FILE`, when a test panics: this binary runs
+/// [`guard_child_panics_inside_a_mount`] again and reads what it printed.
+#[test]
+fn mount_guard_prints_the_daemon_log_when_a_test_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let opt_log = dir.path().join("opt.log");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "guard_child_panics_inside_a_mount",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CUTF8FS_GUARD_CHILD", &opt_log)
+        .output()
+        .unwrap();
+    let err =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the child test did not fail:\n{err}");
+    let backing = err
+        .split("deliberate panic; BACKING ")
+        .nth(1)
+        .and_then(|r| r.lines().next())
+        .unwrap_or_else(|| panic!("the child did not panic as planned:\n{err}"))
+        .to_owned();
+    let dump = err
+        .split("--- cutf8fs log (")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no daemon log printed:\n{err}"));
+    let opt_part = dump
+        .split(&format!("--- log={} ---", opt_log.display()))
+        .nth(1)
+        .unwrap_or_else(|| panic!("the -o log=FILE part is missing:\n{err}"));
+    assert!(
+        opt_part.contains(&format!("serving {backing} on ")),
+        "the printed log lacks the daemon's own lines:\n{err}"
+    );
+    let mnt = std::path::Path::new(&backing).with_file_name("mnt");
+    assert!(!support::mount::is_mounted(&mnt), "still mounted: {mnt:?}");
+    assert!(
+        !std::path::Path::new(&backing).exists(),
+        "BACKING left behind"
+    );
+}
+
+/// Panics inside a mount whose daemon logs to `$CUTF8FS_GUARD_CHILD` (does
+/// nothing unless that is set).
+#[test]
+fn guard_child_panics_inside_a_mount() {
+    let Some(log) = std::env::var_os("CUTF8FS_GUARD_CHILD") else {
+        return;
+    };
+    let opt = format!("log={}", log.to_string_lossy());
+    let m = support::mount::Mount::new(&[&opt], |_| {});
+    panic!("deliberate panic; BACKING {}", m.backing.display());
+}
+
+/// The guard kills the daemon (-9), detaches the dead mount and mounts the
+/// same BACKING again; a crash test's remount sees what was written.
+#[test]
+fn mount_guard_kills_and_remounts_the_same_backing() {
+    let mut m = support::mount::Mount::new(&[], |b| {
+        std::fs::write(b.join("before"), "written before\n").unwrap();
+    });
+    let first = m.pid();
+    std::fs::write(m.m("through"), "written through the mount\n").unwrap();
+    m.kill9();
+    assert!(!support::mount::is_mounted(&m.mnt));
+    assert!(
+        std::fs::read_dir(format!("/proc/{first}")).is_err(),
+        "the killed daemon {first} still runs"
+    );
+    m.remount();
+    assert_ne!(m.pid(), first);
+    assert!(support::mount::is_mounted(&m.mnt));
+    assert_eq!(
+        std::fs::read(m.m("through")).unwrap(),
+        b"written through the mount\n"
+    );
+    assert_eq!(std::fs::read(m.m("before")).unwrap(), b"written before\n");
+    assert!(
+        m.log_text().matches("serving ").count() >= 2,
+        "{}",
+        m.log_text()
+    );
+}

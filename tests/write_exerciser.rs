@@ -12,7 +12,7 @@
 //! store its new content (the codec's lossless encoder refuses it), then it
 //! is raw for good — until emptied.
 //!
-//! Replay: `CUTF8FS_SEED=<seed> cargo test --release --test write_exerciser`
+//! Replay: `CUTF8FS_SEED=<seed> cargo test --release --test tests -- write_exerciser::`
 //! (the seed is printed on failure); `CUTF8FS_OPS=<n>` changes the number of
 //! operations per run (default 15 000 for each of the two main tests, ~20 s in release).
 
