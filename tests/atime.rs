@@ -12,8 +12,6 @@
 //! of the same unchanged file and `ls` of a directory changed the access
 //! time shown — must be the same.
 
-mod support_mount;
-
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -22,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support::mount::{wait_for, Mount, BIN};
 use cutf8::{self, MAGIC};
-use support_mount::{wait_for, Mount, BIN};
 
 /// A tmpfs of our own, mounted with `opts`, unmounted on drop.
 struct Tmpfs {

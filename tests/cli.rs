@@ -8,9 +8,7 @@
 //! (the hidden `--buffer-size`), so every unit also lands across a chunk
 //! edge.
 
-mod cli_support;
-
-use cli_support::{cutf8, Dir};
+use crate::support::cli::{cutf8, Dir};
 use rand::{Rng, SeedableRng};
 
 const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
@@ -279,7 +277,7 @@ fn broken_pipe_is_quiet() {
     use std::process::{Command, Stdio};
     let d = Dir::new();
     d.write("big", "x\n".repeat(4 << 20).as_bytes());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let mut child = Command::new(crate::support::cli::BIN)
         .args(["decode", "--no-magic", "big"])
         .current_dir(d.path())
         .stdout(Stdio::piped())
@@ -715,7 +713,7 @@ fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
 #[allow(clippy::zombie_processes)]
 fn peak_rss_kib(dir: &std::path::Path, args: &[&str]) -> i64 {
     use std::process::{Command, Stdio};
-    let child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let child = Command::new(crate::support::cli::BIN)
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::null())

@@ -23,9 +23,6 @@
 //! remount the same BACKING; files of earlier rounds must not change.
 //! `CUTF8FS_SEED` replays a run (the seed is printed on failure).
 
-mod support_mount;
-mod support_write;
-
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -34,11 +31,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::mount::expected_view;
+use crate::support::mount::Mount;
+use crate::support::write::{corrected_file, first_difference};
 use cutf8::{self, MAGIC};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support_mount::expected_view;
-use support_write::{corrected_file, first_difference, Daemon};
 
 const ROUNDS: u64 = 4;
 
@@ -486,7 +484,7 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
         }
     }
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut d = Daemon::start(&backing, &mnt, &daemon_log, &[]);
+    let mut d = Mount::with(&[]).on(&backing, &mnt, &daemon_log);
     let mut earlier: Vec<(String, Vec<u8>)> = Vec::new();
     for round in 0..ROUNDS {
         let what = format!("seed {seed} round {round}");
@@ -494,7 +492,7 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
         let mut writer = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "crash_writer_process",
+                "crash::crash_writer_process",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -510,13 +508,13 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
         // Let the storm run (once the writer has made its plans), then kill
         // the daemon and, before the mount is detached, the writer (so it
         // cannot write into the bare directory).
-        support_mount::wait_for(60.0, || {
+        crate::support::mount::wait_for(60.0, || {
             fs::read_to_string(&wlog).is_ok_and(|l| l.contains("ready"))
                 || writer.try_wait().ok().flatten().is_some()
         });
         // On a loaded machine the writer may start slowly: kill only once it
         // is under way (some operations started), at a random moment after.
-        support_mount::wait_for(60.0, || {
+        crate::support::mount::wait_for(60.0, || {
             fs::read_to_string(&wlog).is_ok_and(|l| l.matches(" start").count() > 25)
                 || writer.try_wait().ok().flatten().is_some()
         });
@@ -553,7 +551,7 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
             }
             eprintln!("{what}: journal before remount: {seen:?}");
         }
-        d = Daemon::start(&backing, &mnt, &daemon_log, &[]);
+        d.remount();
         if jdir.exists() {
             let left: Vec<_> = fs::read_dir(&jdir)
                 .unwrap()

@@ -15,20 +15,15 @@
 //! FUSE client refuses them with EOPNOTSUPP); the tests pin that down so
 //! the man page stays true.
 
-mod support_mount;
-#[allow(dead_code)]
-mod support_users;
-mod support_write;
-
 use std::ffi::OsStr;
 use std::fs::{self, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use crate::support::mount::Mount;
+use crate::support::write::first_difference;
 use cutf8::{self, MAGIC};
-use support_mount::Mount;
-use support_write::first_difference;
 
 const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
 const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
@@ -90,7 +85,7 @@ fn check_case(m: &Mount, name: &str, disk: &[u8], mode: i32, off: u64, len: u64,
     let mut file = MAGIC.to_vec();
     file.extend_from_slice(disk);
     fs::write(m.b(name), &file).unwrap();
-    let (want_r, want) = native(m.dir.path(), &view, mode, off, len);
+    let (want_r, want) = native(m.dir(), &view, mode, off, len);
     let got_r = falloc(&m.m(name), mode, off, len);
     assert_eq!(
         got_r, want_r,
@@ -157,7 +152,7 @@ fn every_mode_on_corrected_files_matches_a_native_file() {
             "multibyte",
             cutf8::encode_to_vec(TEXT.as_bytes(), true).unwrap(),
         ),
-        ("every kind", support_mount::every_kind()),
+        ("every kind", crate::support::mount::every_kind()),
     ];
     let mut n = 0;
     for (tname, disk) in &texts {
@@ -269,7 +264,7 @@ fn collapse_and_insert_are_refused_and_change_nothing() {
 fn raw_files_behave_as_native_files() {
     let bytes: Vec<u8> = (0..20000u32).map(|i| (i % 251) as u8 | 0x80).collect();
     let m = Mount::new(&[], |b| fs::write(b.join("r"), &bytes).unwrap());
-    let (want_r, want) = native(m.dir.path(), &bytes, PUNCH, 5000, 9000);
+    let (want_r, want) = native(m.dir(), &bytes, PUNCH, 5000, 9000);
     assert_eq!(falloc(&m.m("r"), PUNCH, 5000, 9000), want_r);
     assert!(fs::read(m.m("r")).unwrap() == want);
     assert!(fs::read(m.b("r")).unwrap() == want);
@@ -288,7 +283,7 @@ fn util_linux_fallocate_on_corrected_files() {
     let disk = cutf8::encode_to_vec(TEXT.repeat(30).as_bytes(), true).unwrap();
     let view = view_of(&disk);
     let m = Mount::new(&[], |_| {});
-    let native_dir = m.dir.path().join("native");
+    let native_dir = m.dir().join("native");
     fs::create_dir(&native_dir).unwrap();
     let cases: [&[&str]; 6] = [
         &["-p", "-o", "7", "-l", "100"],
@@ -352,13 +347,13 @@ fn util_linux_fallocate_on_corrected_files() {
 /// without CAP_FSETID — compared with the native filesystem doing the same.
 #[test]
 fn suid_and_sgid_are_dropped_as_natively() {
-    let a = support_users::user("cutf8t-a");
+    let a = crate::support::users::user("cutf8t-a");
     let disk = cutf8::encode_to_vec(TEXT.as_bytes(), true).unwrap();
     let view = view_of(&disk);
     let m = Mount::new(&[], |_| {});
-    fs::set_permissions(m.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(m.dir(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&m.backing, fs::Permissions::from_mode(0o755)).unwrap();
-    let native_dir = m.dir.path().join("native");
+    let native_dir = m.dir().join("native");
     fs::create_dir(&native_dir).unwrap();
     fs::set_permissions(&native_dir, fs::Permissions::from_mode(0o755)).unwrap();
     for (k, opt) in [
@@ -381,7 +376,7 @@ fn suid_and_sgid_are_dropped_as_natively() {
             fs::set_permissions(&p, fs::Permissions::from_mode(0o6775)).unwrap();
         }
         for target in [m.m(&name), nat.clone()] {
-            let out = support_users::sh_as(
+            let out = crate::support::users::sh_as(
                 a,
                 &format!("fallocate {opt} \"$1\""),
                 &[OsStr::new(&target)],
@@ -502,7 +497,7 @@ fn fallocate_after_a_change_underneath_acts_on_the_new_content() {
     let rc = unsafe { libc::fallocate(f.as_raw_fd(), PUNCH, off as i64, 40) };
     assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     drop(f);
-    let (r, want) = native(m.dir.path(), new_text.as_bytes(), PUNCH, off, 40);
+    let (r, want) = native(m.dir(), new_text.as_bytes(), PUNCH, off, 40);
     assert_eq!(r, Ok(()));
     assert_backing(&m.b("c"), &want, "punch after a rewrite underneath");
 }

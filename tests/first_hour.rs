@@ -6,9 +6,7 @@
 //! Mount findings (VCS files kept raw, `#!` scripts, stale and doubled
 //! mounts, options) live in tests/first_hour_mount.rs.
 
-mod cli_support;
-
-use cli_support::{cutf8, Dir};
+use crate::support::cli::{cutf8, Dir};
 
 const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
 
@@ -354,7 +352,7 @@ fn migrate_leaves_a_git_repository_working() {
 
 #[test]
 fn every_mount_option_is_in_help_and_in_the_man_page() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutf8fs"))
+    let out = std::process::Command::new(crate::support::mount::BIN)
         .arg("--help")
         .output()
         .unwrap();
@@ -382,7 +380,7 @@ fn every_mount_option_is_in_help_and_in_the_man_page() {
         ("threads=0", "from 1 to 256"),
         ("nwefiles=raw", "did you mean 'newfiles'"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutf8fs"))
+        let out = std::process::Command::new(crate::support::mount::BIN)
             .args(["-o", opt, "/nonexistent-b", "/nonexistent-m"])
             .output()
             .unwrap();
@@ -457,7 +455,7 @@ fn man_pages_render_without_warnings() {
 #[test]
 fn the_install_command_puts_man_pages_where_man_finds_them() {
     let prefix = tempfile::tempdir().unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_cutf8"))
+    let bin = std::path::Path::new(crate::support::cli::BIN)
         .parent()
         .unwrap();
     let out = std::process::Command::new(format!("{ROOT}/scripts/install.sh"))
@@ -533,7 +531,7 @@ fn ctrl_c_during_migrate_says_how_to_resume_and_a_rerun_finishes() {
     for k in 0..4000 {
         d.write(&format!("f{k:04}.txt"), format!("file {k} é\n").as_bytes());
     }
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let mut child = std::process::Command::new(crate::support::cli::BIN)
         .args(["migrate", "--verbose", "--jobs", "1", "."])
         .current_dir(d.path())
         .stdout(std::process::Stdio::piped())
@@ -585,7 +583,7 @@ fn diagnostics_are_coloured_on_a_terminal_only() {
     let r = d.run(&["encode", "bad.txt"], b"").exits(1);
     assert!(!r.stderr.contains('\x1b'));
     // On a terminal (script(1) gives it one): coloured, unless NO_COLOR.
-    let bin = env!("CARGO_BIN_EXE_cutf8");
+    let bin = crate::support::cli::BIN;
     for (no_color, want) in [("", true), ("1", false)] {
         let out = std::process::Command::new("script")
             .args([

@@ -3,14 +3,12 @@
 //! metadata, `#!` scripts), a corrected file copied into the mount, and
 //! `cutf8 migrate` pointed at a mount.
 
-mod support_mount;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use support_mount::Mount;
+use crate::support::mount::Mount;
 
 const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
 
@@ -98,7 +96,7 @@ fn a_script_written_through_the_mount_runs_from_backing() {
 #[test]
 fn copying_a_corrected_file_into_the_mount_says_what_to_do() {
     let m = Mount::new(&[], |_| {});
-    let src = m.dir.path().join("x.cu8");
+    let src = m.dir().join("x.cu8");
     let mut disk = MAGIC.to_vec();
     disk.extend_from_slice(b"text\n");
     fs::write(&src, &disk).unwrap();
@@ -117,7 +115,7 @@ fn migrate_refuses_a_path_on_a_mount() {
     let m = Mount::new(&[], |b| {
         fs::write(b.join("a.txt"), "a\n").unwrap();
     });
-    let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let out = Command::new(crate::support::cli::BIN)
         .arg("migrate")
         .arg(m.m("a.txt"))
         .output()
@@ -130,7 +128,7 @@ fn migrate_refuses_a_path_on_a_mount() {
     );
     assert_eq!(fs::read(m.b("a.txt")).unwrap(), b"a\n", "nothing converted");
     // The same file, named in BACKING, converts.
-    let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let out = Command::new(crate::support::cli::BIN)
         .args(["migrate", "-q"])
         .arg(m.b("a.txt"))
         .output()
@@ -140,7 +138,7 @@ fn migrate_refuses_a_path_on_a_mount() {
 
 /// Runs `cutf8fs -f BACKING MNT opts...`, which must fail; its stderr.
 fn mount_fails(m: &Mount, opts: &[&str]) -> String {
-    let mut cmd = Command::new(support_mount::BIN);
+    let mut cmd = Command::new(crate::support::mount::BIN);
     cmd.arg("-f").arg(&m.backing).arg(&m.mnt);
     for o in opts {
         cmd.arg("-o").arg(o);
@@ -184,7 +182,7 @@ fn a_stale_mountpoint_after_kill_9_says_what_to_run() {
     child.wait().unwrap();
     let err = mount_fails(&m, &[]);
     let _ = Command::new("fusermount3").arg("-u").arg(&m.mnt).status();
-    if support_mount::is_mounted(&m.mnt) {
+    if crate::support::mount::is_mounted(&m.mnt) {
         let _ = Command::new("umount").arg("-l").arg(&m.mnt).status();
     }
     assert!(
@@ -196,24 +194,28 @@ fn a_stale_mountpoint_after_kill_9_says_what_to_run() {
 #[test]
 fn auto_unmount_leaves_no_stale_mount_after_kill_9() {
     let mut m = Mount::new(&["auto_unmount"], |d| {
-        fs::write(d.join("f.txt"), support_mount::corrected(b"hello\n")).unwrap();
+        fs::write(
+            d.join("f.txt"),
+            crate::support::mount::corrected(b"hello\n"),
+        )
+        .unwrap();
     });
     assert_eq!(fs::read(m.m("f.txt")).unwrap(), b"hello\n");
     let mut child = m.take_child().expect("daemon");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(
-        support_mount::wait_for(10.0, || !support_mount::is_mounted(&m.mnt)),
+        crate::support::mount::wait_for(10.0, || !crate::support::mount::is_mounted(&m.mnt)),
         "the mount outlived its daemon (kill -9) despite auto_unmount"
     );
     // A plain directory again: mounting there works at once.
-    let mut again = Command::new(support_mount::BIN)
+    let mut again = Command::new(crate::support::mount::BIN)
         .arg("-f")
         .arg(&m.backing)
         .arg(&m.mnt)
         .spawn()
         .unwrap();
-    let up = support_mount::wait_for(20.0, || support_mount::is_mounted(&m.mnt));
+    let up = crate::support::mount::wait_for(20.0, || crate::support::mount::is_mounted(&m.mnt));
     assert!(up, "could not mount again after the watchdog unmounted");
     assert_eq!(fs::read(m.m("f.txt")).unwrap(), b"hello\n");
     let st = Command::new("fusermount3")
@@ -233,7 +235,7 @@ fn log_file_option_keeps_the_background_daemons_log() {
     fs::create_dir(&mnt).unwrap();
     let log = dir.path().join("cutf8fs.log");
     // A log file that cannot be opened is reported before detaching.
-    let out = Command::new(support_mount::BIN)
+    let out = Command::new(crate::support::mount::BIN)
         .arg(&backing)
         .arg(&mnt)
         .arg("-o")
@@ -248,9 +250,9 @@ fn log_file_option_keeps_the_background_daemons_log() {
         String::from_utf8_lossy(&out.stderr).contains("log="),
         "{out:?}"
     );
-    assert!(!support_mount::is_mounted(&mnt));
+    assert!(!crate::support::mount::is_mounted(&mnt));
     // In the background (no -f), the log goes to FILE.
-    let out = Command::new(support_mount::BIN)
+    let out = Command::new(crate::support::mount::BIN)
         .arg(&backing)
         .arg(&mnt)
         .arg("-o")

@@ -21,14 +21,12 @@
 //! zero-length posix_fallocate) is skipped for the next one, unless
 //! `FSX_SEED` fixed it; `FSX_START_SEED` sets the first seed tried.
 
-mod support_mount;
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use support_mount::Mount;
+use crate::support::mount::Mount;
 
 const OPS: u64 = 100_000;
 
@@ -43,7 +41,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Runs fsx on `name` inside a fresh mount whose BACKING was filled by
 /// `setup`; panics with fsx's output and log if it fails.
 fn run_fsx(name: &str, setup: impl Fn(&Path)) {
-    let fsx = support_mount::find_tool("fsx");
+    let fsx = crate::support::mount::find_tool("fsx");
     let ops = env_u64("FSX_OPS").unwrap_or(OPS);
     let fixed = env_u64("FSX_SEED");
     // FSX_START_SEED: the first seed, still moving on past fsx's own failures.
@@ -59,7 +57,10 @@ fn run_fsx(name: &str, setup: impl Fn(&Path)) {
     let run = |file: &Path, seed: u64, artifacts: &Path| {
         Command::new(&fsx)
             .arg("-f")
-            .arg(support_mount::peer_config("FSX_CONFIG", "fsx-full.toml"))
+            .arg(crate::support::mount::peer_config(
+                "FSX_CONFIG",
+                "fsx-full.toml",
+            ))
             .arg("-N")
             .arg(ops.to_string())
             .arg("-S")
@@ -127,7 +128,7 @@ fn run_fsx(name: &str, setup: impl Fn(&Path)) {
             } else {
                 "fails too"
             },
-            support_mount::peer_config("FSX_CONFIG", "fsx-full.toml"),
+            crate::support::mount::peer_config("FSX_CONFIG", "fsx-full.toml"),
             m.m(name),
             tail(&out.stdout),
             tail(&out.stderr),

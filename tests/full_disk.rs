@@ -10,17 +10,15 @@
 //! content plus the bytes write(2) reported written). Once space is freed,
 //! the same edits succeed and the journal is empty.
 
-mod support_mount;
-mod support_write;
-
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::mount::Mount;
+use crate::support::write::{assert_corrected, assert_raw, corrected_file};
 use cutf8::{self, MAGIC};
-use support_write::{assert_corrected, assert_raw, corrected_file, Daemon};
 
 const ENOSPC: i32 = 28;
 
@@ -135,7 +133,7 @@ fn enospc_reaches_writers_and_no_file_is_lost_or_truncated() {
     }
     fs::hard_link(backing.join("f0.txt"), backing.join("f0-link.txt")).unwrap();
     fs::write(backing.join("raw.bin"), b"\x00raw\xff".repeat(1000)).unwrap();
-    let d = Daemon::start(&backing, &mnt, &dir.path().join("daemon.log"), &[]);
+    let d = Mount::with(&[]).on(&backing, &mnt, &dir.path().join("daemon.log"));
 
     // Fill the disk through the mount: a new text file (corrected), then
     // a binary one (raw), each until ENOSPC.

@@ -17,7 +17,7 @@ use cutf8::{encode_disk, encode_view, MAGIC};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const CUTF8: &str = env!("CARGO_BIN_EXE_cutf8");
+use crate::support::cli::BIN as CUTF8;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The installed module directory (GCONV_PATH), set for this process.

@@ -15,7 +15,7 @@ use std::time::Instant;
 use cutf8::{decode_to_vec, encode_to_vec, MAGIC};
 use rand::{Rng, SeedableRng};
 
-const BIN: &str = env!("CARGO_BIN_EXE_cutf8");
+use crate::support::cli::BIN;
 
 // ---------------------------------------------------------------- helpers
 

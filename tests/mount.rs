@@ -1,11 +1,9 @@
 //! Real-mount tests of `cutf8fs` (issue 3): the mirror and the read path.
 //!
 //! Each test mounts a fresh temporary BACKING with the built daemon (see
-//! `support_mount::Mount`), checks what the mount shows against what the
+//! `crate::support::mount::Mount`), checks what the mount shows against what the
 //! codec says it must show (computed without the mount), and unmounts. They
 //! need root and FUSE; without FUSE they fail.
-
-mod support_mount;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -13,7 +11,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use support_mount::*;
+use crate::support::mount::*;
 
 fn write(path: &Path, bytes: &[u8]) {
     fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
@@ -404,7 +402,7 @@ fn other_users_get_exactly_what_the_modes_allow() {
         fs::create_dir(b.join("closed")).unwrap();
         fs::set_permissions(b.join("closed"), fs::Permissions::from_mode(0o700)).unwrap();
     });
-    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(m.dir(), fs::Permissions::from_mode(0o755)).unwrap();
     let s = |p: &str| m.m(p).to_string_lossy().into_owned();
     let out = as_nobody(&["cat", &s("secret")]);
     assert!(!out.status.success());
@@ -706,7 +704,7 @@ fn without_allow_other_other_users_are_refused() {
         write(&b.join("public"), b"x");
         fs::set_permissions(b.join("public"), fs::Permissions::from_mode(0o644)).unwrap();
     });
-    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(m.dir(), fs::Permissions::from_mode(0o755)).unwrap();
     let out = as_nobody(&["cat", &m.m("public").to_string_lossy()]);
     assert!(!out.status.success(), "nobody read a noallow_other mount");
     assert_eq!(fs::read(m.m("public")).unwrap(), b"x");

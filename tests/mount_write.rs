@@ -12,10 +12,7 @@
 //!
 //! Expected results are computed in Rust from the test's own inputs, never
 //! read back through the mount. Each test mounts a fresh BACKING
-//! (`support_mount::Mount`); FUSE missing is a failure.
-
-mod support_mount;
-mod support_write;
+//! (`crate::support::mount::Mount`); FUSE missing is a failure.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -23,9 +20,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::mount::Mount;
+use crate::support::write::*;
 use cutf8::MAGIC;
-use support_mount::Mount;
-use support_write::*;
 
 /// Text touching every kind of unit the view has: ASCII, Latin, Greek,
 /// Cyrillic, CJK, emoji, and both ranges whose length differs between view
@@ -682,7 +679,7 @@ fn git_clone_checkout_and_commit_inside_the_mount() {
         let back = fs::read(m.b("clone/.git").join(&rel)).unwrap();
         let view = fs::read(m.m("clone/.git").join(&rel)).unwrap();
         assert!(
-            support_mount::expected_view(&back) == view,
+            crate::support::mount::expected_view(&back) == view,
             ".git/{}: mount and backing disagree",
             rel.display()
         );

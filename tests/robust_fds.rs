@@ -4,12 +4,9 @@
 //! (and the log), never as a silently shortened listing.
 //!
 //! Every test runs the daemon with its descriptor limit at 1024 (soft and
-//! hard): the test process lowers its own limit before mounting, and the
-//! daemon inherits it (it raises its soft limit to the hard one, so both are
-//! set). The tests share that process-wide limit, so they run one at a time
-//! (`SERIAL`).
-
-mod support_mount;
+//! hard), set for that daemon alone by the mount guard (the daemon raises its
+//! soft limit to the hard one, so both are set). They run one at a time
+//! (`SERIAL`): each builds and walks thousands of files.
 
 use std::fs;
 use std::path::Path;
@@ -17,7 +14,7 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use support_mount::*;
+use crate::support::mount::*;
 
 /// The daemon's descriptor limit in these tests.
 const LIMIT: u64 = 1024;
@@ -29,16 +26,15 @@ const IDLE_BOUND: usize = (LIMIT as usize) / 4 + 64;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// One of these tests at a time (each builds and walks thousands of files).
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    let g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let lim = libc::rlimit {
-        rlim_cur: LIMIT,
-        rlim_max: LIMIT,
-    };
-    // SAFETY: setrlimit reads the struct we own.
-    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    assert_eq!(r, 0, "setrlimit: {}", std::io::Error::last_os_error());
-    g
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A mount whose daemon runs under the [`LIMIT`] (that daemon only: the
+/// tests share one process).
+fn mount(opts: &[&str]) -> Start {
+    Mount::with(opts).nofile(LIMIT)
 }
 
 fn sh(script: &str, args: &[&Path]) -> Output {
@@ -122,7 +118,7 @@ fn rel(prefix: &str, per: usize, i: usize) -> String {
 #[test]
 fn ls_l_of_3000_files_lists_every_entry() {
     let _g = serial();
-    let m = Mount::new(&[], |b| make_tree(b, "big", 1, 3000));
+    let m = mount(&[]).fresh(|b| make_tree(b, "big", 1, 3000));
     assert!(daemon_limit(&m).contains("1024"), "{}", daemon_limit(&m));
     for round in 0..2 {
         let o = sh("ls -l \"$1\"", &[&m.m("big/d000")]);
@@ -202,7 +198,7 @@ fn holder(file: &Path, n: usize) -> (std::process::Child, usize, String) {
 #[test]
 fn exhausted_descriptors_fail_loudly_never_shorten_a_listing() {
     let _g = serial();
-    let m = Mount::new(&[], |b| {
+    let m = mount(&[]).fresh(|b| {
         make_tree(b, "big", 1, 3000);
         fs::write(b.join("held"), b"x").unwrap();
     });
@@ -252,7 +248,7 @@ fn tar_x_100k_files_then_walk_200k() {
         &[stage.path(), tarball.as_path()],
     );
     assert!(o.status.success(), "tar -c: {}", show(&o));
-    let m = Mount::new(&[], |b| make_tree(b, "direct", DIRS, PER));
+    let m = mount(&[]).fresh(|b| make_tree(b, "direct", DIRS, PER));
     println!("made both trees in {:.1?}", t.elapsed());
 
     let t = Instant::now();
@@ -336,13 +332,13 @@ fn open_files_survive_unlink_and_cache_churn() {
     // Reopening by name (as a daemon without CAP_DAC_READ_SEARCH does),
     // where a gone name cannot lead back; no attribute cache, so fstat
     // reaches the daemon.
-    std::env::set_var("CUTF8FS_NO_FILE_HANDLES", "1");
-    let m = Mount::new(&["attr_timeout=0"], |b| {
-        make_tree(b, "many", 2, 1000);
-        fs::write(b.join("f"), corrected(b"open and gone\n")).unwrap();
-        fs::create_dir(b.join("d")).unwrap();
-    });
-    std::env::remove_var("CUTF8FS_NO_FILE_HANDLES");
+    let m = mount(&["attr_timeout=0"])
+        .env("CUTF8FS_NO_FILE_HANDLES", "1")
+        .fresh(|b| {
+            make_tree(b, "many", 2, 1000);
+            fs::write(b.join("f"), corrected(b"open and gone\n")).unwrap();
+            fs::create_dir(b.join("d")).unwrap();
+        });
     assert!(
         m.log_text().contains("reopened by name"),
         "{}",

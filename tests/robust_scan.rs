@@ -5,8 +5,6 @@
 //! classification leaves what SEEK_DATA/SEEK_HOLE answer on the backing file
 //! unchanged. Times are printed, never asserted.
 
-mod support_mount;
-
 use std::fs;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -14,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::process::Command;
 use std::time::Instant;
 
-use support_mount::*;
+use crate::support::mount::*;
 
 const GIB: u64 = 1 << 30;
 

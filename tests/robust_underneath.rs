@@ -10,8 +10,6 @@
 //! corrupting the encoding. Also: finding 1's exact repro, and isatty() on a
 //! mount file answered quietly.
 
-mod support_mount;
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
@@ -19,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-use support_mount::*;
+use crate::support::mount::*;
 
 /// One way BACKING changes a file.
 #[derive(Clone, Copy, Debug)]

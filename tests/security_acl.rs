@@ -14,16 +14,13 @@
 //! filesystem with POSIX ACLs and trusted/security xattrs (ext4, xfs,
 //! tmpfs): a failure, never a skip, without them.
 
-mod support_mount;
-mod support_users;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support_mount::Mount;
-use support_users::{sh_as, sh_with, shared_gid, user};
+use crate::support::mount::Mount;
+use crate::support::users::{sh_as, sh_with, shared_gid, user};
 
 /// A mount over a BACKING every test user can reach (the users exist
 /// before any fixture names them).
@@ -632,7 +629,7 @@ fn an_identity_switch_that_does_not_take_fails_with_eio() {
     let out = fs::File::create(&log).unwrap();
     let mut child = Command::new("setpriv")
         .args(["--bounding-set=-setuid", "--"])
-        .arg(support_mount::BIN)
+        .arg(crate::support::mount::BIN)
         .arg("-f")
         .arg(&backing)
         .arg(&mnt)
@@ -642,7 +639,7 @@ fn an_identity_switch_that_does_not_take_fails_with_eio() {
         .stderr(out)
         .spawn()
         .expect("setpriv cutf8fs");
-    let up = support_mount::wait_for(20.0, || support_mount::is_mounted(&mnt));
+    let up = crate::support::mount::wait_for(20.0, || crate::support::mount::is_mounted(&mnt));
     let text = || fs::read_to_string(&log).unwrap_or_default();
     let a = user(A);
     let create = sh_as(a, ": > \"$1/f\"", &[mnt.as_os_str()]);

@@ -14,10 +14,6 @@
 //! committed entry refuses a read-only start and is finished by a
 //! read-write one. Last, `cutf8 migrate` never touches the mount's files.
 
-mod support_mount;
-#[allow(dead_code)]
-mod support_users;
-
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
@@ -25,97 +21,22 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+use crate::support::mount::Mount;
+use crate::support::users::{sh_as, user, User};
 use cutf8::{encode_to_vec, MAGIC};
-use support_mount::{is_mounted, wait_for, BIN};
-use support_users::{sh_as, user, User};
 
 const JOURNAL: &str = ".cutf8fs-journal";
 const SECRET: &[u8] = b"root's secret, mode 0600\n";
 
 // ---------------------------------------------------------------- helpers
 
-/// A running daemon over some BACKING; unmounts on drop.
-struct Daemon {
-    child: Option<Child>,
-    mnt: PathBuf,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn m(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
-    }
-
-    fn stop(&mut self) {
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.mnt)
-                .stderr(Stdio::null())
-                .status();
-            if is_mounted(&self.mnt) {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
-        }
-        if let Some(mut c) = self.child.take() {
-            if !wait_for(10.0, || c.try_wait().ok().flatten().is_some()) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- cutf8fs log ---\n{}--- end ---",
-                fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-/// Starts `cutf8fs -f backing mnt -o opts…`: the running daemon, or the
-/// daemon's output when it exited instead of mounting.
-fn start(backing: &Path, mnt: &Path, opts: &[&str]) -> Result<Daemon, String> {
-    let log = mnt.with_extension("log");
-    let out = File::create(&log).unwrap();
-    let mut cmd = Command::new(BIN);
-    cmd.arg("-f").arg(backing).arg(mnt);
-    for o in opts {
-        cmd.arg("-o").arg(o);
-    }
-    let child = cmd
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("cannot start cutf8fs");
-    let mut d = Daemon {
-        child: Some(child),
-        mnt: mnt.to_path_buf(),
-        log: log.clone(),
-    };
-    let mut exited = false;
-    let up = wait_for(20.0, || {
-        if let Some(Ok(Some(_))) = d.child.as_mut().map(|c| c.try_wait()) {
-            exited = true;
-            return true;
-        }
-        is_mounted(mnt)
-    });
-    if exited {
-        d.child = None;
-        return Err(fs::read_to_string(&log).unwrap_or_default());
-    }
-    assert!(up, "cutf8fs did not mount within 20 s");
-    Ok(d)
+/// Starts `cutf8fs -f backing mnt -o opts…` (its log beside MOUNTPOINT):
+/// the running daemon, or the daemon's output when it exited instead of
+/// mounting.
+fn start(backing: &Path, mnt: &Path, opts: &[&str]) -> Result<Mount, String> {
+    Mount::with(opts).try_on(backing, mnt, &mnt.with_extension("log"))
 }
 
 /// A fresh tree: `dir` (0755) holding `backing` (owned by user A), `mnt`,
@@ -309,7 +230,7 @@ fn fill_tree(f: &Fixture) {
 
 /// Reads everything through the mount and tries every kind of change; all
 /// changes must fail with EROFS.
-fn exercise_read_only(d: &Daemon) {
+fn exercise_read_only(d: &Mount) {
     assert_eq!(
         fs::read(d.m("doc.txt")).unwrap(),
         "Grüße, 世界 😀\n".repeat(50).as_bytes()
@@ -743,7 +664,7 @@ fn migrate_never_enters_converts_or_reports_the_mounts_files() {
     fs::write(f.b("a.txt"), "plain text ü\n").unwrap();
     fs::write(f.b("sub/b.txt"), "more text ü\n").unwrap();
     let report = f.dir.path().join("report.jsonl");
-    let cutf8 = env!("CARGO_BIN_EXE_cutf8");
+    let cutf8 = crate::support::cli::BIN;
     let run = |args: &[&OsStr]| {
         let out = Command::new(cutf8)
             .arg("migrate")

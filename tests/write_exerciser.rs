@@ -12,12 +12,9 @@
 //! store its new content (the codec's lossless encoder refuses it), then it
 //! is raw for good — until emptied.
 //!
-//! Replay: `CUTF8FS_SEED=<seed> cargo test --release --test write_exerciser`
+//! Replay: `CUTF8FS_SEED=<seed> cargo test --release --test tests -- write_exerciser::`
 //! (the seed is printed on failure); `CUTF8FS_OPS=<n>` changes the number of
 //! operations per run (default 15 000 for each of the two main tests, ~20 s in release).
-
-mod support_mount;
-mod support_write;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -26,11 +23,11 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::support::mount::Mount;
+use crate::support::write::{assert_corrected_bytes, corrected_file, first_difference};
 use cutf8::{self, MAGIC};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support_mount::Mount;
-use support_write::{assert_corrected_bytes, corrected_file, first_difference};
 
 /// Stop early (after at least `MIN_OPS`) once a run takes this long, so the
 /// default run stays within CI's budget on two slow cores.

@@ -1,10 +1,14 @@
-//! Helpers for tests/cli.rs: a fresh temp dir per test and a wrapper that
+//! The one `cutf8` runner: a fresh temp dir per test and a wrapper that
 //! runs the built `cutf8` and, when an expectation fails, prints the
-//! command, its status, stdout and stderr (and the dir's listing).
+//! command, its status, stdout and stderr (and the dir's listing). [`BIN`]
+//! for the tests that drive `cutf8` their own way (signals, terminals).
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+/// The built `cutf8`.
+pub const BIN: &str = env!("CARGO_BIN_EXE_cutf8");
 
 /// What one run of `cutf8` did.
 pub struct Run {
@@ -90,7 +94,7 @@ impl Run {
 
 /// Run `cutf8 args` in `dir` with `stdin`.
 pub fn run_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+    let mut child = Command::new(BIN)
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())

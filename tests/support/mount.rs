@@ -1,16 +1,22 @@
-//! Test helpers for real mounts: a [`Mount`] guard that starts the built
-//! `cutf8fs` in the foreground on fresh temporary directories, waits until
-//! the kernel lists the mount, unmounts on drop, and prints the daemon's log
-//! when the test failed. FUSE missing is a failure, never a skip.
+//! The one mount guard: [`Mount`] starts the built `cutf8fs` in the
+//! foreground, waits until the kernel lists the mount, unmounts on drop, and
+//! prints the daemon's log (its stderr and any `-o log=FILE`) when the test
+//! panicked; a daemon that panicked fails a test that did not. It mounts a
+//! fresh temporary BACKING ([`Mount::new`]) or one the test chose
+//! ([`Start::on`]: a tmpfs, a read-only bind), and can `kill -9` the daemon
+//! and mount the same BACKING again ([`Mount::kill9`], [`Mount::remount`]).
+//! [`Mount::with`] sets the daemon's environment and descriptor limit for
+//! that daemon alone (the tests share one process). FUSE missing is a
+//! failure, never a skip.
 //!
 //! Also: writing corrected files and computing their expected view with the
-//! codec's one-shot functions (never through the mount).
-
-#![allow(dead_code)]
+//! codec's one-shot functions (never through the mount), and finding the
+//! peer suites' tools.
 
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cutf8fs");
@@ -39,22 +45,54 @@ pub fn wait_for(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A running cutf8fs over a temporary BACKING.
-pub struct Mount {
-    pub dir: tempfile::TempDir,
-    pub backing: PathBuf,
-    pub mnt: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
+/// Lazily detaches whatever is mounted at `mnt` (a killed daemon's mount).
+pub fn lazy_unmount(mnt: &Path) {
+    let ok = Command::new("fusermount3")
+        .arg("-uz")
+        .arg(mnt)
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(mnt)
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
-impl Mount {
-    /// Fresh BACKING, filled by `setup` before mounting with `opts`.
-    pub fn new(opts: &[&str], setup: impl FnOnce(&Path)) -> Mount {
-        Self::new_in(&std::env::temp_dir(), opts, setup)
+/// How to start a daemon: `-o` options, extra environment, descriptor
+/// limit. Made by [`Mount::with`]; kept by the [`Mount`] for
+/// [`Mount::remount`].
+#[derive(Clone, Debug, Default)]
+pub struct Start {
+    opts: Vec<String>,
+    env: Vec<(String, String)>,
+    nofile: Option<u64>,
+}
+
+impl Start {
+    /// Sets `key=value` in this daemon's environment only.
+    pub fn env(mut self, key: &str, value: &str) -> Start {
+        self.env.push((key.into(), value.into()));
+        self
     }
 
-    pub fn new_in(parent: &Path, opts: &[&str], setup: impl FnOnce(&Path)) -> Mount {
+    /// Starts this daemon with RLIMIT_NOFILE `n` (soft and hard).
+    pub fn nofile(mut self, n: u64) -> Start {
+        self.nofile = Some(n);
+        self
+    }
+
+    /// Fresh BACKING in a temporary directory, filled by `setup`.
+    pub fn fresh(self, setup: impl FnOnce(&Path)) -> Mount {
+        self.fresh_in(&std::env::temp_dir(), setup)
+    }
+
+    /// [`Start::fresh`] with the temporary directory made in `parent`.
+    pub fn fresh_in(self, parent: &Path, setup: impl FnOnce(&Path)) -> Mount {
         let dir = tempfile::Builder::new()
             .prefix("cutf8fs-test-")
             .tempdir_in(parent)
@@ -64,31 +102,106 @@ impl Mount {
         fs::create_dir(&backing).unwrap();
         fs::create_dir(&mnt).unwrap();
         setup(&backing);
-        let mut m = Mount {
-            log: dir.path().join("daemon.log"),
-            dir,
-            backing,
-            mnt,
-            child: None,
-        };
-        m.start(opts);
+        let log = dir.path().join("daemon.log");
+        let mut m = self.on(&backing, &mnt, &log);
+        m.tmp = Some(dir);
         m
     }
 
-    fn start(&mut self, opts: &[&str]) {
-        let log = fs::File::create(&self.log).unwrap();
+    /// Mounts `backing` at `mnt` (both exist), appending the daemon's
+    /// output to `log` (keep it outside BACKING: a full BACKING must not
+    /// lose it).
+    pub fn on(self, backing: &Path, mnt: &Path, log: &Path) -> Mount {
+        self.try_on(backing, mnt, log)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Start::on`], or what the daemon said when it exited instead of
+    /// mounting (its output since this start).
+    pub fn try_on(self, backing: &Path, mnt: &Path, log: &Path) -> Result<Mount, String> {
+        let mut m = Mount {
+            backing: backing.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            log: log.to_path_buf(),
+            start: self,
+            child: None,
+            tmp: None,
+        };
+        m.spawn().map(|()| m)
+    }
+}
+
+/// A running cutf8fs.
+pub struct Mount {
+    pub backing: PathBuf,
+    pub mnt: PathBuf,
+    /// The daemon's stdout and stderr, appended.
+    pub log: PathBuf,
+    start: Start,
+    child: Option<Child>,
+    /// Last field: removed after [`Drop::drop`] unmounted.
+    tmp: Option<tempfile::TempDir>,
+}
+
+impl Mount {
+    /// Fresh BACKING, filled by `setup` before mounting with `opts`.
+    pub fn new(opts: &[&str], setup: impl FnOnce(&Path)) -> Mount {
+        Mount::with(opts).fresh(setup)
+    }
+
+    /// [`Mount::new`] with the temporary directory made in `parent`.
+    pub fn new_in(parent: &Path, opts: &[&str], setup: impl FnOnce(&Path)) -> Mount {
+        Mount::with(opts).fresh_in(parent, setup)
+    }
+
+    /// A daemon with `opts`, to be started by [`Start`]'s methods.
+    pub fn with(opts: &[&str]) -> Start {
+        Start {
+            opts: opts.iter().map(|o| o.to_string()).collect(),
+            ..Start::default()
+        }
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let logf = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap_or_else(|e| panic!("daemon log {}: {e}", self.log.display()));
+        let since = logf.metadata().map_or(0, |m| m.len()) as usize;
         let mut cmd = Command::new(BIN);
         cmd.arg("-f").arg(&self.backing).arg(&self.mnt);
-        for o in opts {
+        for o in &self.start.opts {
             cmd.arg("-o").arg(o);
         }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        for (k, v) in &self.start.env {
+            cmd.env(k, v);
+        }
+        if let Some(n) = self.start.nofile {
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: the closure runs in the forked child before exec and
+            // only calls setrlimit(2), which is async-signal-safe, on a
+            // struct it owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         let child = cmd
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
             .spawn()
             .expect("cannot start cutf8fs");
         self.child = Some(child);
@@ -103,20 +216,30 @@ impl Mount {
         });
         if let Some(st) = exited {
             self.child = None;
-            panic!(
+            let log = self.log_text();
+            return Err(format!(
                 "cutf8fs exited before mounting ({st}); is FUSE available? log:\n{}",
-                self.log_text()
-            );
+                log.get(since..).unwrap_or(&log)
+            ));
         }
         assert!(
             up,
             "cutf8fs did not mount within 20 s; log:\n{}",
             self.log_text()
         );
+        Ok(())
     }
 
+    /// The daemon's output (and its `-o log=FILE`, if given).
     pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+        let mut s = fs::read_to_string(&self.log).unwrap_or_default();
+        for o in &self.start.opts {
+            for f in o.split(',').filter_map(|o| o.strip_prefix("log=")) {
+                s += &format!("--- log={f} ---\n");
+                s += &fs::read_to_string(f).unwrap_or_default();
+            }
+        }
+        s
     }
 
     /// Path inside the mount.
@@ -129,8 +252,13 @@ impl Mount {
         self.backing.join(rel)
     }
 
+    /// The directory holding BACKING (a temporary one for [`Mount::new`]).
+    pub fn dir(&self) -> &Path {
+        self.backing.parent().expect("BACKING has a parent")
+    }
+
     /// Unmounts and waits for the daemon; returns its exit status.
-    pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
+    pub fn unmount(&mut self) -> Option<ExitStatus> {
         if is_mounted(&self.mnt) {
             let ok = Command::new("fusermount3")
                 .arg("-u")
@@ -140,7 +268,7 @@ impl Mount {
                 .map(|s| s.success())
                 .unwrap_or(false);
             if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+                lazy_unmount(&self.mnt);
             }
         }
         let mut child = self.child.take()?;
@@ -155,6 +283,23 @@ impl Mount {
             eprintln!("cutf8fs did not exit after unmount; killed");
         }
         status
+    }
+
+    /// SIGKILL to the daemon, reaped; then the dead mount is detached.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        lazy_unmount(&self.mnt);
+        wait_for(10.0, || !is_mounted(&self.mnt));
+    }
+
+    /// Mounts the same BACKING again, as it was started (after
+    /// [`Mount::kill9`] or [`Mount::unmount`]).
+    pub fn remount(&mut self) {
+        assert!(self.child.is_none(), "remount: the daemon still runs");
+        self.spawn().unwrap_or_else(|e| panic!("remount: {e}"));
     }
 
     /// The daemon's process id.

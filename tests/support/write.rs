@@ -1,26 +1,14 @@
-//! Test helpers for the write tests (issue 4): checking a backing file
-//! against what a tool wrote with the codec's *strict* converters (never by
-//! comparing the mount with itself), running tools with bug-report failures,
-//! and a [`Daemon`] that mounts `cutf8fs` on a BACKING of the test's choice
-//! (a tmpfs, or the same BACKING again after a kill), which
-//! `support_mount::Mount` does not do.
-//!
-//! Used by `tests/mount_write.rs`, `write_exerciser.rs`, `fsx.rs`,
-//! `crash.rs` and `full_disk.rs`; each of them also declares
-//! `mod support_mount;`, whose `BIN`, `is_mounted` and `wait_for` this
-//! module reuses.
-
-#![allow(dead_code)]
+//! Helpers for the write tests: checking a backing file against what a
+//! tool wrote with the codec's *strict* converters (never by comparing the
+//! mount with itself), and running tools with bug-report failures.
 
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use cutf8::{self, MAGIC};
-
-use super::support_mount::{is_mounted, wait_for, BIN};
 
 /// Where a byte string first differs from another, for failure messages.
 pub fn first_difference(a: &[u8], b: &[u8]) -> String {
@@ -150,156 +138,6 @@ pub fn python(script: &str, args: &[&OsStr]) -> Vec<u8> {
 pub fn ino(path: &Path) -> (u64, u64) {
     let m = fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
     (m.dev(), m.ino())
-}
-
-/// Lazily detaches whatever is mounted at `mnt` (a killed daemon's mount).
-pub fn lazy_unmount(mnt: &Path) {
-    let ok = Command::new("fusermount3")
-        .arg("-uz")
-        .arg(mnt)
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(mnt)
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// A `cutf8fs -f` mounted on a BACKING and MOUNTPOINT the test chose.
-/// Unmounts on drop; prints the daemon's log if the test failed.
-pub struct Daemon {
-    pub backing: PathBuf,
-    pub mnt: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Daemon {
-    /// Mounts `backing` at `mnt` with `opts`, appending the daemon's output
-    /// to `log` (kept outside BACKING: a full BACKING must not lose it).
-    pub fn start(backing: &Path, mnt: &Path, log: &Path, opts: &[&str]) -> Daemon {
-        let logf = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.arg("-f").arg(backing).arg(mnt);
-        for o in opts {
-            cmd.arg("-o").arg(o);
-        }
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone().unwrap())
-            .stderr(logf)
-            .spawn()
-            .expect("cannot start cutf8fs");
-        let mut d = Daemon {
-            backing: backing.to_path_buf(),
-            mnt: mnt.to_path_buf(),
-            log: log.to_path_buf(),
-            child: Some(child),
-        };
-        let mut exited = None;
-        let up = wait_for(20.0, || {
-            if let Some(Ok(Some(st))) = d.child.as_mut().map(|c| c.try_wait()) {
-                exited = Some(st);
-                return true;
-            }
-            is_mounted(mnt)
-        });
-        if let Some(st) = exited {
-            d.child = None;
-            panic!(
-                "cutf8fs exited before mounting ({st}); is FUSE available? log:\n{}",
-                d.log_text()
-            );
-        }
-        assert!(
-            up,
-            "cutf8fs did not mount within 20 s; log:\n{}",
-            d.log_text()
-        );
-        d
-    }
-
-    pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn m(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
-    }
-
-    pub fn b(&self, rel: &str) -> PathBuf {
-        self.backing.join(rel)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
-    }
-
-    /// SIGKILL to the daemon, reaped; then the dead mount is detached.
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        lazy_unmount(&self.mnt);
-        wait_for(10.0, || !is_mounted(&self.mnt));
-    }
-
-    /// Unmounts cleanly and waits for the daemon; returns its exit status.
-    /// Does nothing once the daemon was killed (the mount point may hold
-    /// a newer mount by then).
-    pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_ref()?;
-        if is_mounted(&self.mnt) {
-            let ok = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.mnt)
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                lazy_unmount(&self.mnt);
-            }
-        }
-        let mut child = self.child.take()?;
-        let mut status = None;
-        wait_for(10.0, || {
-            status = child.try_wait().ok().flatten();
-            status.is_some()
-        });
-        if status.is_none() {
-            let _ = child.kill();
-            status = child.wait().ok();
-            eprintln!("cutf8fs did not exit after unmount; killed");
-        }
-        status
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let status = self.unmount();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- cutf8fs log ({}; exit {status:?}) ---\n{}--- end of log ---",
-                self.mnt.display(),
-                self.log_text()
-            );
-        }
-    }
 }
 
 /// Every regular file under `dir` (relative paths), skipping `skip` names.
