@@ -7,7 +7,7 @@
 //!   `fstat` gives the same stamp, so a change in BACKING behind the mount's
 //!   back is never served stale.
 //! * [`FileState`] is per inode, shared by every handle: the content lock
-//!   (readers share it; writers, issue 4, take it alone), the class of the
+//!   (readers share it; writers take it alone), the class of the
 //!   file (raw, or corrected with its view length) and, while the file is
 //!   open, its offset index.
 //! * [`FileState::current`] is how every read and lseek sees the file: a
@@ -28,24 +28,22 @@
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
 //!
-//! The index itself (view offset → disk offset) and the conversion are the
-//! `index` and `codec` modules'; this one knows files and stamps, not bytes.
+//! The index itself (view offset → disk offset) is `crate::view`'s, and
+//! reading bytes is `crate::io`'s; this module knows files and stamps, not
+//! bytes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
-use crate::index::{read_view_at, OffsetIndex};
-use cutf8::MAGIC;
+pub use crate::io::{build_index, has_magic};
+use crate::view::OffsetIndex;
+pub use crate::view::DATA_START;
 
 use super::error::{io, Result};
-
-/// Where the text starts in a corrected file.
-pub const DATA_START: u64 = MAGIC.len() as u64;
 
 /// One state of a backing file: equal stamps mean unchanged content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,7 +93,7 @@ pub struct Content {
 /// Per-inode state, shared by all handles of a regular file.
 pub struct FileState {
     /// The content lock. Reads hold it shared; anything that changes the
-    /// content or the index (issue 4's writes, a rebuild) holds it alone.
+    /// content or the index (a write, a rebuild) holds it alone.
     pub content: RwLock<Content>,
     /// The class last learned, under its stamp.
     class: Mutex<Option<(Stamp, Class)>>,
@@ -339,41 +337,6 @@ impl Default for FileState {
     }
 }
 
-/// Whether `file` begins with the magic number. A file whose first data
-/// is not at offset 0 (a hole, or unwritten extents after `fallocate`)
-/// starts with NUL bytes, so it cannot: nothing is read then, which keeps
-/// the read from pulling unwritten extents into the page cache (where ext4
-/// would then report them as data to SEEK_DATA/SEEK_HOLE).
-pub fn has_magic(file: &File) -> io::Result<bool> {
-    // SAFETY: lseek on a descriptor we borrow; only positioned I/O is done
-    // on it, so moving its offset changes nothing.
-    let first_data = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_DATA) };
-    if first_data != 0 {
-        let e = io::Error::last_os_error();
-        if first_data > 0 || e.raw_os_error() == Some(libc::ENXIO) {
-            return Ok(false);
-        }
-        // EINVAL/EOPNOTSUPP: the filesystem does not say; read.
-    }
-    let mut head = [0u8; MAGIC.len()];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(head == MAGIC)
-}
-
-/// Builds the index of a corrected file by one scan of its bytes, holes
-/// skipped.
-pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
-    OffsetIndex::build_file(file, DATA_START, u64::MAX)
-}
-
 fn advise(file: &File, advice: libc::c_int) {
     // SAFETY: posix_fadvise on a descriptor we own; it is only a hint.
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
@@ -505,46 +468,6 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
         cache.put(stamp, index.clone());
     }
     Ok(index)
-}
-
-/// Reads up to `size` bytes of V at `offset`; short only at the view's end.
-pub fn read_view(file: &File, index: &OffsetIndex, offset: u64, size: usize) -> Result<Vec<u8>> {
-    let len = index.view_len().saturating_sub(offset);
-    let want = size.min(usize::try_from(len).unwrap_or(usize::MAX));
-    let mut buf = vec![0u8; want];
-    let mut got = 0;
-    while got < want {
-        match read_view_at(
-            file,
-            DATA_START,
-            index,
-            offset + got as u64,
-            &mut buf[got..],
-        ) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
-}
-
-/// Reads up to `size` raw bytes at `offset`; short only at end of file.
-pub fn read_raw(file: &File, offset: u64, size: usize) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; size];
-    let mut got = 0;
-    while got < size {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
 }
 
 #[cfg(test)]

@@ -5,11 +5,17 @@
 //! filesystem errors keep their errno unchanged (SPEC §3: EACCES, ENOSPC,
 //! EIO, … reach the caller as they are); errors without an OS code (bad
 //! bytes on disk, a bug) become EIO and are logged here, never a panic.
+//! The view's domain errors (`crate::view::Error`: content that cannot be
+//! stored, a raw file that would begin with the magic number, a read-only
+//! view) get their errno here too ([`view_errno`]), so `?` on a
+//! `crate::io` result gives the right one.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 
 pub use fuser::Errno;
+
+use crate::view::Error as ViewError;
 
 /// What every `fs` helper returns.
 pub type Result<T> = std::result::Result<T, Errno>;
@@ -37,6 +43,32 @@ pub fn errno(e: &io::Error) -> Errno {
 /// `?`-friendly conversion: `io_result.map_err(io)?`.
 pub fn io(e: io::Error) -> Errno {
     errno(&e)
+}
+
+/// The errno of each reason a change of a view fails (SPEC §3).
+pub fn view_errno(e: ViewError) -> Errno {
+    match e {
+        // W cannot store it / it would read back as something else.
+        ViewError::Unstorable { .. } | ViewError::MagicOnRaw => Errno::EILSEQ,
+        ViewError::ReadOnly => Errno::EROFS,
+        ViewError::TooLarge => Errno::EFBIG,
+        ViewError::Unsupported => Errno::EOPNOTSUPP,
+    }
+}
+
+impl From<ViewError> for Errno {
+    fn from(e: ViewError) -> Errno {
+        view_errno(e)
+    }
+}
+
+impl From<crate::io::Error> for Errno {
+    fn from(e: crate::io::Error) -> Errno {
+        match e {
+            crate::io::Error::Os(e) => errno(&e),
+            crate::io::Error::View(e) => view_errno(e),
+        }
+    }
 }
 
 thread_local! {
@@ -90,9 +122,6 @@ pub fn stash_panic(info: &std::panic::PanicHookInfo<'_>) -> bool {
     true
 }
 
-/// Writes to a corrected file are not supported yet (issue 4).
-pub const READ_ONLY_VIEW: Errno = Errno::EROFS;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +140,19 @@ mod tests {
         for code in [libc::EACCES, libc::ENOSPC, libc::EIO, libc::ENOTEMPTY] {
             assert_eq!(errno(&io::Error::from_raw_os_error(code)).code(), code);
         }
+    }
+
+    #[test]
+    fn view_errors_have_their_errno() {
+        let unstorable = ViewError::Unstorable {
+            problem: cutf8::Problem::C1Control(0x85),
+            offset: 3,
+        };
+        assert_eq!(Errno::from(unstorable).code(), libc::EILSEQ);
+        assert_eq!(Errno::from(ViewError::MagicOnRaw).code(), libc::EILSEQ);
+        assert_eq!(Errno::from(ViewError::ReadOnly).code(), libc::EROFS);
+        let os = crate::io::Error::Os(io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(Errno::from(os).code(), libc::ENOSPC);
     }
 
     #[test]

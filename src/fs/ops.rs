@@ -32,7 +32,7 @@ use cutf8::MAGIC;
 
 use super::attr;
 use super::content::{self, Class, Stamp};
-use super::error::{io, Errno, Result, READ_ONLY_VIEW};
+use super::error::{io, Errno, Result};
 use super::handles::{DirEntry, DirHandle, FileHandle, Handle};
 use super::inodes::Inode;
 use super::sys::{self, ActAs, Identity};
@@ -89,26 +89,6 @@ fn with_umask(umask: u32) -> Result<sys::Umask> {
 /// Whether `name` is one of the two xattrs that hold POSIX ACLs.
 fn is_acl_name(name: &[u8]) -> bool {
     name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
-}
-
-/// The first eight bytes a file would have after writing `data` at
-/// `offset` over `head` (its current first bytes); None if shorter than 8.
-fn head_after(head: &[u8], offset: u64, data: &[u8]) -> Option<[u8; 8]> {
-    let mut out = [0u8; 8];
-    let end = offset.saturating_add(data.len() as u64);
-    for (i, b) in out.iter_mut().enumerate() {
-        let i64 = i as u64;
-        if i64 >= offset && i64 < end {
-            *b = data[(i64 - offset) as usize];
-        } else if i < head.len() {
-            *b = head[i];
-        } else if i64 < offset {
-            *b = 0; // a hole before the write
-        } else {
-            return None;
-        }
-    }
-    Some(out)
 }
 
 /// Whether `name` in `parent` is one of the mount's own files at the root
@@ -575,9 +555,9 @@ impl CutFs {
         for _ in 0..4 {
             let (content, stamp, view) = self.current(h)?;
             let Some(index) = view else {
-                return content::read_raw(&h.file, offset, size as usize);
+                return crate::io::read_raw(&h.file, offset, size as usize).map_err(io);
             };
-            let data = content::read_view(&h.file, &index, offset, size as usize)?;
+            let data = crate::io::read_view(&h.file, &index, offset, size as usize).map_err(io)?;
             let after = sys::fstat(h.file.as_fd()).map_err(io)?;
             drop(content);
             if Stamp::of(&after) == stamp {
@@ -598,29 +578,13 @@ impl CutFs {
     ) -> Result<(
         std::sync::RwLockReadGuard<'a, content::Content>,
         Stamp,
-        Option<Arc<crate::index::OffsetIndex>>,
+        Option<Arc<crate::view::OffsetIndex>>,
     )> {
         h.inode.state().current(&self.cache, &h.file, || {
             h.inode
                 .open(libc::O_RDONLY)
                 .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
         })
-    }
-
-    /// Refuses a change that would make a raw file begin with the magic
-    /// number (SPEC §3: it would read back as something else).
-    pub(super) fn guard_magic(h: &FileHandle, offset: u64, data: &[u8]) -> Result<()> {
-        if offset >= MAGIC.len() as u64 {
-            return Ok(());
-        }
-        let head = content::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
-            let r = h.inode.open_quiet(libc::O_RDONLY)?;
-            content::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
-        })?;
-        match head_after(&head, offset, data) {
-            Some(h) if h == MAGIC => Err(Errno::EILSEQ),
-            _ => Ok(()),
-        }
     }
 
     pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
@@ -1230,7 +1194,7 @@ impl Opener {
             // SPEC invariant 1's exempt class: the view cannot be written
             // back unchanged, so the file opens for writing with an error.
             if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
-                return Err(READ_ONLY_VIEW);
+                return Err(crate::view::Error::ReadOnly.into());
             }
         } else {
             content.view = None;
@@ -1254,23 +1218,5 @@ impl Opener {
             flags |= FopenFlags::FOPEN_NOFLUSH;
         }
         Ok((fh, flags))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn head_after_writes() {
-        let m = MAGIC;
-        assert_eq!(head_after(&[], 0, &m), Some(m));
-        assert_eq!(head_after(&m[..4], 4, &m[4..]), Some(m));
-        // A hole before the write reads as zeros.
-        let mut holed = m;
-        holed[4] = 0;
-        assert_eq!(head_after(&m[..4], 5, &m[5..]), Some(holed));
-        assert_eq!(head_after(b"abc", 1, b"x"), None);
-        assert_eq!(head_after(b"abcdefghij", 2, b"XY"), Some(*b"abXYefgh"));
     }
 }
