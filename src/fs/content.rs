@@ -224,7 +224,7 @@ impl FileState {
             self.learn(&mut content, cache, reader, stamp, learned)?;
         }
         log::warn!("a file keeps changing in BACKING while it is read; the read fails with EIO");
-        Err(super::error::Errno::EIO)
+        Err(super::error::Refused::KeepsChanging.into())
     }
 
     /// Records what the file is at `stamp` (under the content lock).

@@ -56,6 +56,64 @@ pub fn view_errno(e: ViewError) -> Errno {
     }
 }
 
+/// Why the mount refuses a request itself — not the backing filesystem's
+/// reason (its errno passes through) nor the view's ([`ViewError`]). The
+/// operations (`ops`) name the reason; this is where it becomes an errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A directory where a regular file is needed (a file handle that is
+    /// a directory's, open or truncate of a directory).
+    IsDir,
+    /// A file handle where a directory handle is needed.
+    NotDir,
+    /// Not a regular file or directory (devices, fifos and sockets are the
+    /// kernel's to open).
+    NotRegular,
+    /// A name the mount keeps for itself (the journal): it cannot be made.
+    Reserved,
+    /// A name the mount keeps for itself, looked up or removed: it is not
+    /// there, as far as anyone through the mount can tell.
+    Hidden,
+    /// The file changed in BACKING faster than it could be read.
+    KeepsChanging,
+    /// A mode change of a symbolic link (Linux has no lchmod).
+    SymlinkMode,
+    /// access(2) denies the asked bits.
+    Denied,
+    /// lseek: a negative offset or an unknown `whence`.
+    BadSeek,
+    /// lseek SEEK_DATA/SEEK_HOLE at or past the end.
+    PastEnd,
+    /// An xattr reply larger than the protocol can carry.
+    TooBig,
+    /// An xattr reply larger than the caller's buffer.
+    BufferTooSmall,
+    /// An ACL xattr on a BACKING without ACL support: absent, not an error.
+    NoAcl,
+    /// The request could not take the caller's identity or umask (logged
+    /// where it happened): refused rather than done with the daemon's.
+    NoIdentity,
+}
+
+impl From<Refused> for Errno {
+    fn from(r: Refused) -> Errno {
+        match r {
+            Refused::IsDir => Errno::EISDIR,
+            Refused::NotDir => Errno::ENOTDIR,
+            Refused::NotRegular | Refused::BadSeek => Errno::EINVAL,
+            Refused::Reserved => Errno::EPERM,
+            Refused::Hidden => Errno::ENOENT,
+            Refused::KeepsChanging | Refused::NoIdentity => Errno::EIO,
+            Refused::SymlinkMode => Errno::EOPNOTSUPP,
+            Refused::Denied => Errno::EACCES,
+            Refused::PastEnd => Errno::ENXIO,
+            Refused::TooBig => Errno::E2BIG,
+            Refused::BufferTooSmall => Errno::ERANGE,
+            Refused::NoAcl => Errno::ENODATA,
+        }
+    }
+}
+
 impl From<ViewError> for Errno {
     fn from(e: ViewError) -> Errno {
         view_errno(e)

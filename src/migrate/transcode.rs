@@ -110,19 +110,7 @@ impl<'a> Region<'a> {
             Some(end) => buf.len().min(end.saturating_sub(self.start + at) as usize),
             None => buf.len(),
         };
-        let mut got = 0;
-        while got < want {
-            match self
-                .file
-                .read_at(&mut buf[got..want], self.start + at + got as u64)
-            {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
+        crate::io::read_full_at(self.file, &mut buf[..want], self.start + at)
     }
 }
 

@@ -76,7 +76,7 @@ impl CutFs {
         let h = self.handles.get(fh)?;
         match &*h {
             Handle::Dir(_) => Ok(h),
-            Handle::File(_) => Err(Errno::ENOTDIR),
+            Handle::File(_) => Err(Refused::NotDir.into()),
         }
     }
 
@@ -90,7 +90,7 @@ impl CutFs {
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
         let Handle::Dir(d) = &*h else {
-            return Err(Errno::ENOTDIR);
+            return Err(Refused::NotDir.into());
         };
         let mut entries = d.entries();
         // A new handle may be asked for a later offset first (the kernel
@@ -129,7 +129,7 @@ impl CutFs {
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
         let Handle::Dir(d) = &*h else {
-            return Err(Errno::ENOTDIR);
+            return Err(Refused::NotDir.into());
         };
         let mut entries = d.entries();
         // A new handle may be asked for a later offset first (the kernel

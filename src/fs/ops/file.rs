@@ -16,10 +16,11 @@ impl CutFs {
             // Devices, fifos and sockets are opened by the kernel itself;
             // anything else reaching here is not a file we serve.
             return Err(if inode.is_dir() {
-                Errno::EISDIR
+                Refused::IsDir
             } else {
-                Errno::EINVAL
-            });
+                Refused::NotRegular
+            }
+            .into());
         }
         // Pinned first: a file unlinked while open keeps its descriptor.
         let pin = inode.pin()?;
@@ -111,7 +112,7 @@ impl CutFs {
         flags: i32,
     ) -> Result<(FileAttr, u64, FopenFlags)> {
         if is_journal(parent, name) {
-            return Err(Errno::EPERM);
+            return Err(Refused::Reserved.into());
         }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
@@ -176,7 +177,7 @@ impl CutFs {
     pub(in crate::fs) fn read_handle(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
-            return Err(Errno::EISDIR);
+            return Err(Refused::IsDir.into());
         };
         for _ in 0..4 {
             let (content, stamp, view) = self.current(h)?;
@@ -194,7 +195,7 @@ impl CutFs {
             "{}: changes in BACKING faster than it can be read; the read fails with EIO",
             self.name_of(&h.inode)
         );
-        Err(Errno::EIO)
+        Err(Refused::KeepsChanging.into())
     }
 
     /// The file's current state through handle `h` (see `FileState::current`).
@@ -216,7 +217,7 @@ impl CutFs {
     pub(in crate::fs) fn write_handle(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
-            return Err(Errno::EISDIR);
+            return Err(Refused::IsDir.into());
         };
         self.write_file(h, offset, data)
     }
@@ -258,7 +259,7 @@ impl CutFs {
     ) -> Result<()> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
-            return Err(Errno::EISDIR);
+            return Err(Refused::IsDir.into());
         };
         self.fallocate_file(h, offset, length, mode)
     }
@@ -266,7 +267,7 @@ impl CutFs {
     pub(in crate::fs) fn seek_handle(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
-            return Err(Errno::EISDIR);
+            return Err(Refused::IsDir.into());
         };
         let (_content, _, view) = self.current(h)?;
         let Some(index) = view else {
@@ -275,11 +276,11 @@ impl CutFs {
         let len = i64::try_from(index.view_len()).unwrap_or(i64::MAX);
         // A view has no holes.
         match whence {
-            _ if offset < 0 => Err(Errno::EINVAL),
-            _ if offset >= len => Err(Errno::ENXIO),
+            _ if offset < 0 => Err(Refused::BadSeek.into()),
+            _ if offset >= len => Err(Refused::PastEnd.into()),
             libc::SEEK_DATA => Ok(offset),
             libc::SEEK_HOLE => Ok(len),
-            _ => Err(Errno::EINVAL),
+            _ => Err(Refused::BadSeek.into()),
         }
     }
 }

@@ -30,7 +30,7 @@ impl CutFs {
                 }
                 if let Some(mode) = mode {
                     if inode.fmt == libc::S_IFLNK {
-                        return Err(Errno::EOPNOTSUPP);
+                        return Err(Refused::SymlinkMode.into());
                     }
                     sys::chmod(inode.fd()?.as_fd(), mode & 0o7777).map_err(io)?;
                 }
@@ -56,10 +56,11 @@ impl CutFs {
     pub(in crate::fs) fn truncate(&self, inode: &Inode, size: u64, fh: Option<u64>) -> Result<()> {
         if !inode.is_reg() {
             return Err(if inode.is_dir() {
-                Errno::EISDIR
+                Refused::IsDir
             } else {
-                Errno::EINVAL
-            });
+                Refused::NotRegular
+            }
+            .into());
         }
         let state = inode.state().clone();
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());
@@ -115,7 +116,11 @@ impl CutFs {
         if req.uid() == 0 {
             let exec_ok =
                 mask & libc::X_OK == 0 || mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
-            return if exec_ok { Ok(()) } else { Err(Errno::EACCES) };
+            return if exec_ok {
+                Ok(())
+            } else {
+                Err(Refused::Denied.into())
+            };
         }
         let bits = if st.st_uid == req.uid() {
             (mode >> 6) & 7
@@ -127,7 +132,7 @@ impl CutFs {
         if bits & want == want {
             Ok(())
         } else {
-            Err(Errno::EACCES)
+            Err(Refused::Denied.into())
         }
     }
 }

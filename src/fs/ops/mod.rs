@@ -41,7 +41,7 @@ pub(super) use xattr::XattrReply;
 
 use super::attr;
 use super::content::{self, Class, Stamp};
-use super::error::{io, Errno, Result};
+use super::error::{io, Errno, Refused, Result};
 use super::handles::{DirEntry, DirHandle, FileHandle, Handle};
 use super::inodes::Inode;
 use super::sys::{self, ActAs, Identity};
@@ -82,7 +82,7 @@ fn act_as(req: &Request) -> Result<ActAs> {
             req.gid(),
             req.pid()
         );
-        Errno::EIO
+        Errno::from(Refused::NoIdentity)
     })
 }
 
@@ -91,7 +91,7 @@ fn act_as(req: &Request) -> Result<ActAs> {
 fn with_umask(umask: u32) -> Result<sys::Umask> {
     sys::Umask::set(umask).map_err(|e| {
         log::error!("cannot give this thread its own umask: {e}; request refused with EIO");
-        Errno::EIO
+        Errno::from(Refused::NoIdentity)
     })
 }
 
@@ -199,7 +199,7 @@ impl CutFs {
         name: &OsStr,
     ) -> Result<(Arc<Inode>, libc::stat)> {
         if is_journal(parent, name) {
-            return Err(Errno::ENOENT);
+            return Err(Refused::Hidden.into());
         }
         let dir = self.inodes.get(parent)?;
         let name = sys::component(name).map_err(io)?;

@@ -16,7 +16,7 @@ impl CutFs {
         make: impl FnOnce(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr) -> std::io::Result<()>,
     ) -> Result<FileAttr> {
         if is_journal(parent, name) {
-            return Err(Errno::EPERM);
+            return Err(Refused::Reserved.into());
         }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
@@ -77,7 +77,7 @@ impl CutFs {
         newname: &OsStr,
     ) -> Result<FileAttr> {
         if is_journal(newparent, newname) {
-            return Err(Errno::EPERM);
+            return Err(Refused::Reserved.into());
         }
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;
@@ -96,7 +96,7 @@ impl CutFs {
         flags: libc::c_int,
     ) -> Result<()> {
         if is_journal(parent, name) {
-            return Err(Errno::ENOENT);
+            return Err(Refused::Hidden.into());
         }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
@@ -112,7 +112,7 @@ impl CutFs {
         flags: u32,
     ) -> Result<()> {
         if is_journal(parent, name) || is_journal(newparent, newname) {
-            return Err(Errno::EPERM);
+            return Err(Refused::Reserved.into());
         }
         let from = self.inodes.get(parent)?;
         let to = self.inodes.get(newparent)?;

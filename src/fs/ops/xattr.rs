@@ -31,7 +31,7 @@ impl CutFs {
         if size == 0 {
             let n = call(&mut []).map_err(io)?;
             return Ok(XattrReply::Size(
-                u32::try_from(n).map_err(|_| Errno::E2BIG)?,
+                u32::try_from(n).map_err(|_| Refused::TooBig)?,
             ));
         }
         let mut buf = vec![0u8; size as usize];
@@ -50,7 +50,7 @@ impl CutFs {
         let fd = inode.fd()?;
         Self::xattr_reply(size, |buf| sys::getxattr(fd.as_fd(), &name, buf)).map_err(|e| {
             if acl && e == Errno::EOPNOTSUPP {
-                Errno::ENODATA
+                Refused::NoAcl.into()
             } else {
                 e
             }
@@ -91,10 +91,10 @@ impl CutFs {
             .flatten()
             .copied()
             .collect();
-        let len = u32::try_from(shown.len()).map_err(|_| Errno::E2BIG)?;
+        let len = u32::try_from(shown.len()).map_err(|_| Refused::TooBig)?;
         match size {
             0 => Ok(XattrReply::Size(len)),
-            s if s < len => Err(Errno::ERANGE),
+            s if s < len => Err(Refused::BufferTooSmall.into()),
             _ => Ok(XattrReply::Data(shown)),
         }
     }
