@@ -53,6 +53,10 @@ pub fn view_errno(e: ViewError) -> Errno {
         ViewError::ReadOnly => Errno::EROFS,
         ViewError::TooLarge => Errno::EFBIG,
         ViewError::Unsupported => Errno::EOPNOTSUPP,
+        ViewError::Changed => {
+            log::warn!("{e}; the request fails with EIO (the next one sees the new content)");
+            Errno::EIO
+        }
     }
 }
 

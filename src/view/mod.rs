@@ -50,6 +50,10 @@ pub enum Error {
     ReadOnly,
     /// An offset plus a length past what a file can hold.
     TooLarge,
+    /// The file is not what its index says (BACKING changed it between the
+    /// index and the read): nothing was planned; the caller learns the file
+    /// again.
+    Changed,
     /// The operation has no meaning on a view (e.g. fallocate's collapse
     /// and insert modes, which would shift text by disk blocks).
     Unsupported,
@@ -72,6 +76,7 @@ impl std::fmt::Display for Error {
                 "the file holds a unit that cannot be written back unchanged: read-only",
             ),
             Error::TooLarge => f.write_str("offset and length exceed the largest file"),
+            Error::Changed => f.write_str("the file changed in BACKING while it was written"),
             Error::Unsupported => f.write_str("not supported on a corrected file"),
         }
     }

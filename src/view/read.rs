@@ -8,6 +8,7 @@
 use cutf8::{decode_disk_unit, encode_view, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
 
 use super::index::{OffsetIndex, BACK, BLOCK, CHUNK};
+use super::Error;
 
 /// One read of view bytes `[view_off, view_off + len)` (clamped to the
 /// view), driven by the I/O layer: while [`Reading::need`] names disk
@@ -144,6 +145,9 @@ pub struct Span {
     view: u64,
     bytes: Vec<u8>,
     at_end: bool,
+    /// The read ended before the disk bytes the index says are there: the
+    /// file changed, and nothing planned from this span is right.
+    short: bool,
     disk_len: u64,
     view_len: u64,
 }
@@ -177,7 +181,9 @@ impl OffsetIndex {
     /// The span from the bytes read for `plan` (fewer: the file ends there).
     pub fn span(&self, plan: SpanPlan, mut bytes: Vec<u8>) -> Span {
         bytes.truncate(plan.len);
-        let at_end = plan.start + bytes.len() as u64 >= self.disk_len() || bytes.len() < plan.len;
+        let reaches_end = plan.start + bytes.len() as u64 >= self.disk_len();
+        let short = bytes.len() < plan.len && !reaches_end;
+        let at_end = reaches_end || short;
         let rel = (plan.block - plan.start) as usize;
         let (disk, view) = if bytes.len() < rel {
             // Shorter than the index says (it changed): nothing is known.
@@ -193,6 +199,7 @@ impl OffsetIndex {
             view,
             bytes,
             at_end,
+            short,
             disk_len: self.disk_len(),
             view_len: self.view_len(),
         }
@@ -208,8 +215,19 @@ impl Span {
             view: 0,
             bytes: disk.to_vec(),
             at_end: true,
+            short: false,
             disk_len: index.disk_len(),
             view_len: index.view_len(),
+        }
+    }
+
+    /// Fails with [`Error::Changed`] when the file was shorter than its
+    /// index says.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.short {
+            Err(Error::Changed)
+        } else {
+            Ok(())
         }
     }
 

@@ -262,3 +262,32 @@ fn unstorable_names_the_view_offset() {
         }
     );
 }
+
+/// BACKING shrinks the file between the reads of the two spans: the plan
+/// must see that its spans disagree with the index (never a panic, never a
+/// patch computed from a short read).
+#[test]
+fn spans_cut_short_by_a_shrinking_file_plan_nothing() {
+    let text = "中文 and 😀 ".repeat(50);
+    let mem = Mem::new(text.as_bytes());
+    for (off, shrink_to) in [(100u64, 0usize), (100, 90), (3, 0), (500, 200), (600, 1)] {
+        let data = "x\u{800}".as_bytes();
+        let [l, r] = spans_for(off, off + data.len() as u64);
+        let left = mem.span(l);
+        let cut = &mem.disk[..shrink_to];
+        let plan = mem.index.span_plan(r.0, r.1);
+        let s = (plan.start as usize).min(cut.len());
+        let e = (s + plan.len).min(cut.len());
+        let right = mem.index.span(plan, cut[s..e].to_vec());
+        assert_eq!(
+            plan_write(&mem.index, &left, &right, off, data),
+            Err(Error::Changed),
+            "off {off} shrunk to {shrink_to}"
+        );
+        assert_eq!(
+            plan_zero(&mem.index, &left, &right, off, 4),
+            Err(Error::Changed),
+            "zero: off {off} shrunk to {shrink_to}"
+        );
+    }
+}

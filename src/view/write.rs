@@ -127,6 +127,23 @@ fn edges(left: &Span, right: &Span, view_off: u64, end: u64, extends_left: bool)
     (u, after)
 }
 
+/// The disk range of the window `[u, p)` of the view; [`Error::Changed`]
+/// when the spans do not agree with the index (the file changed).
+fn disk_window(
+    index: &OffsetIndex,
+    left: &Span,
+    right: &Span,
+    u: u64,
+    p: u64,
+) -> Result<(u64, u64), Error> {
+    let at = left.disk_offset_of(u);
+    let old_end = right.disk_offset_of(p);
+    if at > old_end || old_end > index.disk_len() {
+        return Err(Error::Changed);
+    }
+    Ok((at, old_end))
+}
+
 fn way(index: &OffsetIndex, old_end: u64, old_len: u64, new_len: u64) -> Way {
     if new_len == old_len {
         Way::InPlace
@@ -149,6 +166,8 @@ pub fn plan_write(
     data: &[u8],
 ) -> Result<Patch, Error> {
     let end = view_off + data.len() as u64;
+    left.check()?;
+    right.check()?;
     // `data` starting with a continuation byte may complete the unit before.
     let (u, after) = edges(
         left,
@@ -162,8 +181,7 @@ pub fn plan_write(
     window.extend_from_slice(data);
     window.extend_from_slice(&after);
     let new = encode(&window, u)?;
-    let at = left.disk_offset_of(u);
-    let old_end = right.disk_offset_of(p);
+    let (at, old_end) = disk_window(index, left, right, u, p)?;
     let way = way(index, old_end, old_end - at, new.len() as u64);
     Ok(Patch {
         at,
@@ -187,12 +205,13 @@ pub fn plan_zero(
     len: u64,
 ) -> Result<ZeroPatch, Error> {
     let end = view_off + len;
+    left.check()?;
+    right.check()?;
     let (u, after) = edges(left, right, view_off, end, false);
     let p = end + after.len() as u64;
     let lbytes = encode(&left.view_bytes(u, view_off), u)?;
     let rbytes = encode(&after, end)?;
-    let at = left.disk_offset_of(u);
-    let old_end = right.disk_offset_of(p);
+    let (at, old_end) = disk_window(index, left, right, u, p)?;
     let new_len = lbytes.len() as u64 + len + rbytes.len() as u64;
     let way = way(index, old_end, old_end - at, new_len);
     Ok(ZeroPatch {
@@ -224,6 +243,7 @@ pub fn plan_resize(index: &OffsetIndex, span: &Span, new_len: u64) -> Result<Res
             disk_len: index.disk_len() + (new_len - vlen),
         });
     }
+    span.check()?;
     let (base, hi) = span_for_resize(new_len);
     let probe = span.view_bytes(base, hi);
     let at = (new_len - base) as usize;
@@ -237,10 +257,11 @@ pub fn plan_resize(index: &OffsetIndex, span: &Span, new_len: u64) -> Result<Res
         }
     }
     let tail = encode(&span.view_bytes(u, new_len), u)?;
-    Ok(Resize::Cut {
-        at: span.disk_offset_of(u),
-        tail,
-    })
+    let at = span.disk_offset_of(u);
+    if at > index.disk_len() {
+        return Err(Error::Changed);
+    }
+    Ok(Resize::Cut { at, tail })
 }
 
 /// The disk range (offsets after the magic) that holds, or will hold, view
