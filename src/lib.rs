@@ -13,7 +13,7 @@
 //!   be stored) and executes the plans with [`io`], the only code that reads
 //!   and writes backing file contents (tail rewrites go through the crash
 //!   [`journal`]).
-//! * Everything above stands on [`codec`]: pure conversion between Corrected
+//! * Everything above stands on the `cutf8` crate: pure conversion between Corrected
 //!   UTF-8 (on disk) and standard UTF-8 (the view), with no I/O.
 //!
 //! Data flows one way: bin → fs/migrate/convert/check → io → view → codec.

@@ -6,15 +6,16 @@
 //! * [`CutFs`]'s `Filesystem` methods (this file) are thin: each calls one
 //!   function in `ops` and ends in one `match` — `Ok` becomes the reply,
 //!   `Err` an errno (decided in `error`, nowhere else).
-//! * `ops` does the work on BACKING through `inodes` (FUSE inode ↔ backing
+//! * `ops` (one file per concern: names, meta, file, dir, xattr) does the
+//!   work on BACKING through `inodes` (FUSE inode ↔ backing
 //!   inode, found again by file handle or name through a bounded cache of
 //!   `O_PATH` descriptors; lookup counts), `handles` (fh ↔ open descriptor)
 //!   and `sys` (symlink-safe `*at` system calls).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
-//!   bounded index cache, and reads: raw bytes by `pread`, the view through
-//!   `crate::index` (view offset → disk offset) and `cutf8` (V).
+//!   bounded index cache. Reads go through `crate::io` (raw bytes, or the
+//!   view as `crate::view` plans it: view offset → disk offset, then V).
 //! * `attr` turns a backing `stat` into FUSE attributes; `CutFs::attr` is
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
@@ -23,8 +24,9 @@
 //!
 //! * `write` is the write path: under the file's content lock (held alone)
 //!   it decides from what the file is now — empty, raw or corrected — and
-//!   sends view writes through `crate::edit` (in-place patches, appends,
-//!   rewrites under `crate::journal` in `BACKING/.cutf8fs-journal`). The
+//!   sends view writes through `crate::io::write`, which carries out the
+//!   plans of `crate::view::write` (in-place patches, appends, rewrites
+//!   under `crate::journal` in `BACKING/.cutf8fs-journal`). The
 //!   journal is opened from BACKING's root descriptor when the mount
 //!   starts: it is trusted only if the daemon's user owns it (else the
 //!   start is refused), and a read-only mount (`-o ro`, or a read-only

@@ -83,7 +83,7 @@ impl CutFs {
             | libc::O_APPEND;
         let flags = flags & !strip;
         if flags & libc::O_ACCMODE == libc::O_WRONLY {
-            // A readable descriptor lets the view (and issue 4) read too.
+            // A readable descriptor lets the view (and the write path) read too.
             let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
             if let Ok(f) = inode.open(rw) {
                 return Ok(f);
@@ -118,7 +118,7 @@ impl CutFs {
         let cname = sys::component(name).map_err(io)?;
         let strip = libc::O_NOCTTY | libc::O_DIRECT | libc::O_APPEND;
         let asked = (flags & !strip) | libc::O_CREAT | libc::O_NOFOLLOW;
-        // Write-only becomes read-write, so the view (and issue 4) can read.
+        // Write-only becomes read-write, so the view (and the write path) can read.
         let upgraded = asked & libc::O_ACCMODE == libc::O_WRONLY;
         let oflags = if upgraded {
             (asked & !libc::O_ACCMODE) | libc::O_RDWR
