@@ -1,8 +1,8 @@
 //! What a regular file holds, as the mount shows it: raw bytes, or the view
 //! (V, SPEC §2) of a corrected file, served through an offset index.
 //!
-//! * [`Stamp`] names one state of a backing file (device, inode, size,
-//!   mtime, ctime). Anything the mount knows about a file's content is kept
+//! * [`Stamp`] (`crate::io`'s) names one state of a backing file (device,
+//!   inode, size, mtime, ctime). Anything the mount knows about a file's content is kept
 //!   under the stamp it was learned from and is used only while a fresh
 //!   `fstat` gives the same stamp, so a change in BACKING behind the mount's
 //!   back is never served stale.
@@ -45,27 +45,7 @@ pub use crate::view::DATA_START;
 
 use super::error::{io, Result};
 
-/// One state of a backing file: equal stamps mean unchanged content.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    pub fn of(st: &libc::stat) -> Stamp {
-        Stamp {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            size: st.st_size as u64,
-            mtime: (st.st_mtime, st.st_mtime_nsec),
-            ctime: (st.st_ctime, st.st_ctime_nsec),
-        }
-    }
-}
+pub use crate::io::Stamp;
 
 /// What a regular file is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,10 +7,11 @@
 //! Every read goes through [`read_full_at`]: it fills its buffer, and a
 //! short read is the end of the file (never an error, never a panic), so a
 //! file that shrinks behind the mount's back ends a read early; the caller
-//! re-checks the file's stamp (`crate::fs::content`) and reads again.
+//! re-checks the file's [`Stamp`] ([`read_view_checked`]) and reads again.
 //! [`PosReader`] is the one positional reader (`Read` over a range of a
 //! file).
 
+mod stamp;
 pub mod write;
 
 use std::fs::File;
@@ -23,6 +24,7 @@ use nix::unistd::{lseek, Whence};
 use crate::view::{self, OffsetIndex, Piece, Reading, Rescan, Span, DATA_START};
 use cutf8::MAGIC;
 
+pub use stamp::Stamp;
 pub use write::Zeroing;
 pub use write::{allocate, start_corrected, to_raw, truncate, write_at, write_raw, zero_range};
 
@@ -141,6 +143,21 @@ pub fn read_view_into(
         r.feed(&disk[..n], buf);
     }
     Ok(r.got())
+}
+
+/// Up to `size` view bytes at `offset`, read through the index of the
+/// file's state `stamp`, and the stamp checked again after the read: None
+/// when the file changed meanwhile (the bytes may mix two versions; learn
+/// the file again and read again).
+pub fn read_view_checked(
+    file: &File,
+    index: &OffsetIndex,
+    stamp: Stamp,
+    offset: u64,
+    size: usize,
+) -> io::Result<Option<Vec<u8>>> {
+    let data = read_view(file, index, offset, size)?;
+    Ok((Stamp::now(file)? == stamp).then_some(data))
 }
 
 /// The disk bytes around view bytes `[lo, hi)` the write planner needs.

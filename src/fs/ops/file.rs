@@ -184,10 +184,9 @@ impl CutFs {
             let Some(index) = view else {
                 return crate::io::read_raw(&h.file, offset, size as usize).map_err(io);
             };
-            let data = crate::io::read_view(&h.file, &index, offset, size as usize).map_err(io)?;
-            let after = sys::fstat(h.file.as_fd()).map_err(io)?;
+            let data = crate::io::read_view_checked(&h.file, &index, stamp, offset, size as usize);
             drop(content);
-            if Stamp::of(&after) == stamp {
+            if let Some(data) = data.map_err(io)? {
                 return Ok(data);
             }
         }
