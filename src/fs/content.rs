@@ -36,8 +36,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
 
 pub use crate::io::{build_index, has_magic};
 use crate::view::OffsetIndex;
@@ -283,13 +284,13 @@ impl FileState {
         let file = open().map_err(io)?;
         // One page for the head, not a readahead window: the read must not
         // bring more of the file (unwritten extents) into the page cache.
-        advise(&file, libc::POSIX_FADV_RANDOM);
+        advise(&file, PosixFadviseAdvice::POSIX_FADV_RANDOM);
         let class = if has_magic(&file).map_err(io)? {
             let index = match cache.get(&stamp) {
                 Some(index) => index,
                 None if !scan => return Ok(None),
                 None => {
-                    advise(&file, libc::POSIX_FADV_SEQUENTIAL);
+                    advise(&file, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
                     index_for(cache, &file, stamp)?
                 }
             };
@@ -317,9 +318,9 @@ impl Default for FileState {
     }
 }
 
-fn advise(file: &File, advice: libc::c_int) {
-    // SAFETY: posix_fadvise on a descriptor we own; it is only a hint.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+fn advise(file: &File, advice: PosixFadviseAdvice) {
+    // Only a hint: a filesystem that takes none is no error.
+    let _ = posix_fadvise(file, 0, 0, advice);
 }
 
 /// Files larger than this whose class is not known are classified on the
