@@ -27,11 +27,10 @@ pub fn head_after(head: &[u8], offset: u64, data: &[u8]) -> Option<[u8; 8]> {
 }
 
 /// Fails with [`Error::MagicOnRaw`] when writing `data` at `offset` over a
-/// file beginning with `head` would make it begin with the magic number.
+/// file beginning with `head` would make it begin with the magic number
+/// (also when `head` already does and the write leaves it: a corrected
+/// file's view turned raw).
 pub fn guard(head: &[u8], offset: u64, data: &[u8]) -> Result<(), Error> {
-    if offset >= MAGIC.len() as u64 {
-        return Ok(());
-    }
     match head_after(head, offset, data) {
         Some(h) if h == MAGIC => Err(Error::MagicOnRaw),
         _ => Ok(()),
@@ -66,5 +65,8 @@ mod tests {
         assert_eq!(guard(&raw, 8, &MAGIC), Ok(()));
         assert_eq!(guard(&raw, 0, &MAGIC), Err(Error::MagicOnRaw));
         assert_eq!(guard(&[], 0, &MAGIC[..7]), Ok(()));
+        // A view that already begins with the magic number cannot go raw.
+        assert_eq!(guard(&MAGIC, 9, b"x"), Err(Error::MagicOnRaw));
+        assert_eq!(guard(&MAGIC, 7, b"x"), Ok(()));
     }
 }
