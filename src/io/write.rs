@@ -414,6 +414,7 @@ pub fn guard_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::tests::PIECES;
     use cutf8::{decode_to_vec, encode_to_vec, MAGIC};
     use rand::{Rng, SeedableRng};
     use std::fs::{self, OpenOptions};
@@ -537,20 +538,6 @@ mod tests {
             );
         }
     }
-
-    const PIECES: &[&str] = &[
-        "a",
-        "bc\n",
-        "é",
-        "ж",
-        "中文",
-        "😀",
-        "\u{800}",
-        "\u{89F}",
-        "𐀀",
-        "\u{1109F}",
-        "x y z",
-    ];
 
     fn random_text(rng: &mut impl Rng, n: usize) -> String {
         (0..n)

@@ -130,7 +130,9 @@ impl Mem {
     }
 }
 
-const PIECES: &[&str] = &[
+/// Pieces of text: characters that keep their length, grow by one, or
+/// span the 2-, 3- and 4-byte forms (also for `crate::io::write`'s tests).
+pub(crate) const PIECES: &[&str] = &[
     "a",
     "bc\n",
     "é",

@@ -80,6 +80,26 @@ impl CutFs {
         }
     }
 
+    /// The listing of directory handle `h` for a reply from `offset`. A new
+    /// handle may be asked for a later offset first (the kernel served the
+    /// start from its cache of the listing): it is listed then too, or the
+    /// listing would end early. "." and ".." make a listed directory never
+    /// empty.
+    fn listing<'h>(
+        &self,
+        h: &'h Handle,
+        offset: u64,
+    ) -> Result<(&'h DirHandle, std::sync::MutexGuard<'h, Vec<DirEntry>>)> {
+        let Handle::Dir(d) = h else {
+            return Err(Refused::NotDir.into());
+        };
+        let mut entries = d.entries();
+        if offset == 0 || entries.is_empty() {
+            *entries = self.listed(d)?;
+        }
+        Ok((d, entries))
+    }
+
     /// Calls `add(offset_of_next, entry)` from `offset` on until it says
     /// the reply is full.
     pub(in crate::fs) fn list_dir(
@@ -89,17 +109,7 @@ impl CutFs {
         mut add: impl FnMut(u64, &DirEntry) -> bool,
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
-        let Handle::Dir(d) = &*h else {
-            return Err(Refused::NotDir.into());
-        };
-        let mut entries = d.entries();
-        // A new handle may be asked for a later offset first (the kernel
-        // served the start from its cache of the listing): list it then
-        // too, or the listing would end early. "." and ".." make a listed
-        // directory never empty.
-        if offset == 0 || entries.is_empty() {
-            *entries = self.listed(d)?;
-        }
+        let (_, entries) = self.listing(&h, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         for (i, e) in entries.iter().enumerate().skip(start) {
             if add(i as u64 + 1, e) {
@@ -128,17 +138,7 @@ impl CutFs {
         mut add: impl FnMut(u64, &DirEntry, Option<&PlusAttr>) -> bool,
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
-        let Handle::Dir(d) = &*h else {
-            return Err(Refused::NotDir.into());
-        };
-        let mut entries = d.entries();
-        // A new handle may be asked for a later offset first (the kernel
-        // served the start from its cache of the listing): list it then
-        // too, or the listing would end early. "." and ".." make a listed
-        // directory never empty.
-        if offset == 0 || entries.is_empty() {
-            *entries = self.listed(d)?;
-        }
+        let (d, entries) = self.listing(&h, offset)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(entries.len());

@@ -15,12 +15,7 @@ impl CutFs {
         if !inode.is_reg() {
             // Devices, fifos and sockets are opened by the kernel itself;
             // anything else reaching here is not a file we serve.
-            return Err(if inode.is_dir() {
-                Refused::IsDir
-            } else {
-                Refused::NotRegular
-            }
-            .into());
+            return Err(not_a_file(&inode));
         }
         // Pinned first: a file unlinked while open keeps its descriptor.
         let pin = inode.pin()?;

@@ -55,12 +55,7 @@ impl CutFs {
 
     pub(in crate::fs) fn truncate(&self, inode: &Inode, size: u64, fh: Option<u64>) -> Result<()> {
         if !inode.is_reg() {
-            return Err(if inode.is_dir() {
-                Refused::IsDir
-            } else {
-                Refused::NotRegular
-            }
-            .into());
+            return Err(not_a_file(inode));
         }
         let state = inode.state().clone();
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());

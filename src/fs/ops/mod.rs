@@ -100,6 +100,16 @@ fn is_acl_name(name: &[u8]) -> bool {
     name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
 }
 
+/// Why a request for a regular file's content cannot go to `inode`, which
+/// is not one: a directory, or something only the kernel opens.
+fn not_a_file(inode: &Inode) -> Errno {
+    if inode.is_dir() {
+        Refused::IsDir.into()
+    } else {
+        Refused::NotRegular.into()
+    }
+}
+
 /// Whether `name` in `parent` is one of the mount's own files at the root
 /// of BACKING (the journal, `crate::journal::is_internal`), which the mount
 /// neither shows nor lets anyone touch.
