@@ -2,7 +2,7 @@
 //! all-or-nothing, kept in `BACKING/.cutf8fs-journal`, and the one list of
 //! names the mount keeps for itself in BACKING ([`is_internal`]).
 //!
-//! Called by `crate::edit` (the write path) and opened once by `crate::fs`
+//! Called by `crate::io::write` (the write path) and opened once by `crate::fs`
 //! when the mount starts. Knows descriptors, never paths: BACKING is a tree
 //! that ordinary users write directly, while the daemon usually runs as root,
 //! so nothing here is reached through a name that someone else could swap.

@@ -1,13 +1,13 @@
 //! What a regular file holds, as the mount shows it: raw bytes, or the view
 //! (V, SPEC §2) of a corrected file, served through an offset index.
 //!
-//! * [`Stamp`] names one state of a backing file (device, inode, size,
-//!   mtime, ctime). Anything the mount knows about a file's content is kept
+//! * [`Stamp`] (`crate::io`'s) names one state of a backing file (device,
+//!   inode, size, mtime, ctime). Anything the mount knows about a file's content is kept
 //!   under the stamp it was learned from and is used only while a fresh
 //!   `fstat` gives the same stamp, so a change in BACKING behind the mount's
 //!   back is never served stale.
 //! * [`FileState`] is per inode, shared by every handle: the content lock
-//!   (readers share it; writers, issue 4, take it alone), the class of the
+//!   (readers share it; writers take it alone), the class of the
 //!   file (raw, or corrected with its view length) and, while the file is
 //!   open, its offset index.
 //! * [`FileState::current`] is how every read and lseek sees the file: a
@@ -28,46 +28,25 @@
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
 //!
-//! The index itself (view offset → disk offset) and the conversion are the
-//! `index` and `codec` modules'; this one knows files and stamps, not bytes.
+//! The index itself (view offset → disk offset) is `crate::view`'s, and
+//! reading bytes is `crate::io`'s; this module knows files and stamps, not
+//! bytes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
-use crate::index::{read_view_at, OffsetIndex};
-use cutf8::MAGIC;
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+
+pub use crate::io::{build_index, has_magic};
+use crate::view::OffsetIndex;
+pub use crate::view::DATA_START;
 
 use super::error::{io, Result};
 
-/// Where the text starts in a corrected file.
-pub const DATA_START: u64 = MAGIC.len() as u64;
-
-/// One state of a backing file: equal stamps mean unchanged content.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    pub fn of(st: &libc::stat) -> Stamp {
-        Stamp {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            size: st.st_size as u64,
-            mtime: (st.st_mtime, st.st_mtime_nsec),
-            ctime: (st.st_ctime, st.st_ctime_nsec),
-        }
-    }
-}
+pub use crate::io::Stamp;
 
 /// What a regular file is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +74,7 @@ pub struct Content {
 /// Per-inode state, shared by all handles of a regular file.
 pub struct FileState {
     /// The content lock. Reads hold it shared; anything that changes the
-    /// content or the index (issue 4's writes, a rebuild) holds it alone.
+    /// content or the index (a write, a rebuild) holds it alone.
     pub content: RwLock<Content>,
     /// The class last learned, under its stamp.
     class: Mutex<Option<(Stamp, Class)>>,
@@ -226,7 +205,7 @@ impl FileState {
             self.learn(&mut content, cache, reader, stamp, learned)?;
         }
         log::warn!("a file keeps changing in BACKING while it is read; the read fails with EIO");
-        Err(super::error::Errno::EIO)
+        Err(super::error::Refused::KeepsChanging.into())
     }
 
     /// Records what the file is at `stamp` (under the content lock).
@@ -305,13 +284,13 @@ impl FileState {
         let file = open().map_err(io)?;
         // One page for the head, not a readahead window: the read must not
         // bring more of the file (unwritten extents) into the page cache.
-        advise(&file, libc::POSIX_FADV_RANDOM);
+        advise(&file, PosixFadviseAdvice::POSIX_FADV_RANDOM);
         let class = if has_magic(&file).map_err(io)? {
             let index = match cache.get(&stamp) {
                 Some(index) => index,
                 None if !scan => return Ok(None),
                 None => {
-                    advise(&file, libc::POSIX_FADV_SEQUENTIAL);
+                    advise(&file, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
                     index_for(cache, &file, stamp)?
                 }
             };
@@ -339,44 +318,9 @@ impl Default for FileState {
     }
 }
 
-/// Whether `file` begins with the magic number. A file whose first data
-/// is not at offset 0 (a hole, or unwritten extents after `fallocate`)
-/// starts with NUL bytes, so it cannot: nothing is read then, which keeps
-/// the read from pulling unwritten extents into the page cache (where ext4
-/// would then report them as data to SEEK_DATA/SEEK_HOLE).
-pub fn has_magic(file: &File) -> io::Result<bool> {
-    // SAFETY: lseek on a descriptor we borrow; only positioned I/O is done
-    // on it, so moving its offset changes nothing.
-    let first_data = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_DATA) };
-    if first_data != 0 {
-        let e = io::Error::last_os_error();
-        if first_data > 0 || e.raw_os_error() == Some(libc::ENXIO) {
-            return Ok(false);
-        }
-        // EINVAL/EOPNOTSUPP: the filesystem does not say; read.
-    }
-    let mut head = [0u8; MAGIC.len()];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(head == MAGIC)
-}
-
-/// Builds the index of a corrected file by one scan of its bytes, holes
-/// skipped.
-pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
-    OffsetIndex::build_file(file, DATA_START, u64::MAX)
-}
-
-fn advise(file: &File, advice: libc::c_int) {
-    // SAFETY: posix_fadvise on a descriptor we own; it is only a hint.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+fn advise(file: &File, advice: PosixFadviseAdvice) {
+    // Only a hint: a filesystem that takes none is no error.
+    let _ = posix_fadvise(file, 0, 0, advice);
 }
 
 /// Files larger than this whose class is not known are classified on the
@@ -505,46 +449,6 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
         cache.put(stamp, index.clone());
     }
     Ok(index)
-}
-
-/// Reads up to `size` bytes of V at `offset`; short only at the view's end.
-pub fn read_view(file: &File, index: &OffsetIndex, offset: u64, size: usize) -> Result<Vec<u8>> {
-    let len = index.view_len().saturating_sub(offset);
-    let want = size.min(usize::try_from(len).unwrap_or(usize::MAX));
-    let mut buf = vec![0u8; want];
-    let mut got = 0;
-    while got < want {
-        match read_view_at(
-            file,
-            DATA_START,
-            index,
-            offset + got as u64,
-            &mut buf[got..],
-        ) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
-}
-
-/// Reads up to `size` raw bytes at `offset`; short only at end of file.
-pub fn read_raw(file: &File, offset: u64, size: usize) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; size];
-    let mut got = 0;
-    while got < size {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
 }
 
 #[cfg(test)]

@@ -5,11 +5,17 @@
 //! filesystem errors keep their errno unchanged (SPEC §3: EACCES, ENOSPC,
 //! EIO, … reach the caller as they are); errors without an OS code (bad
 //! bytes on disk, a bug) become EIO and are logged here, never a panic.
+//! The view's domain errors (`crate::view::Error`: content that cannot be
+//! stored, a raw file that would begin with the magic number, a read-only
+//! view) get their errno here too ([`view_errno`]), so `?` on a
+//! `crate::io` result gives the right one.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 
 pub use fuser::Errno;
+
+use crate::view::Error as ViewError;
 
 /// What every `fs` helper returns.
 pub type Result<T> = std::result::Result<T, Errno>;
@@ -37,6 +43,94 @@ pub fn errno(e: &io::Error) -> Errno {
 /// `?`-friendly conversion: `io_result.map_err(io)?`.
 pub fn io(e: io::Error) -> Errno {
     errno(&e)
+}
+
+/// The errno of each reason a change of a view fails (SPEC §3).
+pub fn view_errno(e: ViewError) -> Errno {
+    match e {
+        // W cannot store it / it would read back as something else.
+        ViewError::Unstorable { .. } | ViewError::MagicOnRaw => Errno::EILSEQ,
+        ViewError::ReadOnly => Errno::EROFS,
+        ViewError::TooLarge => Errno::EFBIG,
+        ViewError::Unsupported => Errno::EOPNOTSUPP,
+        ViewError::Changed => {
+            log::warn!("{e}; the request fails with EIO (the next one sees the new content)");
+            Errno::EIO
+        }
+    }
+}
+
+/// Why the mount refuses a request itself — not the backing filesystem's
+/// reason (its errno passes through) nor the view's ([`ViewError`]). The
+/// operations (`ops`) name the reason; this is where it becomes an errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A directory where a regular file is needed (a file handle that is
+    /// a directory's, open or truncate of a directory).
+    IsDir,
+    /// A file handle where a directory handle is needed.
+    NotDir,
+    /// Not a regular file or directory (devices, fifos and sockets are the
+    /// kernel's to open).
+    NotRegular,
+    /// A name the mount keeps for itself (the journal): it cannot be made.
+    Reserved,
+    /// A name the mount keeps for itself, looked up or removed: it is not
+    /// there, as far as anyone through the mount can tell.
+    Hidden,
+    /// The file changed in BACKING faster than it could be read.
+    KeepsChanging,
+    /// A mode change of a symbolic link (Linux has no lchmod).
+    SymlinkMode,
+    /// access(2) denies the asked bits.
+    Denied,
+    /// lseek: a negative offset or an unknown `whence`.
+    BadSeek,
+    /// lseek SEEK_DATA/SEEK_HOLE at or past the end.
+    PastEnd,
+    /// An xattr reply larger than the protocol can carry.
+    TooBig,
+    /// An xattr reply larger than the caller's buffer.
+    BufferTooSmall,
+    /// An ACL xattr on a BACKING without ACL support: absent, not an error.
+    NoAcl,
+    /// The request could not take the caller's identity or umask (logged
+    /// where it happened): refused rather than done with the daemon's.
+    NoIdentity,
+}
+
+impl From<Refused> for Errno {
+    fn from(r: Refused) -> Errno {
+        match r {
+            Refused::IsDir => Errno::EISDIR,
+            Refused::NotDir => Errno::ENOTDIR,
+            Refused::NotRegular | Refused::BadSeek => Errno::EINVAL,
+            Refused::Reserved => Errno::EPERM,
+            Refused::Hidden => Errno::ENOENT,
+            Refused::KeepsChanging | Refused::NoIdentity => Errno::EIO,
+            Refused::SymlinkMode => Errno::EOPNOTSUPP,
+            Refused::Denied => Errno::EACCES,
+            Refused::PastEnd => Errno::ENXIO,
+            Refused::TooBig => Errno::E2BIG,
+            Refused::BufferTooSmall => Errno::ERANGE,
+            Refused::NoAcl => Errno::ENODATA,
+        }
+    }
+}
+
+impl From<ViewError> for Errno {
+    fn from(e: ViewError) -> Errno {
+        view_errno(e)
+    }
+}
+
+impl From<crate::io::Error> for Errno {
+    fn from(e: crate::io::Error) -> Errno {
+        match e {
+            crate::io::Error::Os(e) => errno(&e),
+            crate::io::Error::View(e) => view_errno(e),
+        }
+    }
 }
 
 thread_local! {
@@ -90,9 +184,6 @@ pub fn stash_panic(info: &std::panic::PanicHookInfo<'_>) -> bool {
     true
 }
 
-/// Writes to a corrected file are not supported yet (issue 4).
-pub const READ_ONLY_VIEW: Errno = Errno::EROFS;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +202,19 @@ mod tests {
         for code in [libc::EACCES, libc::ENOSPC, libc::EIO, libc::ENOTEMPTY] {
             assert_eq!(errno(&io::Error::from_raw_os_error(code)).code(), code);
         }
+    }
+
+    #[test]
+    fn view_errors_have_their_errno() {
+        let unstorable = ViewError::Unstorable {
+            problem: cutf8::Problem::C1Control(0x85),
+            offset: 3,
+        };
+        assert_eq!(Errno::from(unstorable).code(), libc::EILSEQ);
+        assert_eq!(Errno::from(ViewError::MagicOnRaw).code(), libc::EILSEQ);
+        assert_eq!(Errno::from(ViewError::ReadOnly).code(), libc::EROFS);
+        let os = crate::io::Error::Os(io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(Errno::from(os).code(), libc::ENOSPC);
     }
 
     #[test]

@@ -6,15 +6,16 @@
 //! * [`CutFs`]'s `Filesystem` methods (this file) are thin: each calls one
 //!   function in `ops` and ends in one `match` — `Ok` becomes the reply,
 //!   `Err` an errno (decided in `error`, nowhere else).
-//! * `ops` does the work on BACKING through `inodes` (FUSE inode ↔ backing
+//! * `ops` (one file per concern: names, meta, file, dir, xattr) does the
+//!   work on BACKING through `inodes` (FUSE inode ↔ backing
 //!   inode, found again by file handle or name through a bounded cache of
 //!   `O_PATH` descriptors; lookup counts), `handles` (fh ↔ open descriptor)
 //!   and `sys` (symlink-safe `*at` system calls).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
-//!   bounded index cache, and reads: raw bytes by `pread`, the view through
-//!   `crate::index` (view offset → disk offset) and `cutf8` (V).
+//!   bounded index cache. Reads go through `crate::io` (raw bytes, or the
+//!   view as `crate::view` plans it: view offset → disk offset, then V).
 //! * `attr` turns a backing `stat` into FUSE attributes; `CutFs::attr` is
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
@@ -23,8 +24,9 @@
 //!
 //! * `write` is the write path: under the file's content lock (held alone)
 //!   it decides from what the file is now — empty, raw or corrected — and
-//!   sends view writes through `crate::edit` (in-place patches, appends,
-//!   rewrites under `crate::journal` in `BACKING/.cutf8fs-journal`). The
+//!   sends view writes through `crate::io::write`, which carries out the
+//!   plans of `crate::view::write` (in-place patches, appends, rewrites
+//!   under `crate::journal` in `BACKING/.cutf8fs-journal`). The
 //!   journal is opened from BACKING's root descriptor when the mount
 //!   starts: it is trusted only if the daemon's user owns it (else the
 //!   start is refused), and a read-only mount (`-o ro`, or a read-only
@@ -295,7 +297,7 @@ impl Filesystem for CutFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _ = self.guard("forget", ino.0, || {
-            CutFs::forget(self, ino.0, nlookup);
+            CutFs::forget_lookups(self, ino.0, nlookup);
             Ok(())
         });
     }
@@ -336,7 +338,7 @@ impl Filesystem for CutFs {
     ) {
         let fh = fh.map(|f| f.0);
         match self.guard("setattr", ino.0, || {
-            CutFs::setattr(self, ino.0, mode, uid, gid, size, atime, mtime, fh)
+            CutFs::set_attr(self, ino.0, mode, uid, gid, size, atime, mtime, fh)
         }) {
             Ok(a) => reply.attr(&self.attr_ttl, &a),
             Err(e) => reply.error(e),
@@ -344,7 +346,7 @@ impl Filesystem for CutFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.guard("readlink", ino.0, || CutFs::readlink(self, ino.0)) {
+        match self.guard("readlink", ino.0, || CutFs::link_target(self, ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
@@ -362,7 +364,7 @@ impl Filesystem for CutFs {
     ) {
         self.reply_entry(
             self.guard("mknod", parent.0, || {
-                CutFs::mknod(self, req, parent.0, name, mode, umask, rdev)
+                CutFs::make_node(self, req, parent.0, name, mode, umask, rdev)
             }),
             reply,
         );
@@ -379,7 +381,7 @@ impl Filesystem for CutFs {
     ) {
         self.reply_entry(
             self.guard("mkdir", parent.0, || {
-                CutFs::mkdir(self, req, parent.0, name, mode, umask)
+                CutFs::make_dir(self, req, parent.0, name, mode, umask)
             }),
             reply,
         );
@@ -388,7 +390,7 @@ impl Filesystem for CutFs {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             self.guard("unlink", parent.0, || {
-                CutFs::unlink(self, parent.0, name, 0)
+                CutFs::remove_entry(self, parent.0, name, 0)
             }),
             reply,
         );
@@ -397,7 +399,7 @@ impl Filesystem for CutFs {
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             self.guard("rmdir", parent.0, || {
-                CutFs::unlink(self, parent.0, name, libc::AT_REMOVEDIR)
+                CutFs::remove_entry(self, parent.0, name, libc::AT_REMOVEDIR)
             }),
             reply,
         );
@@ -413,7 +415,7 @@ impl Filesystem for CutFs {
     ) {
         self.reply_entry(
             self.guard("symlink", parent.0, || {
-                CutFs::symlink(self, req, parent.0, link_name, target)
+                CutFs::make_symlink(self, req, parent.0, link_name, target)
             }),
             reply,
         );
@@ -431,7 +433,7 @@ impl Filesystem for CutFs {
     ) {
         empty(
             self.guard("rename", parent.0, || {
-                CutFs::rename(self, parent.0, name, newparent.0, newname, flags.bits())
+                CutFs::move_entry(self, parent.0, name, newparent.0, newname, flags.bits())
             }),
             reply,
         );
@@ -447,14 +449,14 @@ impl Filesystem for CutFs {
     ) {
         self.reply_entry(
             self.guard("link", ino.0, || {
-                CutFs::link(self, ino.0, newparent.0, newname)
+                CutFs::make_link(self, ino.0, newparent.0, newname)
             }),
             reply,
         );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.guard("open", ino.0, || CutFs::open(self, ino.0, flags.0)) {
+        match self.guard("open", ino.0, || CutFs::open_handle(self, ino.0, flags.0)) {
             Ok(ops::Opened::Now(fh, fl)) => reply.opened(FileHandle(fh), fl),
             Ok(ops::Opened::Later(inode, pin, file)) => {
                 // A long scan first: on the scan threads, not on this worker.
@@ -487,7 +489,9 @@ impl Filesystem for CutFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.guard("read", ino.0, || CutFs::read(self, fh.0, offset, size)) {
+        match self.guard("read", ino.0, || {
+            CutFs::read_handle(self, fh.0, offset, size)
+        }) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e),
         }
@@ -505,7 +509,9 @@ impl Filesystem for CutFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.guard("write", ino.0, || CutFs::write(self, fh.0, offset, data)) {
+        match self.guard("write", ino.0, || {
+            CutFs::write_handle(self, fh.0, offset, data)
+        }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -534,7 +540,7 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         let _ = self.guard("release", ino.0, || {
-            CutFs::release(self, fh.0);
+            CutFs::close_handle(self, fh.0);
             Ok(())
         });
         reply.ok();
@@ -549,13 +555,13 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         empty(
-            self.guard("fsync", ino.0, || CutFs::fsync(self, fh.0, datasync)),
+            self.guard("fsync", ino.0, || CutFs::sync_handle(self, fh.0, datasync)),
             reply,
         );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.guard("opendir", ino.0, || CutFs::opendir(self, ino.0)) {
+        match self.guard("opendir", ino.0, || CutFs::open_dir(self, ino.0)) {
             Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(e),
         }
@@ -570,7 +576,7 @@ impl Filesystem for CutFs {
         mut reply: ReplyDirectory,
     ) {
         let r = self.guard("readdir", ino.0, || {
-            CutFs::readdir(self, fh.0, offset, |next, e| {
+            CutFs::list_dir(self, fh.0, offset, |next, e| {
                 reply.add(INodeNo(e.ino), next, e.kind, &e.name)
             })
         });
@@ -600,7 +606,7 @@ impl Filesystem for CutFs {
             Err(e) => return reply.error(e),
         };
         let r = self.guard("readdirplus", ino.0, || {
-            CutFs::readdirplus(self, fh.0, offset, |next, e, attr| match attr {
+            CutFs::list_dir_plus(self, fh.0, offset, |next, e, attr| match attr {
                 None => reply.add(
                     INodeNo(dir.ino),
                     next,
@@ -634,7 +640,7 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         let _ = self.guard("releasedir", ino.0, || {
-            CutFs::releasedir(self, fh.0);
+            CutFs::close_dir(self, fh.0);
             Ok(())
         });
         reply.ok();
@@ -649,13 +655,15 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         empty(
-            self.guard("fsyncdir", ino.0, || CutFs::fsync(self, fh.0, datasync)),
+            self.guard("fsyncdir", ino.0, || {
+                CutFs::sync_handle(self, fh.0, datasync)
+            }),
             reply,
         );
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.guard("statfs", ino.0, || CutFs::statfs(self)) {
+        match self.guard("statfs", ino.0, || CutFs::fs_stats(self)) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -682,7 +690,7 @@ impl Filesystem for CutFs {
     ) {
         empty(
             self.guard("setxattr", ino.0, || {
-                CutFs::setxattr(self, req, ino.0, name, value, flags)
+                CutFs::set_xattr(self, req, ino.0, name, value, flags)
             }),
             reply,
         );
@@ -690,7 +698,7 @@ impl Filesystem for CutFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         match self.guard("getxattr", ino.0, || {
-            CutFs::getxattr(self, ino.0, name, size)
+            CutFs::get_xattr(self, ino.0, name, size)
         }) {
             Ok(ops::XattrReply::Size(n)) => reply.size(n),
             Ok(ops::XattrReply::Data(d)) => reply.data(&d),
@@ -700,7 +708,7 @@ impl Filesystem for CutFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         match self.guard("listxattr", ino.0, || {
-            CutFs::listxattr(self, req, ino.0, size)
+            CutFs::list_xattrs(self, req, ino.0, size)
         }) {
             Ok(ops::XattrReply::Size(n)) => reply.size(n),
             Ok(ops::XattrReply::Data(d)) => reply.data(&d),
@@ -711,7 +719,7 @@ impl Filesystem for CutFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             self.guard("removexattr", ino.0, || {
-                CutFs::removexattr(self, req, ino.0, name)
+                CutFs::remove_xattr(self, req, ino.0, name)
             }),
             reply,
         );
@@ -720,7 +728,7 @@ impl Filesystem for CutFs {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         empty(
             self.guard("access", ino.0, || {
-                CutFs::access(self, req, ino.0, mask.bits())
+                CutFs::check_access(self, req, ino.0, mask.bits())
             }),
             reply,
         );
@@ -737,7 +745,7 @@ impl Filesystem for CutFs {
         reply: ReplyCreate,
     ) {
         match self.guard("create", parent.0, || {
-            CutFs::create(self, req, parent.0, name, mode, umask, flags)
+            CutFs::create_file(self, req, parent.0, name, mode, umask, flags)
         }) {
             Ok((a, fh, fl)) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(fh), fl),
             Err(e) => reply.error(e),
@@ -756,7 +764,7 @@ impl Filesystem for CutFs {
     ) {
         empty(
             self.guard("fallocate", ino.0, || {
-                CutFs::fallocate(self, fh.0, offset, length, mode)
+                CutFs::allocate_handle(self, fh.0, offset, length, mode)
             }),
             reply,
         );
@@ -787,7 +795,9 @@ impl Filesystem for CutFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.guard("lseek", ino.0, || CutFs::lseek(self, fh.0, offset, whence)) {
+        match self.guard("lseek", ino.0, || {
+            CutFs::seek_handle(self, fh.0, offset, whence)
+        }) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
         }

@@ -7,29 +7,32 @@
 //!   written into them first: corrected when it is UTF-8 text without U+0000
 //!   that W can store (and `-o newfiles=raw` is not set), raw otherwise. From
 //!   then on the file holds content and keeps its encoding (SPEC §3).
-//! * Corrected files go through `crate::edit` (view writes as in-place
-//!   patches, appends or journaled rewrites). Content W cannot store turns the
+//! * Corrected files go through `crate::io::write`, which carries out the
+//!   plans of `crate::view::write` (in-place patches, appends or journaled
+//!   rewrites). Content W cannot store turns the
 //!   file raw (with a warning in the log): nothing is lost.
 //! * Raw files are written as they are, except that a write which would make
 //!   one begin with the magic number fails with EILSEQ.
 //!
 //! * fallocate on a corrected file is the same call on the view
-//!   (`edit::zero_range`, `edit::allocate`); on others, BACKING's own.
+//!   (`io::zero_range`, `io::allocate`); on others, BACKING's own.
+//!
+//! Nothing here picks an errno: the view's reasons (`crate::view::Error`)
+//! become one in `super::error`.
 //!
 //! After every change the per-file state gets the new index under the new
 //! stamp, so the next read, getattr or open sees it without a rescan.
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::FileExt;
 use std::sync::{Arc, PoisonError};
 
-use crate::edit::{self, Outcome, Zeroing};
-use crate::index::OffsetIndex;
+use crate::io::{self as backing, Zeroing};
+use crate::view::{self, sniff, OffsetIndex};
 use cutf8::MAGIC;
 
 use super::content::{self, Class, Content, FileState, Stamp};
-use super::error::{io, Errno, Result, READ_ONLY_VIEW};
+use super::error::{io, Result};
 use super::handles::FileHandle;
 use super::options::NewFiles;
 use super::sys;
@@ -109,15 +112,16 @@ impl CutFs {
             Now::Empty => {
                 if self.newfiles == NewFiles::Auto
                     && offset == 0
-                    && edit::is_text(data)
+                    && sniff::is_text(data)
                     && !self.raw.keeps_raw(&h.inode.path(), data)
                 {
-                    match edit::start_corrected(&h.file, data).map_err(io)? {
+                    match backing::start_corrected(&h.file, data) {
                         Ok(index) => {
                             self.changed(state, &mut content, &h.file, Some(index))?;
                             return Ok(n);
                         }
-                        Err(m) => log::debug!("new file stays raw: {}", m.problem),
+                        Err(backing::Error::View(e)) => log::debug!("new file stays raw: {e}"),
+                        Err(e) => return Err(e.into()),
                     }
                 }
                 let done = self.write_raw(h, offset, data)?;
@@ -131,76 +135,75 @@ impl CutFs {
             }
             Now::Corrected(index) => {
                 if !index.lossless() {
-                    return Err(READ_ONLY_VIEW);
+                    return Err(view::Error::ReadOnly.into());
                 }
                 let mut next = (*index).clone();
-                match edit::write_at(&h.file, &mut next, &self.journal, offset, data).map_err(io)? {
-                    Outcome::Written => {
+                match backing::write_at(&h.file, &mut next, &self.journal, offset, data) {
+                    Ok(()) => {
                         self.changed(state, &mut content, &h.file, Some(next))?;
                     }
-                    Outcome::Unstorable(m) => {
+                    Err(backing::Error::View(why @ view::Error::Unstorable { .. })) => {
                         let name = self.name_of(&h.inode);
-                        if let Err(e) = self.to_raw(h, &index, offset, data) {
+                        if let Err(e) =
+                            backing::to_raw(&h.file, &index, &self.journal, offset, data)
+                        {
                             log::warn!(
-                                "{name}: {}; the write that would make it raw failed \
-                                 ({}); the file is unchanged and stays corrected",
-                                m.problem,
-                                std::io::Error::from_raw_os_error(e.code())
+                                "{name}: {why}; the write that would make it raw failed \
+                                 ({e}); the file is unchanged and stays corrected"
                             );
-                            return Err(e);
+                            return Err(e.into());
                         }
                         log::warn!(
-                            "{name}: {}; the file is now raw (stored as it reads), so \
-                             nothing written is lost",
-                            m.problem
+                            "{name}: {why}; the file is now raw (stored as it reads), so \
+                             nothing written is lost"
                         );
                         self.changed(state, &mut content, &h.file, None)?;
                     }
+                    Err(e) => return Err(e.into()),
                 }
                 Ok(n)
             }
         }
     }
 
-    fn to_raw(&self, h: &FileHandle, index: &OffsetIndex, offset: u64, data: &[u8]) -> Result<()> {
-        edit::to_raw(&h.file, index, &self.journal, offset, data).map_err(io)?;
-        Ok(())
+    /// A raw write: refused with EILSEQ when it would make the file begin
+    /// with the magic number. Returns how much was written: short only when
+    /// BACKING ran out of space (or another error) after some bytes went
+    /// in, as write(2) is.
+    fn write_raw(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
+        let done = backing::write_raw(&h.file, offset, data, || Self::head(h))
+            .inspect_err(|e| self.log_magic_refused(h, e))?;
+        Ok(u32::try_from(done).unwrap_or(u32::MAX))
     }
 
-    /// A raw write: refused with EILSEQ when it would make the file begin
-    /// with the magic number.
-    /// Returns how much was written: short only when BACKING ran out of
-    /// space (or another error) after some bytes went in, as write(2) is.
-    fn write_raw(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
-        Self::guard_magic(h, offset, data).inspect_err(|_| {
+    /// The first bytes of the file open as `h` (through a second, readable
+    /// descriptor when `h` is write-only).
+    fn head(h: &FileHandle) -> std::io::Result<Vec<u8>> {
+        backing::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
+            let r = h
+                .inode
+                .open_quiet(libc::O_RDONLY)
+                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))?;
+            backing::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
+        })
+    }
+
+    fn log_magic_refused(&self, h: &FileHandle, e: &backing::Error) {
+        if matches!(e, backing::Error::View(view::Error::MagicOnRaw)) {
             log::warn!(
                 "{}: refused a write (EILSEQ) that would make this raw file begin with the \
                  Corrected UTF-8 magic number: it would read back as something else. To \
                  bring a Corrected UTF-8 file in, copy it into BACKING directly, or decode \
                  it first (cutf8 decode) and copy the result into the mount.",
                 self.name_of(&h.inode)
-            )
-        })?;
-        let mut done = 0;
-        while done < data.len() {
-            match h.file.write_at(&data[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if done > 0 => {
-                    log::debug!("short write after {done} bytes: {e}");
-                    break;
-                }
-                Err(e) => return Err(io(e)),
-            }
+            );
         }
-        Ok(u32::try_from(done).unwrap_or(u32::MAX))
     }
 
     /// fallocate through handle `h`. Raw and empty files: the backing
     /// fallocate, as they are. Corrected files: each mode as the same call
-    /// on a plain file holding the view (see `edit::zero_range` and
-    /// `edit::allocate`); collapse, insert and anything else are EOPNOTSUPP
+    /// on a plain file holding the view (see `io::zero_range` and
+    /// `io::allocate`); collapse, insert and anything else are EOPNOTSUPP
     /// (the kernel's FUSE client does not send them; refused here too, so
     /// a corrected file never shifts text by block-aligned disk offsets).
     pub(super) fn fallocate_file(
@@ -222,37 +225,36 @@ impl CutFs {
         let Now::Corrected(index) = now else {
             if mode & (PUNCH | ZERO) != 0 {
                 let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
-                Self::guard_magic(h, offset, &zeros)?;
+                backing::write::guard_raw(offset, &zeros, || Self::head(h))?;
             }
             sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)?;
             return self.changed(state, &mut content, &h.file, None);
         };
         if !index.lossless() {
-            return Err(READ_ONLY_VIEW);
+            return Err(view::Error::ReadOnly.into());
         }
         let keep = mode & KEEP != 0;
-        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let end = offset.checked_add(length).ok_or(view::Error::TooLarge)?;
         let mut next = (*index).clone();
         let how = match mode & !KEEP {
             0 => {
-                edit::allocate(&h.file, &mut next, offset, length, keep).map_err(io)?;
+                backing::allocate(&h.file, &mut next, offset, length, keep)?;
                 return self.changed(state, &mut content, &h.file, Some(next));
             }
             PUNCH if keep => Zeroing::Punch,
             ZERO => Zeroing::Zero,
-            _ => return Err(Errno::EOPNOTSUPP),
+            _ => return Err(view::Error::Unsupported.into()),
         };
         let stop = if keep { end.min(next.view_len()) } else { end };
         if offset < stop {
-            edit::zero_range(
+            backing::zero_range(
                 &h.file,
                 &mut next,
                 &self.journal,
                 offset,
                 stop - offset,
                 how,
-            )
-            .map_err(io)?;
+            )?;
         }
         self.changed(state, &mut content, &h.file, Some(next))
     }
@@ -268,10 +270,10 @@ impl CutFs {
         match now {
             Now::Corrected(index) if size != 0 => {
                 if !index.lossless() {
-                    return Err(READ_ONLY_VIEW);
+                    return Err(view::Error::ReadOnly.into());
                 }
                 let mut next = (*index).clone();
-                edit::truncate(file, &mut next, size).map_err(io)?;
+                backing::truncate(file, &mut next, size)?;
                 self.changed(state, &mut content, file, Some(next))
             }
             _ => {

@@ -540,7 +540,7 @@ mod tests {
     }
 
     const JOB: Job = Job {
-        direction: Direction::ToCutf8,
+        direction: Direction::Encode,
         dry_run: false,
     };
 

@@ -63,8 +63,8 @@ fn copy_range(from: &File, from_at: u64, to: &File, to_at: u64, len: u64) -> io:
     let mut done = 0u64;
     while done < len {
         let want = buf.len().min((len - done) as usize);
-        let n = from.read_at(&mut buf[..want], from_at + done)?;
-        if n == 0 {
+        let n = crate::io::read_full_at(from, &mut buf[..want], from_at + done)?;
+        if n < want {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "file shrank while being copied",

@@ -161,8 +161,8 @@ impl Options {
         Ok(Options {
             paths: args.paths.clone(),
             direction: match args.to {
-                Target::Cutf8 => Direction::ToCutf8,
-                Target::Utf8 => Direction::ToUtf8,
+                Target::Cutf8 => Direction::Encode,
+                Target::Utf8 => Direction::Decode,
             },
             dry_run: args.dry_run,
             jobs,

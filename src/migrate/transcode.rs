@@ -12,14 +12,9 @@ use cutf8::{has_magic, Decoder, Encoder, Malformed, Problem, Status, MAGIC};
 
 use super::report::{Position, Reason};
 
-/// Which way a run converts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Standard UTF-8 → Corrected UTF-8 with the magic number (W).
-    ToCutf8,
-    /// Corrected UTF-8 → standard UTF-8, magic number dropped (V).
-    ToUtf8,
-}
+/// Which way a run converts: `Encode` is standard UTF-8 → Corrected UTF-8
+/// with the magic number (W), `Decode` the other way, magic number dropped.
+pub use crate::convert::Direction;
 
 /// Bytes read (and converted) per step.
 pub const CHUNK: usize = 256 * 1024;
@@ -110,19 +105,7 @@ impl<'a> Region<'a> {
             Some(end) => buf.len().min(end.saturating_sub(self.start + at) as usize),
             None => buf.len(),
         };
-        let mut got = 0;
-        while got < want {
-            match self
-                .file
-                .read_at(&mut buf[got..want], self.start + at + got as u64)
-            {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
+        crate::io::read_full_at(self.file, &mut buf[..want], self.start + at)
     }
 }
 
@@ -156,9 +139,9 @@ fn position(src: Region, text_start: u64, offset: u64) -> io::Result<Position> {
 
 fn reason(dir: Direction, problem: Problem, pos: Position) -> Reason {
     match (dir, problem) {
-        (Direction::ToCutf8, Problem::C1Control(cp)) => Reason::C1Control(cp, pos),
-        (Direction::ToCutf8, p) => Reason::InvalidUtf8(p, pos),
-        (Direction::ToUtf8, p) => Reason::NotConvertible(p, pos),
+        (Direction::Encode, Problem::C1Control(cp)) => Reason::C1Control(cp, pos),
+        (Direction::Encode, p) => Reason::InvalidUtf8(p, pos),
+        (Direction::Decode, p) => Reason::NotConvertible(p, pos),
     }
 }
 
@@ -171,11 +154,11 @@ pub fn precheck(dir: Direction, src: Region, bufs: &mut Buffers) -> Result<(), S
         return Err(Stop::Skip(Reason::Empty));
     }
     match dir {
-        Direction::ToCutf8 if has_magic(head) => Err(Stop::Skip(Reason::AlreadyCorrected)),
-        Direction::ToCutf8 if memchr::memchr(0, &head[..n.min(BINARY_WINDOW)]).is_some() => {
+        Direction::Encode if has_magic(head) => Err(Stop::Skip(Reason::AlreadyCorrected)),
+        Direction::Encode if memchr::memchr(0, &head[..n.min(BINARY_WINDOW)]).is_some() => {
             Err(Stop::Skip(Reason::Binary))
         }
-        Direction::ToUtf8 if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
+        Direction::Decode if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
         _ => Ok(()),
     }
 }
@@ -238,11 +221,11 @@ pub fn convert(
     let mut written = Count(0);
     let mut both = Tee(sink, &mut written);
     let (mut codec, mut at) = match dir {
-        Direction::ToCutf8 => {
+        Direction::Encode => {
             both.put(&MAGIC)?;
             (Codec::strict(true), 0u64)
         }
-        Direction::ToUtf8 => (Codec::strict(false), MAGIC.len() as u64),
+        Direction::Decode => (Codec::strict(false), MAGIC.len() as u64),
     };
     let text_start = at;
     loop {
@@ -251,8 +234,8 @@ pub fn convert(
         let chunk = &inp[..n];
         // U+0000 is text to the codec but makes the file not a text file.
         let nul = match dir {
-            Direction::ToCutf8 => memchr::memchr(0, chunk),
-            Direction::ToUtf8 => None,
+            Direction::Encode => memchr::memchr(0, chunk),
+            Direction::Decode => None,
         };
         let feed = nul.map_or(chunk, |z| &chunk[..=z]);
         let last_feed = last && nul.is_none();
@@ -294,7 +277,7 @@ pub fn verify(
     // Going back: the inverse codec, from the converted side's text start,
     // compared with the original side's text.
     let (mut codec, mut conv_at, mut orig_at) = match dir {
-        Direction::ToCutf8 => {
+        Direction::Encode => {
             let mut head = [0u8; 8];
             let n = converted.read(0, &mut head).map_err(io_err)?;
             if n < 8 || !has_magic(&head) {
@@ -302,7 +285,7 @@ pub fn verify(
             }
             (Codec::strict(false), MAGIC.len() as u64, 0u64)
         }
-        Direction::ToUtf8 => (Codec::strict(true), 0, MAGIC.len() as u64),
+        Direction::Decode => (Codec::strict(true), 0, MAGIC.len() as u64),
     };
     loop {
         let n = converted.read(conv_at, inp).map_err(io_err)?;
@@ -362,10 +345,10 @@ mod tests {
             Stop::Skip(r) => r,
             Stop::Io(e) => panic!("{e}"),
         };
-        precheck(Direction::ToCutf8, src, &mut bufs).map_err(skip)?;
+        precheck(Direction::Encode, src, &mut bufs).map_err(skip)?;
         let out = tempfile::tempfile().unwrap();
         let n = convert(
-            Direction::ToCutf8,
+            Direction::Encode,
             src,
             &mut At { file: &out, pos: 0 },
             &mut bufs,
@@ -373,7 +356,7 @@ mod tests {
         .map_err(skip)?;
         let mut v = vec![0; n as usize];
         out.read_exact_at(&mut v, 0).unwrap();
-        verify(Direction::ToCutf8, src, Region::whole(&out), &mut bufs).unwrap();
+        verify(Direction::Encode, src, Region::whole(&out), &mut bufs).unwrap();
         Ok(v)
     }
 
@@ -433,7 +416,7 @@ mod tests {
         let conv = file(&wrong);
         let mut bufs = Buffers::default();
         let r = verify(
-            Direction::ToCutf8,
+            Direction::Encode,
             Region::whole(&orig),
             Region::whole(&conv),
             &mut bufs,
@@ -441,7 +424,7 @@ mod tests {
         assert!(r.is_err());
         let short = file(&wrong[..10]);
         assert!(verify(
-            Direction::ToCutf8,
+            Direction::Encode,
             Region::whole(&orig),
             Region::whole(&short),
             &mut bufs

@@ -1,0 +1,376 @@
+//! Regular files through handles: open and create (the class and index of
+//! the file learned under its content lock, on the scan threads for a large
+//! file), read (raw bytes or the view, through `crate::io`, read again if
+//! BACKING changed the file meanwhile), write and fallocate (`crate::fs::write`),
+//! release, fsync and lseek.
+
+use super::*;
+
+impl CutFs {
+    /// Opens a regular file: at once, or, when a long scan would be needed
+    /// first, as `Opened::Later` for the scan threads to finish
+    /// (`Opener::finish`), so no FUSE worker waits for a scan.
+    pub(in crate::fs) fn open_handle(&self, ino: u64, flags: i32) -> Result<Opened> {
+        let inode = self.inodes.get(ino)?;
+        if !inode.is_reg() {
+            // Devices, fifos and sockets are opened by the kernel itself;
+            // anything else reaching here is not a file we serve.
+            return Err(not_a_file(&inode));
+        }
+        // Pinned first: a file unlinked while open keeps its descriptor.
+        let pin = inode.pin()?;
+        let file = self.open_file(&inode, flags)?;
+        if self.open_needs_scan(&inode, &file)? {
+            return Ok(Opened::Later(inode, pin, file));
+        }
+        self.new_file_handle(inode, pin, file, flags)
+            .map(|(fh, fl)| Opened::Now(fh, fl))
+    }
+
+    /// Whether opening `file` would scan it at length: large, corrected,
+    /// and its index neither in the handle state nor in the cache. (A
+    /// write-only descriptor that cannot show its head is opened at once.)
+    pub(in crate::fs) fn open_needs_scan(
+        &self,
+        inode: &Inode,
+        file: &std::fs::File,
+    ) -> Result<bool> {
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        if st.st_size as u64 <= content::SCAN_INLINE {
+            return Ok(false);
+        }
+        let stamp = Stamp::of(&st);
+        if matches!(inode.state().known_class(&stamp), Some(Class::Raw))
+            || self.cache.get(&stamp).is_some()
+        {
+            return Ok(false);
+        }
+        let fresh = {
+            let content = inode
+                .state()
+                .content
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            matches!(&content.view, Some((s, _)) if *s == stamp)
+        };
+        Ok(!fresh && content::has_magic(file).unwrap_or(false))
+    }
+
+    /// What `finish` needs of the filesystem, for the scan threads.
+    pub(in crate::fs) fn opener(&self) -> Opener {
+        Opener {
+            handles: self.handles.clone(),
+            cache: self.cache.clone(),
+            noatime: self.noatime,
+            strictatime: self.strictatime,
+        }
+    }
+
+    pub(in crate::fs) fn open_file(&self, inode: &Inode, flags: i32) -> Result<std::fs::File> {
+        // O_APPEND stays with the kernel, which sends appends at the end of
+        // the view; the backing descriptor writes at the offsets we choose
+        // (a view offset is not a disk offset, and a rewrite starts at 0).
+        let strip = libc::O_CREAT
+            | libc::O_EXCL
+            | libc::O_NOCTTY
+            | libc::O_DIRECT
+            | libc::O_NOFOLLOW
+            | libc::O_APPEND;
+        let flags = flags & !strip;
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            // A readable descriptor lets the view (and the write path) read too.
+            let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            if let Ok(f) = inode.open(rw) {
+                return Ok(f);
+            }
+        }
+        inode.open(flags)
+    }
+
+    pub(in crate::fs) fn new_file_handle(
+        &self,
+        inode: Arc<Inode>,
+        pin: crate::fs::inodes::Pinned,
+        file: std::fs::File,
+        flags: i32,
+    ) -> Result<(u64, FopenFlags)> {
+        self.opener().finish(inode, pin, file, flags)
+    }
+
+    pub(in crate::fs) fn create_file(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(FileAttr, u64, FopenFlags)> {
+        if is_journal(parent, name) {
+            return Err(Refused::Reserved.into());
+        }
+        let dir = self.inodes.get(parent)?;
+        let cname = sys::component(name).map_err(io)?;
+        let strip = libc::O_NOCTTY | libc::O_DIRECT | libc::O_APPEND;
+        let asked = (flags & !strip) | libc::O_CREAT | libc::O_NOFOLLOW;
+        // Write-only becomes read-write, so the view (and the write path) can read.
+        let upgraded = asked & libc::O_ACCMODE == libc::O_WRONLY;
+        let oflags = if upgraded {
+            (asked & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            asked
+        };
+        let dir_fd = dir.fd()?;
+        let fd = {
+            let _mask = with_umask(umask)?;
+            let _as = act_as(req)?;
+            let mode = mode & 0o7777;
+            match sys::openat(dir_fd.as_fd(), &cname, oflags, mode) {
+                // An existing file the caller may write but not read.
+                Err(e) if upgraded && e.raw_os_error() == Some(libc::EACCES) => {
+                    sys::openat(dir_fd.as_fd(), &cname, asked, mode).map_err(io)?
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    log::warn!(
+                        "{}: cannot create or open: out of file descriptors ({e}); close \
+                         files open through the mount, or raise the daemon's limit (ulimit -n)",
+                        dir.path_of(name)
+                    );
+                    return Err(io(e));
+                }
+                r => r.map_err(io)?,
+            }
+        };
+        drop(dir_fd);
+        let file = std::fs::File::from(fd);
+        let path_fd = sys::reopen(file.as_fd(), libc::O_PATH).map_err(io)?;
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let inode = self.inodes.insert(path_fd.into(), &st, &dir, &cname);
+        let ino = inode.ino;
+        let attr = self.entry(inode.clone(), &st)?;
+        let handle = inode
+            .pin()
+            .and_then(|pin| self.new_file_handle(inode, pin, file, flags));
+        match handle {
+            Ok((fh, fl)) => Ok((attr, fh, fl)),
+            Err(e) => {
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads through a handle: the view while the file is corrected, its
+    /// bytes otherwise. The per-file state, not the handle, says which: a
+    /// write through any handle may change it (an empty file filled with
+    /// text becomes corrected; content W cannot store makes it raw).
+    ///
+    /// A change made in BACKING behind the mount's back is seen here: the
+    /// view is served only through the index of the file's current stamp,
+    /// and a view read that raced with such a change (the stamp moved
+    /// during it) is read again, so it returns bytes of one version.
+    pub(in crate::fs) fn read_handle(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Refused::IsDir.into());
+        };
+        for _ in 0..4 {
+            let (content, stamp, view) = self.current(h)?;
+            let Some(index) = view else {
+                return crate::io::read_raw(&h.file, offset, size as usize).map_err(io);
+            };
+            let data = crate::io::read_view_checked(&h.file, &index, stamp, offset, size as usize);
+            drop(content);
+            if let Some(data) = data.map_err(io)? {
+                return Ok(data);
+            }
+        }
+        log::warn!(
+            "{}: changes in BACKING faster than it can be read; the read fails with EIO",
+            self.name_of(&h.inode)
+        );
+        Err(Refused::KeepsChanging.into())
+    }
+
+    /// The file's current state through handle `h` (see `FileState::current`).
+    pub(in crate::fs) fn current<'a>(
+        &self,
+        h: &'a FileHandle,
+    ) -> Result<(
+        std::sync::RwLockReadGuard<'a, content::Content>,
+        Stamp,
+        Option<Arc<crate::view::OffsetIndex>>,
+    )> {
+        h.inode.state().current(&self.cache, &h.file, || {
+            h.inode
+                .open(libc::O_RDONLY)
+                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
+        })
+    }
+
+    pub(in crate::fs) fn write_handle(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Refused::IsDir.into());
+        };
+        self.write_file(h, offset, data)
+    }
+
+    pub(in crate::fs) fn close_handle(&self, fh: u64) {
+        if let Some(h) = self.handles.remove(fh) {
+            if let Handle::File(h) = &*h {
+                let state = h.inode.state();
+                let mut content = state
+                    .content
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner);
+                content.open = content.open.saturating_sub(1);
+                if content.open == 0 {
+                    // The cache keeps it (within its bound) for the next open.
+                    content.view = None;
+                }
+            }
+        }
+    }
+
+    pub(in crate::fs) fn sync_handle(&self, fh: u64, datasync: bool) -> Result<()> {
+        let h = self.handles.get(fh)?;
+        let fd = match &*h {
+            Handle::File(f) => f.file.as_raw_fd(),
+            Handle::Dir(d) => d.dir.as_raw_fd(),
+        };
+        sys::fsync(fd, datasync).map_err(io)
+    }
+
+    /// fallocate: see `write::fallocate_file` (every mode on the view of
+    /// a corrected file; as in BACKING for raw ones).
+    pub(in crate::fs) fn allocate_handle(
+        &self,
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<()> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Refused::IsDir.into());
+        };
+        self.fallocate_file(h, offset, length, mode)
+    }
+
+    pub(in crate::fs) fn seek_handle(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
+        let h = self.handles.file(fh)?;
+        let Handle::File(h) = &*h else {
+            return Err(Refused::IsDir.into());
+        };
+        let (_content, _, view) = self.current(h)?;
+        let Some(index) = view else {
+            return sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io);
+        };
+        let len = i64::try_from(index.view_len()).unwrap_or(i64::MAX);
+        // A view has no holes.
+        match whence {
+            _ if offset < 0 => Err(Refused::BadSeek.into()),
+            _ if offset >= len => Err(Refused::PastEnd.into()),
+            libc::SEEK_DATA => Ok(offset),
+            libc::SEEK_HOLE => Ok(len),
+            _ => Err(Refused::BadSeek.into()),
+        }
+    }
+}
+
+/// The result of `CutFs::open`.
+pub(in crate::fs) enum Opened {
+    /// A file handle and its open flags.
+    Now(u64, FopenFlags),
+    /// To be finished on the scan threads: `Opener::finish`.
+    Later(Arc<Inode>, crate::fs::inodes::Pinned, std::fs::File),
+}
+
+/// The parts of the filesystem that give an open file its handle, shared
+/// with the scan threads.
+pub(in crate::fs) struct Opener {
+    handles: Arc<crate::fs::handles::HandleTable>,
+    cache: Arc<content::IndexCache>,
+    noatime: bool,
+    strictatime: bool,
+}
+
+impl Opener {
+    /// Gives the open `file` of `inode` a file handle: learns whether it is
+    /// corrected and its index (the long part for a large file), under the
+    /// content lock.
+    pub(in crate::fs) fn finish(
+        &self,
+        inode: Arc<Inode>,
+        pin: crate::fs::inodes::Pinned,
+        file: std::fs::File,
+        flags: i32,
+    ) -> Result<(u64, FopenFlags)> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if self.noatime {
+            sys::set_noatime(file.as_fd()).map_err(io)?;
+        }
+        let state = inode.state().clone();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let stamp = Stamp::of(&st);
+        // A write-only descriptor (the caller may not read) cannot show us
+        // the content: look through a second, read-only one.
+        let second;
+        let mut reader = &file;
+        let corrected = (st.st_size as u64) >= MAGIC.len() as u64
+            && match content::has_magic(&file) {
+                Ok(m) => m,
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    second = inode.open_quiet(libc::O_RDONLY)?;
+                    reader = &second;
+                    content::has_magic(reader).map_err(io)?
+                }
+                Err(e) => return Err(io(e)),
+            };
+        if corrected {
+            let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
+            if !fresh {
+                let index = content::index_for(&self.cache, reader, stamp)?;
+                state.remember_class(
+                    stamp,
+                    Class::Corrected {
+                        view_len: index.view_len(),
+                        lossless: index.lossless(),
+                    },
+                );
+                content.view = Some((stamp, index));
+            }
+            // SPEC invariant 1's exempt class: the view cannot be written
+            // back unchanged, so the file opens for writing with an error.
+            if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
+                return Err(crate::view::Error::ReadOnly.into());
+            }
+        } else {
+            content.view = None;
+        }
+        content.open += 1;
+        let keep = state.opened_at(stamp) && !self.strictatime;
+        drop(content);
+        let fh = self.handles.insert(Handle::File(FileHandle {
+            inode,
+            file,
+            write,
+            _pin: pin,
+        }));
+        let mut flags = FopenFlags::empty();
+        if keep {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if !write {
+            // Nothing is buffered here and locks are the kernel's: a close
+            // of a read-only handle need not wait for a FLUSH round trip.
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        Ok((fh, flags))
+    }
+}

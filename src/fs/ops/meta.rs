@@ -1,0 +1,133 @@
+//! Attributes and checks of one inode: setattr (mode, owner, times, size),
+//! statfs and access, and `keeping_content` for metadata changes that must
+//! not cost a rescan.
+
+use super::*;
+
+impl CutFs {
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::fs) fn set_attr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        fh: Option<u64>,
+    ) -> Result<FileAttr> {
+        let inode = self.inodes.get(ino)?;
+        if uid.is_some() || gid.is_some() || mode.is_some() {
+            self.keeping_content(&inode, || {
+                if uid.is_some() || gid.is_some() {
+                    sys::chown(
+                        inode.fd()?.as_fd(),
+                        uid.unwrap_or(u32::MAX),
+                        gid.unwrap_or(u32::MAX),
+                    )
+                    .map_err(io)?;
+                }
+                if let Some(mode) = mode {
+                    if inode.fmt == libc::S_IFLNK {
+                        return Err(Refused::SymlinkMode.into());
+                    }
+                    sys::chmod(inode.fd()?.as_fd(), mode & 0o7777).map_err(io)?;
+                }
+                Ok(())
+            })?;
+        }
+        if let Some(size) = size {
+            self.truncate(&inode, size, fh)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            self.keeping_content(&inode, || {
+                sys::utimens(
+                    inode.fd()?.as_fd(),
+                    &[attr::timespec(atime), attr::timespec(mtime)],
+                )
+                .map_err(io)
+            })?;
+        }
+        let st = inode.stat()?;
+        self.attr(&inode, &st)
+    }
+
+    pub(in crate::fs) fn truncate(&self, inode: &Inode, size: u64, fh: Option<u64>) -> Result<()> {
+        if !inode.is_reg() {
+            return Err(not_a_file(inode));
+        }
+        let state = inode.state().clone();
+        let handle = fh.and_then(|fh| self.handles.file(fh).ok());
+        match handle.as_deref() {
+            Some(Handle::File(h)) if h.write => self.set_size(&state, &h.file, size),
+            _ => {
+                let file = inode.open_quiet(libc::O_RDWR)?;
+                self.set_size(&state, &file, size)
+            }
+        }
+    }
+
+    pub(in crate::fs) fn fs_stats(&self) -> Result<libc::statvfs> {
+        let root = self.inodes.get(crate::fs::inodes::ROOT)?;
+        sys::fstatvfs(root.fd()?.as_fd()).map_err(io)
+    }
+
+    /// Runs a change of metadata only (`change` must not touch content)
+    /// on `inode` and carries what is known of a regular file's content
+    /// over to its new stamp (ctime moves, the bytes do not).
+    pub(in crate::fs) fn keeping_content<T>(
+        &self,
+        inode: &Inode,
+        change: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        if !inode.is_reg() {
+            return change();
+        }
+        let state = inode.state();
+        let mut content = state
+            .content
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = inode.stat().map(|st| Stamp::of(&st));
+        let r = change()?;
+        if let (Ok(old), Ok(st)) = (before, inode.stat()) {
+            state.carry(&mut content, &self.cache, old, Stamp::of(&st));
+        }
+        Ok(r)
+    }
+
+    /// access(2) by mode bits. Never called in practice: with
+    /// `default_permissions` (always on) the kernel answers access(2)
+    /// itself, ACLs included.
+    pub(in crate::fs) fn check_access(&self, req: &Request, ino: u64, mask: i32) -> Result<()> {
+        let inode = self.inodes.get(ino)?;
+        let st = inode.stat()?;
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let mode = st.st_mode;
+        let want = (mask & 7) as u32;
+        if req.uid() == 0 {
+            let exec_ok =
+                mask & libc::X_OK == 0 || mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
+            return if exec_ok {
+                Ok(())
+            } else {
+                Err(Refused::Denied.into())
+            };
+        }
+        let bits = if st.st_uid == req.uid() {
+            (mode >> 6) & 7
+        } else if st.st_gid == req.gid() || caller(req).has_group(st.st_gid) {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        if bits & want == want {
+            Ok(())
+        } else {
+            Err(Refused::Denied.into())
+        }
+    }
+}

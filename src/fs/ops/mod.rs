@@ -1,0 +1,222 @@
+//! The operations, as plain functions returning `Result`: what each FUSE
+//! request does to BACKING. `mod.rs` wraps each in a thin trait method that
+//! only sends the reply.
+//!
+//! Symlink safety: every operation starts from inode entries (their O_PATH
+//! descriptors, found again safely by `inodes`) and one name component, and
+//! uses `sys`'s `*at` wrappers,
+//! which never follow a symlink; so a symlink in BACKING, or a rename there
+//! while a request runs, can never lead the daemon outside BACKING.
+//!
+//! Permissions (man page, PERMISSIONS): the kernel checks every request
+//! itself before it reaches us (`default_permissions` is always on), mode
+//! bits and POSIX ACLs alike: the daemon negotiates FUSE_POSIX_ACL, and the
+//! kernel reads ACLs through `getxattr` here. So a daemon running as root
+//! lends nobody its rights, and decides nothing about them itself.
+//! Files are created as the caller (`sys::ActAs`: fsuid, fsgid and groups of
+//! the requesting process, root callers included) under the caller's umask
+//! (`sys::Umask`; FUSE_DONT_MASK leaves it to us), so BACKING gives them the
+//! owner, group, mode and default ACL it would give them natively; xattrs
+//! (ACLs included) are changed as the caller too. Everything else runs as
+//! the daemon, after the kernel's check. `listxattr` hides `trusted.*` from
+//! callers without CAP_SYS_ADMIN, as the kernel does natively.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, PoisonError};
+
+use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
+
+use cutf8::MAGIC;
+
+mod dir;
+mod file;
+mod meta;
+mod names;
+mod xattr;
+
+pub(super) use file::Opened;
+pub(super) use xattr::XattrReply;
+
+use super::attr;
+use super::content::{self, Class, Stamp};
+use super::error::{io, Errno, Refused, Result};
+use super::handles::{DirEntry, DirHandle, FileHandle, Handle};
+use super::inodes::Inode;
+use super::sys::{self, ActAs, Identity};
+use super::CutFs;
+
+/// Entries of one readdirplus reply prepared (looked up, classified)
+/// together; more than a 4 KiB reply holds, fewer than a large one.
+const PLUS_BATCH: usize = 48;
+
+/// Threads classifying a batch of cold files at once.
+const PLUS_WORKERS: usize = 8;
+
+/// A readdirplus entry after its lookup: None for "." and "..".
+type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
+
+/// A readdirplus entry's attributes. `provisional`: the file is large, its
+/// class not known yet and only a long scan can tell; rather than scan on a
+/// FUSE worker, the entry goes out with the backing size and no validity
+/// (the kernel asks again, by lookup or getattr, before it uses them, and
+/// those finish on the scan threads) while a scan starts in the background.
+pub(super) struct PlusAttr {
+    pub attr: FileAttr,
+    pub provisional: bool,
+}
+
+fn caller(req: &Request) -> Identity {
+    Identity::of(req.uid(), req.gid(), req.pid())
+}
+
+/// This thread acts as the caller of `req` until the guard drops. A switch
+/// that did not take fails the request with EIO (and a log line) rather
+/// than doing anything with the daemon's own rights.
+fn act_as(req: &Request) -> Result<ActAs> {
+    ActAs::new(&caller(req)).map_err(|e| {
+        log::error!(
+            "cannot act as uid {} gid {} (pid {}): {e}; request refused with EIO",
+            req.uid(),
+            req.gid(),
+            req.pid()
+        );
+        Errno::from(Refused::NoIdentity)
+    })
+}
+
+/// This thread's umask is `umask` until the guard drops (EIO and a log
+/// line if the thread cannot have its own).
+fn with_umask(umask: u32) -> Result<sys::Umask> {
+    sys::Umask::set(umask).map_err(|e| {
+        log::error!("cannot give this thread its own umask: {e}; request refused with EIO");
+        Errno::from(Refused::NoIdentity)
+    })
+}
+
+/// Whether `name` is one of the two xattrs that hold POSIX ACLs.
+fn is_acl_name(name: &[u8]) -> bool {
+    name == b"system.posix_acl_access" || name == b"system.posix_acl_default"
+}
+
+/// Why a request for a regular file's content cannot go to `inode`, which
+/// is not one: a directory, or something only the kernel opens.
+fn not_a_file(inode: &Inode) -> Errno {
+    if inode.is_dir() {
+        Refused::IsDir.into()
+    } else {
+        Refused::NotRegular.into()
+    }
+}
+
+/// Whether `name` in `parent` is one of the mount's own files at the root
+/// of BACKING (the journal, `crate::journal::is_internal`), which the mount
+/// neither shows nor lets anyone touch.
+fn is_journal(parent: u64, name: &OsStr) -> bool {
+    parent == super::inodes::ROOT && crate::journal::is_internal(name)
+}
+
+/// The class of a regular file in state `st` (cached per stamp); a free
+/// function so that the scan threads can run it.
+pub(super) fn classify(
+    cache: &content::IndexCache,
+    inode: &Inode,
+    st: &libc::stat,
+) -> Result<Class> {
+    if !inode.is_reg() || (st.st_size as u64) < MAGIC.len() as u64 {
+        return Ok(Class::Raw);
+    }
+    inode
+        .state()
+        .classify(cache, st, || open_to_classify(inode))
+}
+
+/// Opens `inode` for the daemon's own read of its content (classifying,
+/// indexing): without touching its access time where permitted.
+fn open_to_classify(inode: &Inode) -> std::io::Result<std::fs::File> {
+    inode
+        .open_quiet(libc::O_RDONLY)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
+}
+
+/// FUSE attributes of `inode` in state `st` and class `class`.
+pub(super) fn attr_with(inode: &Inode, st: &libc::stat, class: Class) -> FileAttr {
+    let size = match class {
+        Class::Raw => st.st_size as u64,
+        Class::Corrected { view_len, .. } => view_len,
+    };
+    let mut a = attr::from_stat(inode.ino, st, size);
+    if inode.ino == super::inodes::ROOT {
+        a.ino = fuser::INodeNo(super::inodes::ROOT);
+    }
+    a
+}
+
+impl CutFs {
+    /// The class of a regular file in state `st` (cached per stamp).
+    pub(super) fn class(&self, inode: &Inode, st: &libc::stat) -> Result<Class> {
+        classify(&self.cache, inode, st)
+    }
+
+    /// The attributes every reply carries: the view's size for corrected
+    /// files, everything else as in BACKING.
+    pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
+        Ok(attr_with(inode, st, self.class(inode, st)?))
+    }
+
+    /// Whether classifying this file may take long (a scan of a large
+    /// corrected file whose index is not cached): then the reply is sent
+    /// from the scan threads. Large raw files are told by their head here.
+    pub(super) fn needs_scan(&self, inode: &Inode, st: &libc::stat) -> Result<bool> {
+        if !inode.is_reg()
+            || st.st_size as u64 <= content::SCAN_INLINE
+            || inode.state().known_class(&Stamp::of(st)).is_some()
+        {
+            return Ok(false);
+        }
+        let known = inode
+            .state()
+            .peek(&self.cache, st, || open_to_classify(inode))?;
+        Ok(known.is_none())
+    }
+
+    /// An entry for the kernel: counts one lookup, which is given back if
+    /// the attributes cannot be had.
+    pub(super) fn entry(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<FileAttr> {
+        self.attr(&inode, st)
+            .inspect_err(|_| self.inodes.forget(inode.ino, 1))
+    }
+
+    /// A name for logs: the path relative to BACKING under which the inode
+    /// table last saw `inode` (`Inode::path`).
+    pub(super) fn name_of(&self, inode: &Inode) -> String {
+        inode.path()
+    }
+
+    /// `name_of` by FUSE inode number.
+    pub(super) fn name_of_ino(&self, ino: u64) -> String {
+        match self.inodes.get(ino) {
+            Ok(inode) => self.name_of(&inode),
+            Err(_) => format!("inode {ino}"),
+        }
+    }
+
+    /// The first half of a lookup: the entry, counted, without its class.
+    pub(super) fn lookup_inode(
+        &self,
+        parent: u64,
+        name: &OsStr,
+    ) -> Result<(Arc<Inode>, libc::stat)> {
+        if is_journal(parent, name) {
+            return Err(Refused::Hidden.into());
+        }
+        let dir = self.inodes.get(parent)?;
+        let name = sys::component(name).map_err(io)?;
+        self.inodes.lookup(&dir, &name)
+    }
+
+    pub(super) fn forget_lookups(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+}

@@ -1,0 +1,134 @@
+//! Names in directories: lookup's creating and removing siblings — make
+//! (mkdir, mknod, symlink), link, unlink/rmdir, rename — and readlink.
+//! Each acts on one name under a parent held by descriptor (see `super`).
+
+use super::*;
+
+impl CutFs {
+    /// Creates `name` in `parent` with `make` as the caller, under the
+    /// caller's `umask` (None: none applies, a symlink), then enters it.
+    pub(in crate::fs) fn make(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        umask: Option<u32>,
+        make: impl FnOnce(std::os::fd::BorrowedFd<'_>, &std::ffi::CStr) -> std::io::Result<()>,
+    ) -> Result<FileAttr> {
+        if is_journal(parent, name) {
+            return Err(Refused::Reserved.into());
+        }
+        let dir = self.inodes.get(parent)?;
+        let cname = sys::component(name).map_err(io)?;
+        {
+            let _mask = umask.map(with_umask).transpose()?;
+            let _as = act_as(req)?;
+            make(dir.fd()?.as_fd(), &cname).map_err(io)?;
+        }
+        let (inode, st) = self.inodes.lookup(&dir, &cname)?;
+        self.entry(inode, &st)
+    }
+
+    pub(in crate::fs) fn make_dir(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr> {
+        self.make(req, parent, name, Some(umask), |d, n| {
+            sys::mkdirat(d, n, mode & 0o7777)
+        })
+    }
+
+    pub(in crate::fs) fn make_node(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<FileAttr> {
+        let mode = mode & (libc::S_IFMT | 0o7777);
+        self.make(req, parent, name, Some(umask), |d, n| {
+            sys::mknodat(d, n, mode, libc::dev_t::from(rdev))
+        })
+    }
+
+    pub(in crate::fs) fn make_symlink(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        target: &std::path::Path,
+    ) -> Result<FileAttr> {
+        let target = sys::cstring(target.as_os_str().as_bytes()).map_err(io)?;
+        self.make(req, parent, name, None, |d, n| {
+            sys::symlinkat(&target, d, n)
+        })
+    }
+
+    pub(in crate::fs) fn make_link(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> Result<FileAttr> {
+        if is_journal(newparent, newname) {
+            return Err(Refused::Reserved.into());
+        }
+        let inode = self.inodes.get(ino)?;
+        let dir = self.inodes.get(newparent)?;
+        let cname = sys::component(newname).map_err(io)?;
+        self.keeping_content(&inode, || {
+            sys::linkat(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname).map_err(io)
+        })?;
+        let (inode, st) = self.inodes.lookup(&dir, &cname)?;
+        self.entry(inode, &st)
+    }
+
+    pub(in crate::fs) fn remove_entry(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        flags: libc::c_int,
+    ) -> Result<()> {
+        if is_journal(parent, name) {
+            return Err(Refused::Hidden.into());
+        }
+        let dir = self.inodes.get(parent)?;
+        let cname = sys::component(name).map_err(io)?;
+        sys::unlinkat(dir.fd()?.as_fd(), &cname, flags).map_err(io)
+    }
+
+    pub(in crate::fs) fn move_entry(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        if is_journal(parent, name) || is_journal(newparent, newname) {
+            return Err(Refused::Reserved.into());
+        }
+        let from = self.inodes.get(parent)?;
+        let to = self.inodes.get(newparent)?;
+        let old = sys::component(name).map_err(io)?;
+        let new = sys::component(newname).map_err(io)?;
+        sys::renameat2(from.fd()?.as_fd(), &old, to.fd()?.as_fd(), &new, flags).map_err(io)?;
+        // Reopening by name follows the inodes to their new names.
+        self.inodes.renamed(&to, &new);
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            self.inodes.renamed(&from, &old);
+        }
+        Ok(())
+    }
+
+    pub(in crate::fs) fn link_target(&self, ino: u64) -> Result<Vec<u8>> {
+        let inode = self.inodes.get(ino)?;
+        sys::readlink(inode.fd()?.as_fd()).map_err(io)
+    }
+}

@@ -1,0 +1,367 @@
+//! The I/O layer: the only place that reads and writes the contents of
+//! backing files. It executes the plans of `crate::view` — fetching the
+//! disk bytes a [`Reading`] or a [`Span`] asks for, carrying out a write's
+//! [`Patch`](crate::view::Patch) — and knows nothing of FUSE, inodes or
+//! errno.
+//!
+//! Every read goes through [`read_full_at`]: it fills its buffer, and a
+//! short read is the end of the file (never an error, never a panic), so a
+//! file that shrinks behind the mount's back ends a read early; the caller
+//! re-checks the file's [`Stamp`] ([`read_view_checked`]) and reads again.
+//! [`PosReader`] is the one positional reader (`Read` over a range of a
+//! file).
+
+mod stamp;
+pub mod write;
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+
+use nix::errno::Errno as NixErrno;
+use nix::unistd::{lseek, Whence};
+
+use crate::view::{self, OffsetIndex, Piece, Reading, Rescan, Span, DATA_START};
+use cutf8::MAGIC;
+
+pub use stamp::Stamp;
+pub use write::Zeroing;
+pub use write::{allocate, start_corrected, to_raw, truncate, write_at, write_raw, zero_range};
+
+/// What executing a plan can fail with: the backing file's own error (its
+/// errno kept), or a reason of the view's.
+#[derive(Debug)]
+pub enum Error {
+    Os(io::Error),
+    View(view::Error),
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        Error::Os(e)
+    }
+}
+
+impl From<view::Error> for Error {
+    fn from(e: view::Error) -> Error {
+        Error::View(e)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Os(e) => e.fmt(f),
+            Error::View(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// What the I/O layer returns.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Fills `buf` from `file` at `off`; fewer bytes only at end of file.
+pub fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], off) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                off += k as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// `file[pos..end)` as a reader (`end`: None for the end of the file); a
+/// short read is the end.
+pub struct PosReader<'a> {
+    pub file: &'a File,
+    pub pos: u64,
+    pub end: Option<u64>,
+}
+
+impl<'a> PosReader<'a> {
+    pub fn new(file: &'a File, pos: u64, end: Option<u64>) -> PosReader<'a> {
+        PosReader { file, pos, end }
+    }
+}
+
+impl Read for PosReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = match self.end {
+            Some(end) => (buf.len() as u64).min(end.saturating_sub(self.pos)) as usize,
+            None => buf.len(),
+        };
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Up to `size` raw bytes at `offset`; short only at end of file.
+pub fn read_raw(file: &File, offset: u64, size: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; size];
+    let n = read_full_at(file, &mut buf, offset)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// Up to `size` view bytes at `offset` of a corrected file; short only at
+/// the view's end (or where the file ends before its index says).
+pub fn read_view(
+    file: &File,
+    index: &OffsetIndex,
+    offset: u64,
+    size: usize,
+) -> io::Result<Vec<u8>> {
+    let len = index.view_len().saturating_sub(offset);
+    let mut buf = vec![0u8; size.min(usize::try_from(len).unwrap_or(usize::MAX))];
+    let n = read_view_into(file, index, offset, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// Reads view bytes at `offset` into `buf`; how many.
+pub fn read_view_into(
+    file: &File,
+    index: &OffsetIndex,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut r: Reading = index.reading(offset, buf.len());
+    let mut disk = Vec::new();
+    while let Some((pos, len)) = r.need() {
+        disk.resize(len, 0);
+        let n = read_full_at(file, &mut disk, DATA_START + pos)?;
+        r.feed(&disk[..n], buf);
+    }
+    Ok(r.got())
+}
+
+/// Up to `size` view bytes at `offset`, read through the index of the
+/// file's state `stamp`, and the stamp checked again after the read: None
+/// when the file changed meanwhile (the bytes may mix two versions; learn
+/// the file again and read again).
+pub fn read_view_checked(
+    file: &File,
+    index: &OffsetIndex,
+    stamp: Stamp,
+    offset: u64,
+    size: usize,
+) -> io::Result<Option<Vec<u8>>> {
+    let data = read_view(file, index, offset, size)?;
+    Ok((Stamp::now(file)? == stamp).then_some(data))
+}
+
+/// The disk bytes around view bytes `[lo, hi)` the write planner needs.
+pub fn span(file: &File, index: &OffsetIndex, (lo, hi): (u64, u64)) -> io::Result<Span> {
+    let plan = index.span_plan(lo, hi);
+    let bytes = read_raw(file, DATA_START + plan.start, plan.len)?;
+    Ok(index.span(plan, bytes))
+}
+
+/// Whether `file` begins with the magic number. A file whose first data
+/// is not at offset 0 (a hole, or unwritten extents after `fallocate`)
+/// starts with NUL bytes, so it cannot: nothing is read then, which keeps
+/// the read from pulling unwritten extents into the page cache (where ext4
+/// would then report them as data to SEEK_DATA/SEEK_HOLE).
+pub fn has_magic(file: &File) -> io::Result<bool> {
+    match lseek(file, 0, Whence::SeekData) {
+        Ok(0) => {}
+        Ok(_) | Err(NixErrno::ENXIO) => return Ok(false),
+        // EINVAL/EOPNOTSUPP: the filesystem does not say; read.
+        Err(_) => {}
+    }
+    let mut head = [0u8; MAGIC.len()];
+    Ok(read_full_at(file, &mut head, 0)? == head.len() && head == MAGIC)
+}
+
+/// Builds the index of a corrected file by one scan of its bytes, holes
+/// skipped.
+pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
+    build_range(file, DATA_START, u64::MAX)
+}
+
+/// The index of `file[start..end)` (`start` just after the magic number),
+/// holes skipped (SEEK_DATA/SEEK_HOLE): a sparse 20 GiB file with 1 MiB of
+/// data is scanned in milliseconds.
+pub fn build_range(file: &File, start: u64, end: u64) -> io::Result<OffsetIndex> {
+    // A hole runs to the end of the file, not past it.
+    let end = end.min(file.metadata()?.len());
+    let mut src = Extents::new(file, start, end);
+    OffsetIndex::build_pieces(|buf| src.next(buf))
+}
+
+/// Brings `index` up to date after the disk bytes from `from` changed (see
+/// `OffsetIndex::rescan_plan`). `fresh`, when given, holds the new bytes
+/// from `from` to the end (an append just written): they are scanned from
+/// memory, not read back.
+pub fn rescan(
+    file: &File,
+    index: &mut OffsetIndex,
+    from: u64,
+    changed_to: u64,
+    new_disk_len: u64,
+    fresh: Option<&[u8]>,
+) -> io::Result<()> {
+    match index.rescan_plan(from, changed_to, new_disk_len) {
+        Rescan::Tail { start } => {
+            let fresh = fresh.filter(|b| from + b.len() as u64 == new_disk_len);
+            let tail = match fresh {
+                Some(fresh) => OffsetIndex::build(
+                    PosReader::new(file, DATA_START + start, Some(DATA_START + from)).chain(fresh),
+                )?,
+                // Holes (a file extended by truncate) are skipped.
+                None => build_range(file, DATA_START + start, DATA_START + new_disk_len)?,
+            };
+            index.apply_tail(from, new_disk_len, tail);
+        }
+        Rescan::Blocks { start, len } => {
+            let disk = read_raw(file, DATA_START + start, len)?;
+            index.apply_blocks(from, changed_to, new_disk_len, &disk);
+        }
+    }
+    Ok(())
+}
+
+/// `file[pos..end)` as data and holes (SEEK_DATA/SEEK_HOLE; where the
+/// filesystem does not tell, everything is data). A file that shrinks
+/// meanwhile ends early: a short read is the end.
+struct Extents<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+    /// Data is known to go on up to here (the next hole or `end`).
+    data_to: u64,
+}
+
+impl<'a> Extents<'a> {
+    fn new(file: &'a File, pos: u64, end: u64) -> Extents<'a> {
+        Extents {
+            file,
+            pos,
+            end: end.max(pos),
+            data_to: pos,
+        }
+    }
+
+    fn seek(&self, whence: Whence) -> io::Result<Option<u64>> {
+        let Ok(at) = i64::try_from(self.pos) else {
+            return Ok(None);
+        };
+        match lseek(self.file, at, whence) {
+            Ok(r) => Ok(Some(r as u64)),
+            // No data from here on.
+            Err(NixErrno::ENXIO) => Ok(Some(u64::MAX)),
+            Err(NixErrno::EINVAL | NixErrno::EOPNOTSUPP) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn next(&mut self, buf: &mut [u8]) -> io::Result<Piece> {
+        if self.pos >= self.end {
+            return Ok(Piece::End);
+        }
+        if self.pos >= self.data_to {
+            match self.seek(Whence::SeekData)? {
+                None => self.data_to = self.end,
+                Some(d) if d > self.pos => {
+                    let to = d.min(self.end);
+                    let len = to - self.pos;
+                    self.pos = to;
+                    return Ok(Piece::Hole(len));
+                }
+                Some(_) => {
+                    self.data_to = match self.seek(Whence::SeekHole)? {
+                        Some(h) if h > self.pos => h.min(self.end),
+                        _ => self.end,
+                    };
+                }
+            }
+        }
+        let want = (buf.len() as u64).min(self.data_to - self.pos) as usize;
+        let n = read_full_at(self.file, &mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Ok(Piece::End);
+        }
+        self.pos += n as u64;
+        if n < want {
+            // Shorter than it was: the end is here.
+            self.end = self.pos;
+        }
+        Ok(Piece::Data(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::index::tests::corpus;
+    use cutf8::decode_to_vec;
+    use std::io::Write;
+
+    const DATA: u64 = DATA_START;
+
+    fn file_with(disk: &[u8]) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&MAGIC).unwrap();
+        f.write_all(disk).unwrap();
+        f
+    }
+
+    #[test]
+    fn build_range_skips_holes_and_equals_a_full_scan() {
+        // Data, a hole that cuts a growing unit in two, data far away, and
+        // a hole up to the end.
+        let mut head = corpus(21, 5000, 300, true);
+        head.extend_from_slice(&[0xEF, 0xBF]); // a unit the hole cuts
+        let tail = corpus(22, 5000, 300, true);
+        let far = 3 << 20;
+        let len = far + tail.len() as u64 + (1 << 20);
+        let f = file_with(&head);
+        f.write_all_at(&tail, DATA + far).unwrap();
+        f.set_len(DATA + len).unwrap();
+        let mut full = vec![0u8; len as usize];
+        full[..head.len()].copy_from_slice(&head);
+        full[far as usize..far as usize + tail.len()].copy_from_slice(&tail);
+        let whole = OffsetIndex::from_bytes(&full);
+        assert_eq!(build_range(&f, DATA, DATA + len).unwrap(), whole);
+        assert_eq!(build_index(&f).unwrap(), whole);
+        // A file shorter than asked ends where it ends.
+        assert_eq!(build_range(&f, DATA, DATA + len + 999).unwrap(), whole);
+    }
+
+    #[test]
+    fn view_reads_of_a_file_match_v_and_a_shrunk_file_ends_early() {
+        let disk = corpus(23, 60_000, 500, true);
+        let view = decode_to_vec(&disk, false).unwrap();
+        let idx = OffsetIndex::from_bytes(&disk);
+        let f = file_with(&disk);
+        for (off, len) in [
+            (0, 10),
+            (4095, 300),
+            (70_000, 200_000),
+            (view.len() as u64 - 3, 9),
+        ] {
+            let got = read_view(&f, &idx, off, len).unwrap();
+            let o = off as usize;
+            assert_eq!(got, &view[o..(o + len).min(view.len())], "off {off}");
+        }
+        f.set_len(DATA + 42).unwrap();
+        for off in [0, 41, 42, 100, 5000, 300_000, idx.view_len() - 1] {
+            // Short, never a panic: the caller re-checks the stamp.
+            let got = read_view(&f, &idx, off, 4096).unwrap();
+            assert!(got.len() <= 4096);
+            let _ = span(&f, &idx, (off, off + 9)).unwrap();
+        }
+        assert!(!has_magic(&tempfile::tempfile().unwrap()).unwrap());
+        assert!(has_magic(&f).unwrap());
+    }
+}

@@ -1,0 +1,460 @@
+//! The offset index of one corrected file: view offset → disk offset.
+//!
+//! A corrected file's view (V of its disk bytes after the magic) is as long
+//! as the disk bytes plus one byte for every unit that grows (see
+//! [`cutf8::length`]). The index records, per 4 KiB block of disk
+//! bytes, how many growing units start before the block — but only for blocks
+//! where that count changes, so a file whose text keeps its length (almost
+//! all text) costs a few words, and a dense one 16 bytes per 4 KiB block.
+//!
+//! Reading n view bytes at offset o then costs one binary search, a decode of
+//! at most one block plus one unit before o, and O(n) (`super::read`).
+//!
+//! Building ([`OffsetIndex::build_pieces`]) takes data and holes: the I/O
+//! layer skips holes (SEEK_DATA/SEEK_HOLE), which are NUL bytes that keep
+//! their length, so only a unit cut by the hole's start is decided and the
+//! rest costs nothing — a sparse 20 GiB file with 1 MiB of data is indexed
+//! in milliseconds. After a change, [`OffsetIndex::rescan_plan`] says which
+//! disk bytes to look at again, and `apply_tail` / `apply_blocks` take them.
+//!
+//! The index knows nothing of files, FUSE or of when a file changed; the
+//! mount keys it by the backing file's stamp and rebuilds it when that
+//! changes. Offsets here count from the first byte after the magic number.
+
+use std::io::{self, Read};
+
+use cutf8::length::{scan_disk, DiskEvent};
+
+/// Disk bytes per index block.
+pub(super) const BLOCK: u64 = 4096;
+/// Longest disk unit minus one: how far back a unit covering a block start
+/// can begin.
+pub(super) const BACK: u64 = 5;
+/// Disk bytes read per step when building or reading.
+pub(super) const CHUNK: usize = 64 * 1024;
+
+/// View-offset map of one corrected file; see the module doc.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffsetIndex {
+    disk_len: u64,
+    /// Growing units in the whole file: view length − disk length.
+    growth: u64,
+    /// SPEC §2's exempt units (W would not give them back unchanged).
+    exempt: u64,
+    /// `(k, g)`: growing units that start before disk offset `k * BLOCK` is
+    /// `g`, for every block `k` from this entry up to the next one. An
+    /// implicit `(0, 0)` comes first; `k` and `g` strictly increase.
+    steps: Vec<(u64, u64)>,
+}
+
+impl OffsetIndex {
+    /// Build by one scan of the disk bytes (the reader is positioned just
+    /// after the magic number).
+    pub fn build(mut reader: impl Read) -> io::Result<OffsetIndex> {
+        OffsetIndex::build_pieces(|buf| match reader.read(buf)? {
+            0 => Ok(Piece::End),
+            n => Ok(Piece::Data(n)),
+        })
+    }
+
+    /// Build from a source of pieces (data read into the buffer, holes
+    /// of NUL bytes not read, the end): the I/O layer's scan of a file with
+    /// holes skipped (`crate::io::build_index`). A hole is NUL bytes, which
+    /// keep their length and never grow, so only the unit a hole ends (if
+    /// one was cut by it) is decided, and the rest of the hole costs nothing.
+    pub fn build_pieces(
+        mut next: impl FnMut(&mut [u8]) -> io::Result<Piece>,
+    ) -> io::Result<OffsetIndex> {
+        let mut idx = OffsetIndex::default();
+        let mut buf = vec![0u8; CHUNK + 8];
+        // buf[..carry] holds an undecided unit from the previous chunk,
+        // which starts at disk offset `base`.
+        let mut carry = 0usize;
+        let mut base = 0u64;
+        loop {
+            let piece = match next(&mut buf[carry..CHUNK + carry]) {
+                Ok(p) => p,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let mut hole = match piece {
+                Piece::Data(n) => {
+                    let end = carry + n;
+                    let done = scan_disk(&buf[..end], false, |e| idx.note(base, e));
+                    buf.copy_within(done..end, 0);
+                    carry = end - done;
+                    base += done as u64;
+                    continue;
+                }
+                Piece::Hole(len) => len,
+                Piece::End => {
+                    let end = carry;
+                    scan_disk(&buf[..end], true, |e| idx.note(base, e));
+                    idx.disk_len = base + end as u64;
+                    idx.steps.shrink_to_fit();
+                    return Ok(idx);
+                }
+            };
+            // Zeros decide a unit the hole cut (a NUL is a unit of its
+            // own); once nothing is carried, the rest is skipped.
+            while hole > 0 {
+                if carry == 0 {
+                    base += hole;
+                    break;
+                }
+                let z = usize::try_from(hole).unwrap_or(CHUNK).min(CHUNK);
+                buf[carry..carry + z].fill(0);
+                let end = carry + z;
+                let done = scan_disk(&buf[..end], false, |e| idx.note(base, e));
+                buf.copy_within(done..end, 0);
+                carry = end - done;
+                base += done as u64;
+                hole -= z as u64;
+            }
+        }
+    }
+
+    /// Build from disk bytes in memory (after the magic number).
+    pub fn from_bytes(disk: &[u8]) -> OffsetIndex {
+        // Reading a slice cannot fail.
+        OffsetIndex::build(disk).unwrap_or_default()
+    }
+
+    fn note(&mut self, base: u64, e: DiskEvent) {
+        match e {
+            DiskEvent::Grow(p) => {
+                self.growth += 1;
+                let k = (base + p as u64) / BLOCK + 1;
+                match self.steps.last_mut() {
+                    Some(last) if last.0 == k => last.1 = self.growth,
+                    _ => self.steps.push((k, self.growth)),
+                }
+            }
+            DiskEvent::Exempt(_) => self.exempt += 1,
+        }
+    }
+
+    /// Length of the view (without the magic number).
+    pub fn view_len(&self) -> u64 {
+        self.disk_len + self.growth
+    }
+
+    /// Length of the disk bytes after the magic number.
+    pub fn disk_len(&self) -> u64 {
+        self.disk_len
+    }
+
+    /// False when the file holds a unit W would not write back unchanged
+    /// (SPEC §2 invariant 1's exception): serve it read-only.
+    pub fn lossless(&self) -> bool {
+        self.exempt == 0
+    }
+
+    /// Whether every unit keeps its length (view offset = disk offset).
+    pub fn is_identity(&self) -> bool {
+        self.growth == 0
+    }
+
+    /// Memory the index holds beyond its own struct.
+    pub fn heap_bytes(&self) -> usize {
+        self.steps.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+
+    /// The block to start decoding from for view offset `view_off`:
+    /// `(k, g)` with `k * BLOCK + g <= view_off` as large as possible, where
+    /// `g` counts growing units starting before disk offset `k * BLOCK`.
+    pub(super) fn checkpoint(&self, view_off: u64) -> (u64, u64) {
+        let start = |&(k, g): &(u64, u64)| k * BLOCK + g;
+        // Entries whose block starts at or before view_off.
+        let j = self.steps.partition_point(|s| start(s) <= view_off);
+        let (k0, g, next) = match j {
+            0 => (0, 0, self.steps.first().map(|s| s.0)),
+            _ => {
+                let (k, g) = self.steps[j - 1];
+                (k, g, self.steps.get(j).map(|s| s.0))
+            }
+        };
+        let mut k = k0.max((view_off - g) / BLOCK);
+        if let Some(next) = next {
+            k = k.min(next - 1);
+        }
+        (k, g)
+    }
+}
+
+impl OffsetIndex {
+    /// Growing units that start before disk offset `k * BLOCK`.
+    fn growth_before_block(&self, k: u64) -> u64 {
+        let j = self.steps.partition_point(|s| s.0 <= k);
+        if j == 0 {
+            0
+        } else {
+            self.steps[j - 1].1
+        }
+    }
+
+    /// What bringing the index up to date needs after the disk bytes from
+    /// `from` changed (see [`Rescan`]). `changed_to` is where the change
+    /// ends in the new content; when it is less than `new_disk_len`,
+    /// everything after it is the same bytes at the same offsets as before
+    /// (an in-place patch) and only the touched blocks are recounted;
+    /// otherwise everything from `from` on is.
+    pub fn rescan_plan(&self, from: u64, changed_to: u64, new_disk_len: u64) -> Rescan {
+        let k1 = from / BLOCK;
+        if changed_to >= new_disk_len {
+            return Rescan::Tail { start: k1 * BLOCK };
+        }
+        let k2 = (changed_to.max(from + 1) - 1) / BLOCK;
+        let span_end = ((k2 + 1) * BLOCK).min(new_disk_len);
+        Rescan::Blocks {
+            start: k1 * BLOCK,
+            len: (span_end - k1 * BLOCK) as usize + 8,
+        }
+    }
+
+    /// Completes [`Rescan::Tail`]: `tail` indexes the new disk bytes from
+    /// the plan's `start` to `new_disk_len`.
+    pub fn apply_tail(&mut self, from: u64, new_disk_len: u64, tail: OffsetIndex) {
+        let k1 = from / BLOCK;
+        let g1 = self.growth_before_block(k1);
+        self.steps.retain(|s| s.0 <= k1);
+        self.disk_len = new_disk_len;
+        // W never writes an exempt unit, and the mount does not write to
+        // files that hold one: a rescan can only find none or count them.
+        self.exempt += tail.exempt;
+        for (k, g) in tail.steps {
+            self.steps.push((k1 + k, g1 + g));
+        }
+        self.growth = g1 + tail.growth;
+    }
+
+    /// Completes [`Rescan::Blocks`]: `disk` holds the new disk bytes from
+    /// the plan's `start` on, as many as the plan asked for (fewer: the
+    /// file ends there). Blocks `from..=changed_to` are recounted, the
+    /// rest shift by the difference.
+    pub fn apply_blocks(&mut self, from: u64, changed_to: u64, new_disk_len: u64, disk: &[u8]) {
+        let k1 = from / BLOCK;
+        let g1 = self.growth_before_block(k1);
+        let k2 = (changed_to.max(from + 1) - 1) / BLOCK;
+        let g_after = self.growth_before_block(k2 + 1);
+        let span_end = ((k2 + 1) * BLOCK).min(new_disk_len);
+        let n = disk.len();
+        let at_end = k1 * BLOCK + n as u64 >= new_disk_len;
+        let limit = (span_end.saturating_sub(k1 * BLOCK)) as usize;
+        let mut counts = vec![0u64; (k2 - k1 + 1) as usize];
+        let mut exempt_new = 0u64;
+        scan_disk(disk, at_end, |e| match e {
+            DiskEvent::Grow(p) if p < limit => counts[p / BLOCK as usize] += 1,
+            DiskEvent::Exempt(p) if p < limit => exempt_new += 1,
+            _ => {}
+        });
+        let new_total: u64 = counts.iter().sum();
+        let old_total = g_after - g1;
+        let mut steps: Vec<(u64, u64)> = self.steps.iter().copied().filter(|s| s.0 <= k1).collect();
+        let mut g = g1;
+        for (i, c) in counts.iter().enumerate() {
+            if *c > 0 {
+                g += c;
+                steps.push((k1 + i as u64 + 1, g));
+            }
+        }
+        let delta = new_total as i64 - old_total as i64;
+        for &(k, og) in self.steps.iter().filter(|s| s.0 > k2 + 1) {
+            steps.push((k, (og as i64 + delta) as u64));
+        }
+        // Keep the invariant: strictly increasing k and g, first g > 0.
+        steps.dedup_by(|b, a| b.1 == a.1);
+        steps.retain(|s| s.1 > 0);
+        self.steps = steps;
+        self.growth = (self.growth as i64 + delta) as u64;
+        self.disk_len = new_disk_len;
+        self.exempt += exempt_new;
+    }
+}
+
+/// What [`OffsetIndex::rescan_plan`] needs read: disk offsets count from
+/// the first byte after the magic number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rescan {
+    /// Index the new disk bytes from `start` to the end (holes skipped),
+    /// then [`OffsetIndex::apply_tail`].
+    Tail { start: u64 },
+    /// Read `len` disk bytes at `start`, then [`OffsetIndex::apply_blocks`].
+    Blocks { start: u64, len: usize },
+}
+
+/// One step of a scan: bytes read into the buffer, a hole of that many
+/// NUL bytes (not read), or the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    Data(usize),
+    Hole(u64),
+    End,
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::view::tests::read_mem;
+    use cutf8::{decode_to_vec, encode_to_vec};
+    use rand::{Rng, SeedableRng};
+
+    /// A text mixing unchanged and growing characters with the given
+    /// density of growing ones (per mille), plus ill-formed bytes.
+    pub(crate) fn corpus(seed: u64, chars: usize, dense: u32, junk: bool) -> Vec<u8> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut disk = Vec::new();
+        for _ in 0..chars {
+            let roll = rng.gen_range(0..1000);
+            let piece: Vec<u8> = if roll < dense {
+                let c = match rng.gen_range(0..4) {
+                    0 => rng.gen_range(0x800..=0x89F),
+                    1 => rng.gen_range(0x1_0000..=0x1_109F),
+                    2 => rng.gen_range(0x20_0000..=0x21_109F),
+                    _ => rng.gen_range(0x8000_0000..=0x8421_109F),
+                };
+                let mut b = [0u8; 8];
+                let n = cutf8::encode_disk(c, &mut b).unwrap();
+                b[..n].to_vec()
+            } else if junk && roll < dense + 20 {
+                match rng.gen_range(0..4) {
+                    0 => vec![0x80],
+                    1 => vec![0xE4, 0x80],
+                    2 => vec![0xFF, 0x80, 0x81],
+                    _ => vec![0xFE, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80],
+                }
+            } else {
+                let s = ["a", "é", "ж", "中", "😀", "\n", "𐀀"][rng.gen_range(0..7)];
+                encode_to_vec(s.as_bytes(), true).unwrap()
+            };
+            disk.extend_from_slice(&piece);
+        }
+        disk
+    }
+
+    fn check_reads(disk: &[u8], seed: u64, reads: usize) {
+        let view = decode_to_vec(disk, false).unwrap();
+        let idx = OffsetIndex::from_bytes(disk);
+        assert_eq!(idx.view_len(), view.len() as u64);
+        assert_eq!(idx.disk_len(), disk.len() as u64);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut buf = vec![0u8; 70_000];
+        for _ in 0..reads {
+            let off = rng.gen_range(0..=view.len() as u64 + 3);
+            let len = match rng.gen_range(0..3) {
+                0 => rng.gen_range(0..8),
+                1 => rng.gen_range(0..5000),
+                _ => rng.gen_range(0..70_000),
+            };
+            let got = read_mem(disk, &idx, off, &mut buf[..len]);
+            let o = (off as usize).min(view.len());
+            let expect = &view[o..(o + len).min(view.len())];
+            assert_eq!(&buf[..got], expect, "off {off} len {len}");
+        }
+    }
+
+    #[test]
+    fn identity_text_costs_no_index_memory() {
+        let disk = encode_to_vec(
+            "plain ASCII, Ελληνικά, кириллица, 中文, 😀\n"
+                .repeat(5000)
+                .as_bytes(),
+            true,
+        )
+        .unwrap();
+        let idx = OffsetIndex::from_bytes(&disk);
+        assert!(idx.is_identity());
+        assert_eq!(idx.heap_bytes(), 0);
+        assert_eq!(idx.view_len(), idx.disk_len());
+        check_reads(&disk, 1, 300);
+    }
+
+    #[test]
+    fn dense_growth_reads_match_v() {
+        let disk = corpus(7, 60_000, 500, false);
+        let idx = OffsetIndex::from_bytes(&disk);
+        assert!(!idx.is_identity());
+        assert!(idx.heap_bytes() <= (disk.len() / BLOCK as usize + 2) * 16 * 2);
+        check_reads(&disk, 2, 2000);
+    }
+
+    #[test]
+    fn sparse_growth_and_junk_reads_match_v() {
+        for (seed, dense) in [(3, 1), (4, 10), (5, 200)] {
+            let disk = corpus(seed, 40_000, dense, true);
+            check_reads(&disk, seed, 800);
+        }
+    }
+
+    #[test]
+    fn exempt_units_make_the_file_lossy() {
+        let mut disk = b"ab".to_vec();
+        disk.extend_from_slice(&[0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80]);
+        assert!(!OffsetIndex::from_bytes(&disk).lossless());
+        disk[3] = 0x81; // value below U+80000000: not an extended form
+        assert!(OffsetIndex::from_bytes(&disk).lossless());
+    }
+
+    #[test]
+    fn growing_units_on_block_edges() {
+        // A growing unit at every offset around the first block boundaries.
+        for shift in 0..12usize {
+            let mut disk = vec![b'x'; BLOCK as usize - 6 + shift];
+            for _ in 0..3 {
+                disk.extend_from_slice(&[0xDF, 0xBF]); // U+089F grows
+                disk.extend_from_slice(&[0xEF, 0xBF, 0xBF]); // U+1109F grows
+                disk.extend(std::iter::repeat_n(b'y', BLOCK as usize - 5));
+            }
+            let view = decode_to_vec(&disk, false).unwrap();
+            let idx = OffsetIndex::from_bytes(&disk);
+            for off in 0..view.len() as u64 {
+                if off % 97 != 0 && !(off % BLOCK < 16 || off % BLOCK > BLOCK - 16) {
+                    continue;
+                }
+                let mut b = [0u8; 9];
+                let n = read_mem(&disk, &idx, off, &mut b);
+                let o = off as usize;
+                assert_eq!(
+                    &b[..n],
+                    &view[o..(o + 9).min(view.len())],
+                    "shift {shift} off {off}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reads_past_a_shrunk_file_are_eof_not_a_panic() {
+        let disk = corpus(23, 60_000, 500, false);
+        let idx = OffsetIndex::from_bytes(&disk);
+        let mut buf = vec![0u8; 4096];
+        for off in [0, 41, 42, 100, 5000, 300_000, idx.view_len() - 1] {
+            // Any answer but a panic: the caller re-checks the stamp.
+            let n = read_mem(&disk[..42], &idx, off, &mut buf);
+            assert!(n <= buf.len());
+            let plan = idx.span_plan(off, off + 9);
+            let short = disk[..42].get(plan.start as usize..).unwrap_or_default();
+            let span = idx.span(plan, short.to_vec());
+            let _ = span.view_bytes(off, off + 9);
+            let _ = span.disk_offset_of(off + 3);
+        }
+    }
+
+    #[test]
+    fn build_streams_through_small_reads() {
+        // A reader returning 1..7 bytes at a time gives the same index.
+        struct Trickle<'a>(&'a [u8], usize);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                self.1 = self.1 % 7 + 1;
+                let n = self.1.min(b.len()).min(self.0.len());
+                b[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let disk = corpus(9, 20_000, 100, true);
+        let whole = OffsetIndex::from_bytes(&disk);
+        assert_eq!(OffsetIndex::build(Trickle(&disk, 0)).unwrap(), whole);
+    }
+}

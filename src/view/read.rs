@@ -1,0 +1,296 @@
+//! Reads of a view, planned: [`Reading`] says which disk bytes a read of
+//! view bytes needs next and turns the bytes it is given into view bytes;
+//! [`Span`] is a few disk bytes around a view offset, from a unit boundary,
+//! for the write planner (`super::write`). Neither reads anything itself:
+//! the I/O layer (`crate::io`) fetches what they ask for, and a short read
+//! (the file shrank meanwhile) is simply the end.
+
+use cutf8::{decode_disk_unit, encode_view, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
+
+use super::index::{OffsetIndex, BACK, BLOCK, CHUNK};
+use super::Error;
+
+/// One read of view bytes `[view_off, view_off + len)` (clamped to the
+/// view), driven by the I/O layer: while [`Reading::need`] names disk
+/// bytes, read them and pass them to [`Reading::feed`].
+pub struct Reading {
+    disk_len: u64,
+    view_off: u64,
+    want: usize,
+    got: usize,
+    block: u64,
+    g: u64,
+    back: u64,
+    /// The disk offset of the next bytes needed, and how many.
+    pos: u64,
+    len: usize,
+    first: bool,
+    skip: u64,
+    dec: Decoder,
+    out: Vec<u8>,
+    done: bool,
+}
+
+impl OffsetIndex {
+    /// Plans a read of `len` view bytes at `view_off`: one binary search,
+    /// a decode from at most one block plus one unit before `view_off`.
+    pub fn reading(&self, view_off: u64, len: usize) -> Reading {
+        let view_len = self.view_len();
+        let want = if view_off >= view_len {
+            0
+        } else {
+            (len as u64).min(view_len - view_off) as usize
+        };
+        let (k, g) = self.checkpoint(view_off.min(view_len));
+        let block = k * BLOCK;
+        let back = block.min(BACK);
+        // Disk bytes never outnumber their view: the skip to view_off, the
+        // request, the unit before the block start and one unit of slack
+        // are enough, so a small read decodes a small range.
+        let need = view_off.saturating_sub(block + g) + back + want as u64 + 16;
+        let first = need.min(CHUNK as u64) as usize;
+        Reading {
+            disk_len: self.disk_len(),
+            view_off,
+            want,
+            got: 0,
+            block,
+            g,
+            back,
+            pos: block - back,
+            len: first,
+            first: true,
+            skip: 0,
+            dec: Decoder::lossless(),
+            out: Vec::new(),
+            done: want == 0,
+        }
+    }
+}
+
+impl Reading {
+    /// The disk bytes to read next, `(offset after the magic, length)`;
+    /// None when the read is complete.
+    pub fn need(&self) -> Option<(u64, usize)> {
+        (!self.done).then_some((self.pos, self.len))
+    }
+
+    /// View bytes delivered so far (into the `buf` given to `feed`).
+    pub fn got(&self) -> usize {
+        self.got
+    }
+
+    /// Takes the disk bytes [`Reading::need`] asked for (fewer when the
+    /// file ends there) and appends their view bytes to `buf` (as long as
+    /// the `len` planned).
+    pub fn feed(&mut self, disk: &[u8], buf: &mut [u8]) {
+        if self.done {
+            return;
+        }
+        let n = disk.len().min(self.len);
+        let at_end = self.pos + n as u64 >= self.disk_len || n < self.len;
+        let from = if self.first {
+            self.first = false;
+            let rel = self.back as usize;
+            if n < rel {
+                // The file is shorter than the index says (it changed).
+                self.done = true;
+                return;
+            }
+            let (dstart, vpos) = unit_start_near(&disk[..n], rel, self.block, self.g, at_end);
+            self.skip = self.view_off.saturating_sub(vpos);
+            (dstart - self.pos) as usize
+        } else {
+            0
+        };
+        let want = self.want.min(buf.len());
+        let size = max_view_len(n).max(MIN_DST);
+        if self.out.len() < size {
+            self.out.resize(size, 0);
+        }
+        let mut src = disk.get(from..n).unwrap_or_default();
+        loop {
+            let (status, r, w) = self.dec.convert(src, &mut self.out, at_end);
+            src = &src[r..];
+            let mut produced = &self.out[..w];
+            let s = (self.skip as usize).min(produced.len());
+            self.skip -= s as u64;
+            produced = &produced[s..];
+            let take = produced.len().min(want - self.got);
+            buf[self.got..self.got + take].copy_from_slice(&produced[..take]);
+            self.got += take;
+            if self.got == want {
+                self.done = true;
+                return;
+            }
+            if status != Status::OutputFull {
+                break;
+            }
+        }
+        if at_end {
+            self.done = true;
+            return;
+        }
+        self.pos += n as u64;
+        self.len = CHUNK;
+    }
+}
+
+/// Disk bytes starting at a unit boundary, known to cover a small view
+/// range: what the write planner needs to find a change's window.
+#[derive(Debug, Clone)]
+pub struct Span {
+    /// Disk offset (after the magic) and view offset of the first byte.
+    disk: u64,
+    view: u64,
+    bytes: Vec<u8>,
+    at_end: bool,
+    /// The read ended before the disk bytes the index says are there: the
+    /// file changed, and nothing planned from this span is right.
+    short: bool,
+    disk_len: u64,
+    view_len: u64,
+}
+
+/// What the I/O layer reads for a [`Span`]: `len` disk bytes at `start`.
+#[derive(Debug, Clone, Copy)]
+pub struct SpanPlan {
+    pub start: u64,
+    pub len: usize,
+    block: u64,
+    g: u64,
+}
+
+impl OffsetIndex {
+    /// Plans the disk bytes that cover view bytes `[lo, hi)` (clamped to
+    /// the view): at most two blocks and a unit before `lo`.
+    pub fn span_plan(&self, lo: u64, hi: u64) -> SpanPlan {
+        let view_len = self.view_len();
+        let (lo, hi) = (lo.min(view_len), hi.min(view_len).max(lo.min(view_len)));
+        let (k, g) = self.checkpoint(lo);
+        let block = k * BLOCK;
+        let back = block.min(BACK);
+        SpanPlan {
+            start: block - back,
+            len: (hi - (block + g) + back + 16) as usize,
+            block,
+            g,
+        }
+    }
+
+    /// The span from the bytes read for `plan` (fewer: the file ends there).
+    pub fn span(&self, plan: SpanPlan, mut bytes: Vec<u8>) -> Span {
+        bytes.truncate(plan.len);
+        let reaches_end = plan.start + bytes.len() as u64 >= self.disk_len();
+        let short = bytes.len() < plan.len && !reaches_end;
+        let at_end = reaches_end || short;
+        let rel = (plan.block - plan.start) as usize;
+        let (disk, view) = if bytes.len() < rel {
+            // Shorter than the index says (it changed): nothing is known.
+            bytes.clear();
+            (plan.block, plan.block + plan.g)
+        } else {
+            let (d, v) = unit_start_near(&bytes, rel, plan.block, plan.g, at_end);
+            bytes.drain(..(d - plan.start) as usize);
+            (d, v)
+        };
+        Span {
+            disk,
+            view,
+            bytes,
+            at_end,
+            short,
+            disk_len: self.disk_len(),
+            view_len: self.view_len(),
+        }
+    }
+}
+
+impl Span {
+    /// The whole view as one span: for a file whose disk bytes are all in
+    /// memory.
+    pub fn whole(index: &OffsetIndex, disk: &[u8]) -> Span {
+        Span {
+            disk: 0,
+            view: 0,
+            bytes: disk.to_vec(),
+            at_end: true,
+            short: false,
+            disk_len: index.disk_len(),
+            view_len: index.view_len(),
+        }
+    }
+
+    /// Fails with [`Error::Changed`] when the file was shorter than its
+    /// index says.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.short {
+            Err(Error::Changed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// View bytes `[from, to)`, as far as the span covers them.
+    pub fn view_bytes(&self, from: u64, to: u64) -> Vec<u8> {
+        let to = to.min(self.view_len);
+        if from >= to || from < self.view {
+            return Vec::new();
+        }
+        let mut out = vec![0u8; max_view_len(self.bytes.len()).max(MIN_DST)];
+        let mut dec = Decoder::lossless();
+        let (_, _, w) = dec.convert(&self.bytes, &mut out, self.at_end);
+        out.truncate(w);
+        let a = ((from - self.view) as usize).min(out.len());
+        let b = ((to - self.view) as usize).min(out.len());
+        out[a..b].to_vec()
+    }
+
+    /// Disk offset (after the magic) of the unit that starts at view offset
+    /// `view_off`, which must be a unit boundary of the content (a byte that
+    /// is not a continuation byte, a continuation byte beyond the reach of
+    /// any lead, or the end). Where the span ends first (the file changed),
+    /// the end of what it knows.
+    pub fn disk_offset_of(&self, view_off: u64) -> u64 {
+        if view_off >= self.view_len {
+            return self.disk_len;
+        }
+        let (mut i, mut v) = (0usize, self.view);
+        let n = self.bytes.len();
+        while i < n && v < view_off {
+            let (dl, vl) = match decode_disk_unit(&self.bytes[i..], self.at_end) {
+                DiskUnit::Char { cp, len } => (len, grows(cp, len) as usize + len),
+                DiskUnit::Truncated { len, .. } => (len, len),
+                DiskUnit::Stray | DiskUnit::ReservedLead => (1, 1),
+                DiskUnit::Incomplete => break,
+            };
+            i += dl;
+            v += vl as u64;
+        }
+        self.disk + i as u64
+    }
+}
+
+/// Given disk bytes `head` where `head[rel]` is at disk offset `block` and
+/// `g` growing units start before `block`: the unit boundary to decode from,
+/// `(disk offset, view offset)` — `block` itself, or the lead of a complete
+/// unit that covers it (everything else decodes the same from any byte).
+fn unit_start_near(head: &[u8], rel: usize, block: u64, g: u64, at_end: bool) -> (u64, u64) {
+    if rel < head.len() && super::is_cont(head[rel]) {
+        if let Some(t) = head[..rel].iter().rposition(|&b| !super::is_cont(b)) {
+            if let DiskUnit::Char { cp, len } = decode_disk_unit(&head[t..], at_end) {
+                if t + len > rel {
+                    let d = block - (rel - t) as u64;
+                    return (d, d + g - grows(cp, len) as u64);
+                }
+            }
+        }
+    }
+    (block, block + g)
+}
+
+/// Whether the disk unit `cp` of `len` bytes is one byte longer in the view.
+fn grows(cp: u32, len: usize) -> bool {
+    let mut tmp = [0u8; 8];
+    encode_view(cp, &mut tmp) > len
+}

@@ -1,0 +1,295 @@
+//! The planners against a model: a corrected file held in memory, changed
+//! only through plans, must always be magic + W(model) with a fresh index,
+//! and read back as the model (view = V(disk)).
+
+use cutf8::{decode_to_vec, encode_to_vec};
+use proptest::prelude::*;
+
+use super::write::{plan_resize, plan_write, plan_zero, span_for_resize, spans_for, Resize, Way};
+use super::{Error, OffsetIndex, Rescan, Span};
+
+/// A read through [`super::Reading`] from disk bytes in memory (a slice
+/// shorter than the index says ends the read, as a short read does).
+pub(crate) fn read_mem(disk: &[u8], index: &OffsetIndex, off: u64, buf: &mut [u8]) -> usize {
+    let mut r = index.reading(off, buf.len());
+    while let Some((pos, len)) = r.need() {
+        let s = (pos as usize).min(disk.len());
+        let e = (s + len).min(disk.len());
+        r.feed(&disk[s..e], buf);
+    }
+    r.got()
+}
+
+/// A corrected file in memory, changed only through the planners.
+struct Mem {
+    disk: Vec<u8>,
+    index: OffsetIndex,
+}
+
+impl Mem {
+    fn new(view: &[u8]) -> Mem {
+        let disk = encode_to_vec(view, false).unwrap();
+        let index = OffsetIndex::from_bytes(&disk);
+        Mem { disk, index }
+    }
+
+    fn span(&self, (lo, hi): (u64, u64)) -> Span {
+        let plan = self.index.span_plan(lo, hi);
+        let s = (plan.start as usize).min(self.disk.len());
+        let e = (s + plan.len).min(self.disk.len());
+        self.index.span(plan, self.disk[s..e].to_vec())
+    }
+
+    fn rescan(&mut self, from: u64, changed_to: u64) {
+        let n = self.disk.len() as u64;
+        match self.index.rescan_plan(from, changed_to, n) {
+            Rescan::Tail { start } => {
+                let tail = OffsetIndex::from_bytes(&self.disk[start as usize..]);
+                self.index.apply_tail(from, n, tail);
+            }
+            Rescan::Blocks { start, len } => {
+                let s = start as usize;
+                let e = (s + len).min(self.disk.len());
+                let bytes = self.disk[s..e].to_vec();
+                self.index.apply_blocks(from, changed_to, n, &bytes);
+            }
+        }
+    }
+
+    fn splice(&mut self, at: u64, old_end: u64, new: &[u8], way: Way) {
+        let old_len = self.disk.len() as u64;
+        match way {
+            Way::InPlace => assert_eq!(old_end - at, new.len() as u64),
+            Way::Extend => assert_eq!(old_end, old_len),
+            Way::Tail => {}
+        }
+        self.disk
+            .splice(at as usize..old_end as usize, new.iter().copied());
+        let changed_to = if way == Way::InPlace {
+            old_end
+        } else {
+            self.disk.len() as u64
+        };
+        self.rescan(at, changed_to);
+    }
+
+    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Error> {
+        let [l, r] = spans_for(off, off + data.len() as u64);
+        let p = plan_write(&self.index, &self.span(l), &self.span(r), off, data)?;
+        self.splice(p.at, p.old_end, &p.new, p.way);
+        Ok(())
+    }
+
+    fn zero(&mut self, off: u64, len: u64) -> Result<(), Error> {
+        let [l, r] = spans_for(off, off + len);
+        let z = plan_zero(&self.index, &self.span(l), &self.span(r), off, len)?;
+        let mut new = z.left.clone();
+        new.resize(new.len() + z.zeros as usize, 0);
+        new.extend_from_slice(&z.right);
+        self.splice(z.at, z.old_end, &new, z.way);
+        Ok(())
+    }
+
+    fn resize(&mut self, len: u64) -> Result<(), Error> {
+        let span = self.span(span_for_resize(len));
+        match plan_resize(&self.index, &span, len)? {
+            Resize::Empty => {
+                self.disk.clear();
+                self.index = OffsetIndex::default();
+            }
+            Resize::Extend { disk_len } => {
+                let old = self.disk.len() as u64;
+                self.disk.resize(disk_len as usize, 0);
+                self.rescan(old, disk_len);
+            }
+            Resize::Cut { at, tail } => {
+                self.disk.truncate(at as usize);
+                self.disk.extend_from_slice(&tail);
+                let n = self.disk.len() as u64;
+                self.rescan(at, n);
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self, model: &[u8]) {
+        assert_eq!(
+            self.disk,
+            encode_to_vec(model, false).unwrap(),
+            "disk is not W(model)"
+        );
+        assert_eq!(decode_to_vec(&self.disk, false).unwrap(), model);
+        assert_eq!(
+            self.index,
+            OffsetIndex::from_bytes(&self.disk),
+            "stale index"
+        );
+        let mut buf = vec![0u8; model.len() + 3];
+        let n = read_mem(&self.disk, &self.index, 0, &mut buf);
+        assert_eq!(&buf[..n], model, "read back");
+    }
+}
+
+/// Pieces of text: characters that keep their length, grow by one, or
+/// span the 2-, 3- and 4-byte forms (also for `crate::io::write`'s tests).
+pub(crate) const PIECES: &[&str] = &[
+    "a",
+    "bc\n",
+    "é",
+    "ж",
+    "中文",
+    "😀",
+    "\u{800}",
+    "\u{89F}",
+    "𐀀",
+    "\u{1109F}",
+    "x y z",
+];
+
+fn text() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(0..PIECES.len(), 0..200)
+        .prop_map(|v| v.into_iter().flat_map(|i| PIECES[i].bytes()).collect())
+}
+
+/// Bytes to write: text, or pieces that split characters or cannot be
+/// stored.
+fn data() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => prop::collection::vec(0..PIECES.len(), 1..20)
+            .prop_map(|v| v.into_iter().flat_map(|i| PIECES[i].bytes()).collect()),
+        1 => prop::sample::select(vec![
+            "中".as_bytes().to_vec(),
+            "😀".as_bytes()[1..3].to_vec(),
+            vec![0xE4],
+            vec![0x80, 0x80],
+            vec![0xFF],
+            vec![0xC2, 0x85],
+        ]),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Write at a fraction (per mille) of the view, or past its end.
+    Write(u32, Vec<u8>),
+    Zero(u32, u64),
+    Resize(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0..1100u32, data()).prop_map(|(f, d)| Op::Write(f, d)),
+        1 => (0..1000u32, 0..40u64).prop_map(|(f, n)| Op::Zero(f, n)),
+        1 => (0..1100u32).prop_map(Op::Resize),
+    ]
+}
+
+fn at(frac: u32, len: usize) -> u64 {
+    (len as u64 * frac as u64) / 1000
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Every plan, carried out, gives W of the model's new content; content
+    /// W cannot store is refused exactly when the model says so.
+    #[test]
+    fn plans_follow_the_model(start in text(), ops in prop::collection::vec(op(), 1..25)) {
+        let mut model = start.clone();
+        let mut mem = Mem::new(&start);
+        mem.check(&model);
+        for op in ops {
+            match op {
+                Op::Write(f, d) => {
+                    let off = at(f, model.len()).min(model.len() as u64);
+                    let mut next = model.clone();
+                    let end = off as usize + d.len();
+                    if next.len() < end {
+                        next.resize(end, 0);
+                    }
+                    next[off as usize..end].copy_from_slice(&d);
+                    let storable = encode_to_vec(&next, false).is_ok();
+                    let before = mem.disk.clone();
+                    match mem.write(off, &d) {
+                        Ok(()) => {
+                            prop_assert!(storable, "wrote content W cannot store");
+                            model = next;
+                        }
+                        Err(Error::Unstorable { .. }) => {
+                            prop_assert!(!storable, "refused storable content");
+                            prop_assert_eq!(&mem.disk, &before);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                Op::Zero(f, n) => {
+                    let off = at(f, model.len());
+                    let n = n.min(model.len() as u64 - off);
+                    if n > 0 {
+                        mem.zero(off, n).unwrap();
+                        model[off as usize..(off + n) as usize].fill(0);
+                    }
+                }
+                Op::Resize(f) => {
+                    let len = at(f, model.len());
+                    mem.resize(len).unwrap();
+                    model.resize(len as usize, 0);
+                }
+            }
+            mem.check(&model);
+        }
+    }
+
+    /// A read of any range gives the model's bytes there.
+    #[test]
+    fn reads_follow_the_model(start in text(), off in 0..1100u32, len in 0..600usize) {
+        let mem = Mem::new(&start);
+        let off = at(off, start.len());
+        let mut buf = vec![0u8; len];
+        let n = read_mem(&mem.disk, &mem.index, off, &mut buf);
+        let o = (off as usize).min(start.len());
+        prop_assert_eq!(&buf[..n], &start[o..(o + len).min(start.len())]);
+    }
+}
+
+#[test]
+fn unstorable_names_the_view_offset() {
+    let mut mem = Mem::new("héllo wörld\n".as_bytes());
+    let e = mem.write(3, &[0xC2, 0x85]).unwrap_err();
+    assert_eq!(
+        e,
+        Error::Unstorable {
+            problem: cutf8::Problem::C1Control(0x85),
+            offset: 3
+        }
+    );
+}
+
+/// BACKING shrinks the file between the reads of the two spans: the plan
+/// must see that its spans disagree with the index (never a panic, never a
+/// patch computed from a short read).
+#[test]
+fn spans_cut_short_by_a_shrinking_file_plan_nothing() {
+    let text = "中文 and 😀 ".repeat(50);
+    let mem = Mem::new(text.as_bytes());
+    for (off, shrink_to) in [(100u64, 0usize), (100, 90), (3, 0), (500, 200), (600, 1)] {
+        let data = "x\u{800}".as_bytes();
+        let [l, r] = spans_for(off, off + data.len() as u64);
+        let left = mem.span(l);
+        let cut = &mem.disk[..shrink_to];
+        let plan = mem.index.span_plan(r.0, r.1);
+        let s = (plan.start as usize).min(cut.len());
+        let e = (s + plan.len).min(cut.len());
+        let right = mem.index.span(plan, cut[s..e].to_vec());
+        assert_eq!(
+            plan_write(&mem.index, &left, &right, off, data),
+            Err(Error::Changed),
+            "off {off} shrunk to {shrink_to}"
+        );
+        assert_eq!(
+            plan_zero(&mem.index, &left, &right, off, 4),
+            Err(Error::Changed),
+            "zero: off {off} shrunk to {shrink_to}"
+        );
+    }
+}
