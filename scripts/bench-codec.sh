@@ -4,10 +4,10 @@
 # all measured on the same buffers in the same run. Reports, never asserts.
 #
 #   scripts/bench-codec.sh [MIB] [REPEATS] [CORPUS...]
-#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji
+#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji mixed
 #   CUTF8FS_SIMD=sse2 scripts/bench-codec.sh    the SSE2 path (or =portable)
 #
-# `cargo bench --bench codec` gives the same operations through criterion.
+# `cargo bench -p cutf8 --bench codec` gives the same operations through criterion.
 set -eu
 cd "$(dirname "$0")/.."
-exec cargo run --quiet --release --example bench_table -- "$@"
+exec cargo run --quiet --release -p cutf8 --example bench_table -- "$@"

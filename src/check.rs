@@ -489,6 +489,7 @@ impl<'a> FileCheck<'a> {
                     self.any_text = true;
                     self.ends_with_newline = false;
                 }
+                _ => unreachable!("cutf8 has no other status"),
             }
         }
     }

@@ -36,7 +36,8 @@ use std::os::unix::fs::FileExt;
 
 use crate::index::{read_full_at, read_view_at, OffsetIndex};
 pub use crate::journal::Journal;
-use cutf8::{decode_disk_unit, encode_view, DiskUnit, Encoder, Malformed, Status, MAGIC};
+use cutf8::unit::{decode_disk_unit, encode_view, DiskUnit};
+use cutf8::{Encoder, Malformed, Status, MAGIC};
 
 /// Where the text starts in a corrected file.
 pub const DATA_START: u64 = MAGIC.len() as u64;
@@ -103,8 +104,8 @@ fn disk_offset_of(file: &File, index: &OffsetIndex, view_off: u64) -> io::Result
                     (len, encode_view(cp, &mut tmp))
                 }
                 DiskUnit::Truncated { len, .. } => (len, len),
-                DiskUnit::Stray | DiskUnit::ReservedLead => (1, 1),
                 DiskUnit::Incomplete => break,
+                _ => (1, 1), // a stray byte or a reserved unit's lead
             };
             i += dl;
             v += vl as u64;
@@ -140,6 +141,7 @@ fn encode_window(view: &[u8]) -> Result<Vec<u8>, Malformed> {
             }
             Status::OutputFull => out.resize(out.len() * 2, 0),
             Status::Malformed(m) => return Err(m),
+            _ => unreachable!("cutf8 has no other status"),
         }
     }
 }
@@ -636,7 +638,7 @@ fn memchr_zero(data: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cutf8::{decode_to_vec, encode_to_vec};
+    use cutf8::{decode_lossless, encode_lossless, encode_strict};
     use rand::{Rng, SeedableRng};
     use std::fs::{self, OpenOptions};
     use std::os::fd::AsFd;
@@ -656,7 +658,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("f.txt");
             let mut disk = MAGIC.to_vec();
-            disk.extend(encode_to_vec(text.as_bytes(), true).unwrap());
+            disk.extend(encode_strict(text.as_bytes()).unwrap());
             fs::write(&path, &disk).unwrap();
             let file = OpenOptions::new()
                 .read(true)
@@ -686,7 +688,7 @@ mod tests {
                 next.resize(end, 0);
             }
             next[off..end].copy_from_slice(data);
-            let storable = encode_to_vec(&next, false).is_ok();
+            let storable = encode_lossless(&next).is_ok();
             let before = fs::read(&self.path).unwrap();
             let r = write_at(&self.file, &mut self.index, &self.journal, off as u64, data).unwrap();
             match r {
@@ -720,17 +722,13 @@ mod tests {
                 return;
             }
             assert_eq!(&disk[..8], &MAGIC, "{what}");
-            let expect = encode_to_vec(&self.model, false).unwrap();
+            let expect = encode_lossless(&self.model).unwrap();
             assert_eq!(
                 &disk[8..],
                 &expect[..],
                 "{what}: disk differs from W(model)"
             );
-            assert_eq!(
-                decode_to_vec(&disk[8..], false).unwrap(),
-                self.model,
-                "{what}"
-            );
+            assert_eq!(decode_lossless(&disk[8..]), self.model, "{what}");
             assert_eq!(
                 self.index,
                 OffsetIndex::from_bytes(&disk[8..]),

@@ -30,7 +30,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use cutf8::length::{scan_disk, DiskEvent};
-use cutf8::{decode_disk_unit, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
+use cutf8::unit::{decode_disk_unit, DiskUnit};
+use cutf8::{max_view_len, Decoder, Status, MIN_DST};
 
 /// Disk bytes per index block.
 const BLOCK: u64 = 4096;
@@ -145,6 +146,7 @@ impl OffsetIndex {
                 }
             }
             DiskEvent::Exempt(_) => self.exempt += 1,
+            _ => {}
         }
     }
 
@@ -435,7 +437,7 @@ fn unit_start_near(head: &[u8], rel: usize, block: u64, g: u64, at_end: bool) ->
 /// Whether the disk unit `cp` of `len` bytes is one byte longer in the view.
 fn grows(cp: u32, len: usize) -> bool {
     let mut tmp = [0u8; 8];
-    cutf8::encode_view(cp, &mut tmp) > len
+    cutf8::unit::encode_view(cp, &mut tmp) > len
 }
 
 /// Fill `buf` from `file` at `off`, short only at end of file.
@@ -535,7 +537,7 @@ pub fn read_view_at(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cutf8::{decode_to_vec, encode_to_vec, MAGIC};
+    use cutf8::{decode_lossless, encode_strict, MAGIC};
     use rand::{Rng, SeedableRng};
     use std::io::Write;
 
@@ -563,7 +565,7 @@ mod tests {
                     _ => rng.gen_range(0x8000_0000..=0x8421_109F),
                 };
                 let mut b = [0u8; 8];
-                let n = cutf8::encode_disk(c, &mut b).unwrap();
+                let n = cutf8::unit::encode_disk(c, &mut b).unwrap();
                 b[..n].to_vec()
             } else if junk && roll < dense + 20 {
                 match rng.gen_range(0..4) {
@@ -574,7 +576,7 @@ mod tests {
                 }
             } else {
                 let s = ["a", "é", "ж", "中", "😀", "\n", "𐀀"][rng.gen_range(0..7)];
-                encode_to_vec(s.as_bytes(), true).unwrap()
+                encode_strict(s.as_bytes()).unwrap()
             };
             disk.extend_from_slice(&piece);
         }
@@ -582,7 +584,7 @@ mod tests {
     }
 
     fn check_reads(disk: &[u8], seed: u64, reads: usize) {
-        let view = decode_to_vec(disk, false).unwrap();
+        let view = decode_lossless(disk);
         let idx = OffsetIndex::from_bytes(disk);
         assert_eq!(idx.view_len(), view.len() as u64);
         assert_eq!(idx.disk_len(), disk.len() as u64);
@@ -605,11 +607,10 @@ mod tests {
 
     #[test]
     fn identity_text_costs_no_index_memory() {
-        let disk = encode_to_vec(
+        let disk = encode_strict(
             "plain ASCII, Ελληνικά, кириллица, 中文, 😀\n"
                 .repeat(5000)
                 .as_bytes(),
-            true,
         )
         .unwrap();
         let idx = OffsetIndex::from_bytes(&disk);
@@ -655,7 +656,7 @@ mod tests {
                 disk.extend_from_slice(&[0xEF, 0xBF, 0xBF]); // U+1109F grows
                 disk.extend(std::iter::repeat_n(b'y', BLOCK as usize - 5));
             }
-            let view = decode_to_vec(&disk, false).unwrap();
+            let view = decode_lossless(&disk);
             let idx = OffsetIndex::from_bytes(&disk);
             let f = file_with(&disk);
             for off in 0..view.len() as u64 {

@@ -27,7 +27,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use cutf8::{encode_to_vec, MAGIC};
+use cutf8::{encode_strict, MAGIC};
 use support_mount::{is_mounted, wait_for, BIN};
 use support_users::{sh_as, user, User};
 
@@ -278,7 +278,7 @@ fn stamp(p: &Path) -> (i64, i64, i64, i64) {
 
 fn corrected(view: &str) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
-    v.extend(encode_to_vec(view.as_bytes(), true).unwrap());
+    v.extend(encode_strict(view.as_bytes()).unwrap());
     v
 }
 
@@ -697,7 +697,7 @@ fn a_committed_entry_refuses_a_read_only_start_and_a_read_write_one_finishes_it(
             .write(true)
             .open(f.b("dir/f.txt"))
             .unwrap();
-        let tail = encode_to_vec(new_view.as_bytes(), true).unwrap();
+        let tail = encode_strict(new_view.as_bytes()).unwrap();
         j.commit_only(&file, MAGIC.len() as u64, |w| w.write_all(&tail))
             .unwrap();
     }

@@ -221,6 +221,7 @@ fn pump(
             Status::InputEmpty => return Ok(Ok(())),
             Status::OutputFull => {}
             Status::Malformed(m) => return Ok(Err((m, i))),
+            _ => unreachable!("cutf8 has no other status"),
         }
     }
 }
@@ -327,6 +328,7 @@ pub fn verify(
                         m.problem
                     ))
                 }
+                _ => unreachable!("cutf8 has no other status"),
             }
         }
         conv_at += n as u64;
@@ -411,10 +413,7 @@ mod tests {
         // Three-byte characters straddle every chunk edge.
         let text: String = "€".repeat(CHUNK);
         let v = to_cutf8(text.as_bytes()).unwrap();
-        assert_eq!(
-            cutf8::decode_to_vec(&v[8..], true).unwrap(),
-            text.as_bytes()
-        );
+        assert_eq!(cutf8::decode_strict(&v[8..]).unwrap(), text.as_bytes());
         // A truncated sequence at the very end is found at its offset.
         let mut bad = text.into_bytes();
         bad.pop();
@@ -429,7 +428,7 @@ mod tests {
     fn verify_catches_a_difference() {
         let orig = file("héllo\n".as_bytes());
         let mut wrong = MAGIC.to_vec();
-        wrong.extend_from_slice(&cutf8::encode_to_vec("hallo\n".as_bytes(), true).unwrap());
+        wrong.extend_from_slice(&cutf8::encode_strict("hallo\n".as_bytes()).unwrap());
         let conv = file(&wrong);
         let mut bufs = Buffers::default();
         let r = verify(

@@ -7,8 +7,9 @@
 //! unit: 2- and 3-byte sequences inline, everything else through the scalar
 //! reference.
 
+use super::scalar::decode_disk_unit;
 use super::scalar::{disk_cp, encode_view, is_cont, lead_len, payload, DiskUnit};
-use super::{decode_disk_unit, simd, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
+use super::{simd, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
 
 /// How far the scalar loop goes after the vector code stops: past the
 /// longest block it refuses, so that the next try starts beyond it.
@@ -17,7 +18,7 @@ const SCALAR_STRETCH: usize = 64;
 /// Streaming V; see the module doc of [`crate`] for the contract.
 ///
 /// ```
-/// use cutf8fs::codec::{Decoder, Status};
+/// use cutf8::{Decoder, Status};
 /// let mut d = Decoder::lossless();
 /// let mut out = [0u8; 32];
 /// let (status, read, written) = d.convert(&[0xC0, 0xAF, b'!'], &mut out, true);

@@ -8,7 +8,7 @@
 //! pass through one for one. Such units all begin with one of the lead bytes
 //! DD DE DF EE EF F7 FB FD, and a lead byte (≥ C0) always begins a unit, so the
 //! scan only has to look at those bytes, skipping everything else a vector
-//! at a time (`codec::simd`). FE units are watched as well: FE plus six
+//! at a time. FE units are watched as well: FE plus six
 //! continuation bytes with a value in U+80000000–U+8421109F is SPEC §2's
 //! exempt unit.
 //!
@@ -21,6 +21,7 @@ use super::scalar::{
 use super::{simd, MAX_CODE_POINT};
 
 /// What a disk scan reports, with the offset of the unit's first byte.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskEvent {
     /// A complete sequence whose view is one byte longer.
@@ -96,7 +97,7 @@ pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usi
                     classify_view_value(payload(&buf[i..], len), len)
                 {
                     let mut tmp = [0u8; 8];
-                    if super::encode_disk(cp, &mut tmp).is_some_and(|n| n < len) {
+                    if super::scalar::encode_disk(cp, &mut tmp).is_some_and(|n| n < len) {
                         shrink(i);
                     }
                 }
@@ -108,7 +109,7 @@ pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usi
 
 /// Which way a [`LengthCounter`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
+enum Direction {
     /// Disk bytes in, view length out (V).
     DiskToView,
     /// View bytes in, disk length out (W, for content W can store).
@@ -119,8 +120,8 @@ pub enum Direction {
 /// length. Holds at most one undecided unit between chunks.
 ///
 /// ```
-/// use cutf8fs::codec::length::{Direction, LengthCounter};
-/// let mut c = LengthCounter::new(Direction::DiskToView);
+/// use cutf8::length::LengthCounter;
+/// let mut c = LengthCounter::disk_to_view();
 /// c.push(&[0xDF]); // U+089F: two bytes on disk, three in the view
 /// c.push(&[0xBF, b'\n']);
 /// assert_eq!(c.finish(), 4);
@@ -136,7 +137,18 @@ pub struct LengthCounter {
 }
 
 impl LengthCounter {
-    pub fn new(dir: Direction) -> Self {
+    /// Count the view length of Corrected UTF-8 bytes (V's output length).
+    pub fn disk_to_view() -> Self {
+        Self::new(Direction::DiskToView)
+    }
+
+    /// Count the disk length of view bytes (W's output length, for content
+    /// W can store).
+    pub fn view_to_disk() -> Self {
+        Self::new(Direction::ViewToDisk)
+    }
+
+    fn new(dir: Direction) -> Self {
         LengthCounter {
             dir,
             carry: [0; 8],
@@ -209,6 +221,11 @@ impl LengthCounter {
 }
 
 /// View length of a whole buffer of Corrected UTF-8 (no magic handling).
+///
+/// ```
+/// // U+089F is two bytes on disk and three in the view.
+/// assert_eq!(cutf8::length::view_len(&[0xDF, 0xBF, b'\n']), 4);
+/// ```
 pub fn view_len(disk: &[u8]) -> u64 {
     let mut grow = 0u64;
     scan_disk(disk, true, |e| {

@@ -6,10 +6,11 @@
 
 use super::*;
 use crate::scalar::is_cont;
-use crate::{
-    decode_disk_unit, decode_to_vec, decode_view_unit, encode_disk, encode_to_vec, encode_view,
-    length, Decoder, DiskUnit, Encoder, Status, ViewUnit,
+use crate::tests::{decode_to_vec, encode_to_vec};
+use crate::unit::{
+    decode_disk_unit, decode_view_unit, encode_disk, encode_view, DiskUnit, ViewUnit,
 };
+use crate::{length, Decoder, Encoder, Status};
 use proptest::prelude::*;
 
 /// V unit by unit; `Err(offset)` of the first unit strict mode refuses.
@@ -203,7 +204,7 @@ proptest! {
         let mut view = vec![b'a'; pad];
         view.extend_from_slice(&text);
         let disk = to_disk(&view);
-        for path in Path::available().into_iter().filter(|&p| p != Path::Portable) {
+        for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
             let mut dst = vec![0u8; view.len() + 40];
             let n = encode_run_on(path, &view, &mut dst);
             prop_assert!(n + 32 + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
