@@ -199,9 +199,9 @@ impl Decoder {
             // Vector blocks as far as they go (ASCII, and units that keep
             // their length), then scalar code for at least the block the
             // vector code refused.
-            let run = simd::decode_run(&src[i..], &mut dst[o..]);
-            i += run;
-            o += run;
+            let (read, written) = simd::decode_run(&src[i..], &mut dst[o..]);
+            i += read;
+            o += written;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }

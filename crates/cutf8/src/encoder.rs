@@ -92,9 +92,9 @@ impl Encoder {
     ) -> (Status, usize, usize) {
         loop {
             // As in the decoder: vector blocks, then a scalar stretch.
-            let run = simd::encode_run(&src[i..], &mut dst[o..]);
-            i += run;
-            o += run;
+            let (read, written) = simd::encode_run(&src[i..], &mut dst[o..]);
+            i += read;
+            o += written;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }

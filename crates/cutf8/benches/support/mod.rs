@@ -6,8 +6,8 @@
 //! Every corpus exists in view form (standard UTF-8) and in disk form
 //! (Corrected UTF-8, made by the codec's own strict encoder). Throughput is
 //! always input bytes per second, 1 GB = 10⁹ bytes: decode and the view-length
-//! pass read the disk form, everything else reads the view form (for these
-//! corpora both have the same length).
+//! pass read the disk form, everything else reads the view form (both have
+//! the same length but for `random`, whose disk form is shorter).
 #![allow(dead_code)] // each includer uses a different part
 
 use cutf8::{length, Decoder, Encoder, Status};
@@ -378,6 +378,25 @@ fn mixed(rng: &mut Rng, out: &mut String) {
     out.push('\n');
 }
 
+/// Random characters as the property tests and the write exerciser draw
+/// them: ASCII, Latin-1 to Latin Extended-B, CJK, emoji, and a quarter from
+/// the two blocks whose length differs on disk (U+0800–U+089F, two bytes
+/// there; U+10000–U+1109F, three).
+fn random(rng: &mut Rng, out: &mut String) {
+    for _ in 0..80 {
+        let cp = match rng.below(12) {
+            0..=3 => b'a' as u32 + rng.below(26) as u32,
+            4 => [b' ', b'\n', b'.', b'\t'][rng.below(4)] as u32,
+            5 => 0xA0 + rng.below(0x250 - 0xA0) as u32,
+            6 => 0x4E00 + rng.below(0x9FFF - 0x4E00) as u32,
+            7 => 0x1F300 + rng.below(0x1F650 - 0x1F300) as u32,
+            8 | 9 => 0x800 + rng.below(0xA0) as u32,
+            _ => 0x1_0000 + rng.below(0x10A0) as u32,
+        };
+        out.push(char::from_u32(cp).unwrap());
+    }
+}
+
 /// One corpus in both forms.
 pub struct Corpus {
     pub name: &'static str,
@@ -401,12 +420,13 @@ impl Corpus {
 /// The corpora, each at least `min_bytes` long in view form.
 pub fn corpora(min_bytes: usize) -> Vec<Corpus> {
     type Gen = fn(&mut Rng, &mut String);
-    let gens: [(&str, Gen); 5] = [
+    let gens: [(&str, Gen); 6] = [
         ("english", english),
         ("latin", latin),
         ("cjk", cjk),
         ("emoji", emoji),
         ("mixed", mixed),
+        ("random", random),
     ];
     gens.iter()
         .enumerate()

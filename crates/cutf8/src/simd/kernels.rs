@@ -137,8 +137,18 @@ unsafe fn carry_in<V: Vector>(out40: V) -> V {
 /// V of one block, `n1` and `n2` the bytes one and two lanes further: the
 /// converted block, or `None` when a lane before `s.commit` holds a unit the
 /// fast path does not take.
+///
+/// Units one byte longer in the view (U+0800–U+089F, two bytes on disk;
+/// U+10000–U+1109F, three) come out as [`Grown`]: their lead lane holds the
+/// second byte of the view form, and the byte to insert before it is in
+/// `Grown::ins`.
 #[inline(always)]
-unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V> {
+unsafe fn decode_block<V: Vector>(
+    v: V,
+    n1: V,
+    n2: V,
+    s: &Shape<V>,
+) -> Option<(V, Option<Grown<V>>)> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     // High offset when the payload is above CF5F, i.e. the bytes are above
@@ -162,16 +172,32 @@ unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V>
     }
     let out_cont = base.add(cin).and(low6).or(V::splat(0x80));
     let out = s.cont.select(out_cont, v.add(d).add(cin));
+    // Leads that overflow their length: the view needs a longer sequence.
+    // A 2-byte lead becomes E0–E2 (U+0800–U+089F: the view is E0 A0–A2
+    // ..), a 3-byte lead F0–F1 (U+10000–U+1109F: F0 90–91 ..).
+    let g2 = is_lead2.and(gt_high(out, 0xDF));
+    let g3 = is_lead3.and(gt_high(out, 0xEF));
     // Leads F3 and up: code points from U+D10A0 on, 5- and 6-byte
-    // sequences, reserved units. Leads that overflow their length: the
-    // view needs a longer sequence.
-    let bad = ge_x(s.vx, 0xF3)
-        .or(is_lead2.and(gt_high(out, 0xDF)))
-        .or(is_lead3.and(gt_high(out, 0xEF)));
+    // sequences, reserved units.
+    let bad = ge_x(s.vx, 0xF3);
     if s.misplaced || bad.movemask() & live(s.commit) != 0 {
         return None;
     }
-    Some(out)
+    let grow = g2.or(g3).movemask() & live(s.commit);
+    if grow == 0 {
+        return Some((out, None));
+    }
+    let out = out.sub(g2.and(V::splat(0x40))).sub(g3.and(V::splat(0x60)));
+    let ins = g2.and(V::splat(0xE0)).or(g3.and(V::splat(0xF0)));
+    Some((out, Some(Grown { ins, mask: grow })))
+}
+
+/// The units of a block that are one byte longer in the view.
+struct Grown<V> {
+    /// The byte to insert before each lane of `mask` (E0 or F0).
+    ins: V,
+    /// Lead lanes (below `commit`) of the units that grow.
+    mask: u32,
 }
 
 /// W of one block; see [`decode_block`].
@@ -213,59 +239,58 @@ unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
 }
 
 /// Run [`encode_block`] (`ENCODE`) or [`decode_block`] over `src` into
-/// `dst` while it accepts; returns how many bytes were converted (the same
-/// number were written). Whole ASCII blocks are copied without conversion.
-/// `dst` bytes past the return value are left as they were: a block whose
-/// last lanes belong to the next one is stored only when the next store is
-/// about to overwrite those lanes, or else in part.
+/// `dst` while it accepts; returns how many bytes were read and written.
+/// Whole ASCII blocks are copied without conversion. Bytes of `dst` past
+/// the number written may have been overwritten (a block is stored whole
+/// even when its last lanes belong to the next one).
 ///
 /// # Safety
 ///
 /// The CPU must have `V`'s instructions. Memory safety is this function's
-/// own: every load and store is of a block at `i` (plus `i + 1`, `i + 2`
-/// for look-ahead) after checking `i + LANES + 2 <= min(src.len(),
-/// dst.len())` (`i + 4 * LANES` for the ASCII quad), and a held block at an
-/// earlier, already checked, `i`.
+/// own: every load is of a block at `i` (plus `i + 1`, `i + 2` for
+/// look-ahead) after checking `i + LANES + 2 <= src.len()` (`i + 4 *
+/// LANES` for the ASCII quad), and every store of a block or of an
+/// expanded block starts at `o` after checking `o + 2 * LANES <=
+/// dst.len()` (`o + 4 * LANES` for the ASCII quad; an expanded block
+/// stores at most `2 * LANES` bytes, see [`Vector::store_grown`]).
 #[inline(always)]
-pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> usize {
+pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(
+    src: &[u8],
+    dst: &mut [u8],
+) -> (usize, usize) {
     let lanes = V::LANES;
-    let end = src.len().min(dst.len());
+    let (slen, dlen) = (src.len(), dst.len());
     let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-    let mut i = 0;
-    // The last converted block, not yet stored: (block, where, lanes).
-    let mut held: Option<(V, usize, usize)> = None;
+    let (mut i, mut o) = (0, 0);
     // Whether the last block was ASCII: only then try four at once.
     let mut ascii = true;
     loop {
-        if ascii && i + 4 * lanes <= end {
+        if ascii && i + 4 * lanes <= slen && o + 4 * lanes <= dlen {
             let a = V::load(sp.add(i));
             let b = V::load(sp.add(i + lanes));
             let c = V::load(sp.add(i + 2 * lanes));
             let e = V::load(sp.add(i + 3 * lanes));
             if a.or(b).or(c).or(e).movemask() == 0 {
-                if let Some((h, at, _)) = held.take() {
-                    h.store(dp.add(at));
-                }
-                a.store(dp.add(i));
-                b.store(dp.add(i + lanes));
-                c.store(dp.add(i + 2 * lanes));
-                e.store(dp.add(i + 3 * lanes));
+                a.store(dp.add(o));
+                b.store(dp.add(o + lanes));
+                c.store(dp.add(o + 2 * lanes));
+                e.store(dp.add(o + 3 * lanes));
                 i += 4 * lanes;
+                o += 4 * lanes;
                 continue;
             }
         }
-        // Two bytes of look-ahead for the 3-byte checks.
-        if i + lanes + 2 > end {
+        // Two bytes of look-ahead for the 3-byte checks; room for a block
+        // that grows.
+        if i + lanes + 2 > slen || o + 2 * lanes > dlen {
             break;
         }
         let v = V::load(sp.add(i));
         let high = v.movemask();
         if high == 0 {
-            if let Some((h, at, _)) = held.take() {
-                h.store(dp.add(at));
-            }
-            v.store(dp.add(i));
+            v.store(dp.add(o));
             i += lanes;
+            o += lanes;
             ascii = true;
             continue;
         }
@@ -277,30 +302,27 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u
         let commit = lanes - cut(3, 0xF0).max(cut(2, 0xE0)).max(cut(1, 0xC0));
         let s = shape(v, high, commit);
         let n1 = V::load(sp.add(i + 1));
-        let converted = if ENCODE {
-            encode_block(v, n1, &s)
+        if ENCODE {
+            let Some(out) = encode_block(v, n1, &s) else {
+                break;
+            };
+            out.store(dp.add(o));
+            o += commit;
         } else {
-            decode_block(v, n1, V::load(sp.add(i + 2)), &s)
-        };
-        let Some(out) = converted else {
-            break;
-        };
-        if let Some((h, at, _)) = held.take() {
-            h.store(dp.add(at));
+            let Some((out, grown)) = decode_block(v, n1, V::load(sp.add(i + 2)), &s) else {
+                break;
+            };
+            match grown {
+                None => {
+                    out.store(dp.add(o));
+                    o += commit;
+                }
+                Some(g) => o += out.store_grown(g.ins, g.mask, commit, dp.add(o)),
+            }
         }
-        if s.commit == lanes {
-            out.store(dp.add(i));
-        } else {
-            held = Some((out, i, s.commit));
-        }
-        i += s.commit;
+        i += commit;
     }
-    if let Some((h, at, n)) = held {
-        let mut tmp = [0u8; 32];
-        h.store(tmp.as_mut_ptr());
-        core::ptr::copy_nonoverlapping(tmp.as_ptr(), dp.add(at), n);
-    }
-    i
+    (i, o)
 }
 
 /// Index of the first byte in `s[from..]` that [`view_candidates`]

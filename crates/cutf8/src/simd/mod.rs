@@ -211,18 +211,18 @@ pub(crate) fn path() -> Path {
 }
 
 /// V of the longest prefix of `src` (Corrected UTF-8, starting at a unit)
-/// that the fast path takes, into `dst`; returns its length, which is
-/// also the number of bytes written. Bytes of `dst` past it are untouched.
-/// May return less than it could near the ends of `src` and `dst`.
+/// that the fast path takes, into `dst`; returns the number of bytes read
+/// and written. Bytes of `dst` past those written may have been changed.
+/// May stop earlier than it could near the ends of `src` and `dst`.
 #[inline]
-pub(crate) fn decode_run(src: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn decode_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     decode_run_on(path(), src, dst)
 }
 
 /// W of the longest prefix of `src` (view bytes, starting at a unit) that
 /// the fast path takes; as [`decode_run`].
 #[inline]
-pub(crate) fn encode_run(src: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn encode_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     encode_run_on(path(), src, dst)
 }
 
@@ -239,14 +239,14 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
     find_on(path(), s, from, true)
 }
 
-fn portable_run(src: &[u8], dst: &mut [u8]) -> usize {
+fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     let n = src.len().min(dst.len());
     let run = super::ascii::ascii_prefix_len(&src[..n]);
     dst[..run].copy_from_slice(&src[..run]);
-    run
+    (run, run)
 }
 
-pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => {
@@ -260,7 +260,7 @@ pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> usize {
     }
 }
 
-pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => {
@@ -304,14 +304,15 @@ mod x86 {
     use super::kernels;
     use core::arch::x86_64::{__m128i, __m256i};
 
-    pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: SSE2 is part of the x86_64 baseline; `run` reads and
         // writes only within `src` and `dst`: before each block it checks
-        // that the block and two bytes of look-ahead fit in both.
+        // that the block and two bytes of look-ahead fit in `src` and
+        // twice the block in `dst`.
         unsafe { kernels::run::<__m128i, false>(src, dst) }
     }
 
-    pub(super) fn encode_sse2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) fn encode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_sse2`.
         unsafe { kernels::run::<__m128i, true>(src, dst) }
     }
@@ -331,7 +332,7 @@ mod x86 {
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn decode_avx2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) unsafe fn decode_avx2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: the caller guarantees AVX2; `run` stays inside the slices.
         unsafe { kernels::run::<__m256i, false>(src, dst) }
     }
@@ -339,7 +340,7 @@ mod x86 {
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn encode_avx2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) unsafe fn encode_avx2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_avx2`.
         unsafe { kernels::run::<__m256i, true>(src, dst) }
     }
