@@ -180,13 +180,17 @@ unsafe fn decode_block<V: Vector>(
     // Leads F3 and up: code points from U+D10A0 on, 5- and 6-byte
     // sequences, reserved units.
     let bad = ge_x(s.vx, 0xF3);
-    if s.misplaced || bad.movemask() & live(s.commit) != 0 {
+    if s.misplaced {
+        return None;
+    }
+    // One test for the common case: nothing refused, nothing grows.
+    if bad.or(g2).or(g3).movemask() & live(s.commit) == 0 {
+        return Some((out, None));
+    }
+    if bad.movemask() & live(s.commit) != 0 {
         return None;
     }
     let grow = g2.or(g3).movemask() & live(s.commit);
-    if grow == 0 {
-        return Some((out, None));
-    }
     let out = out.sub(g2.and(V::splat(0x40))).sub(g3.and(V::splat(0x60)));
     let ins = g2.and(V::splat(0xE0)).or(g3.and(V::splat(0xF0)));
     Some((out, Some(Grown { ins, mask: grow })))
@@ -200,9 +204,11 @@ struct Grown<V> {
     mask: u32,
 }
 
-/// W of one block; see [`decode_block`].
+/// W of one block; see [`decode_block`]. The second value marks the lead
+/// lanes (below `s.commit`) to drop: units one byte shorter on disk
+/// (U+0800–U+089F, U+10000–U+1109F), whose second lane becomes the lead.
 #[inline(always)]
-unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
+unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<(V, u32)> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     let hi = is_lead3.and(ge_x(s.vx, 0xEE));
@@ -223,19 +229,46 @@ unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
     let out = s.cont.select(out_cont, v.sub(d).sub(bin));
     // A lead that borrows below its range had a code point too small for
     // its length: overlong, a C1 control, or one stored shorter on disk
-    // (U+0800–U+089F, U+10000–U+1109F). ED A0–BF: surrogates. F4 and up:
-    // U+100000 and beyond, 5- and 6-byte forms, FE/FF.
+    // (E0 A0–A2 ..: U+0800–U+089F; F0 90–91 ..: U+10000–U+1109F), which
+    // are taken below. ED A0–BF: surrogates. F4 and up: U+100000 and
+    // beyond, 5- and 6-byte forms, FE/FF.
     // (Lead lanes of `out` hold bytes from BD up: `gt_high` compares them
     // right.)
-    let bad = ge_x(s.vx, 0xF4)
+    let low3 = gt_high(out, 0xDF).andnot(s.lead3p);
+    let low4 = gt_high(out, 0xEF).andnot(s.lead4p);
+    let other = ge_x(s.vx, 0xF4)
         .or(is(v, 0xED).and(gt_high(n1, 0x9F)))
-        .or(gt_high(out, 0xBF).andnot(s.lead2p))
-        .or(gt_high(out, 0xDF).andnot(s.lead3p))
-        .or(gt_high(out, 0xEF).andnot(s.lead4p));
-    if s.misplaced || bad.movemask() & live(s.commit) != 0 {
+        .or(gt_high(out, 0xBF).andnot(s.lead2p));
+    if s.misplaced {
         return None;
     }
-    Some(out)
+    // One test for the common case: nothing refused, nothing shrinks.
+    if other.or(low3).or(low4).movemask() & live(s.commit) == 0 {
+        return Some((out, 0));
+    }
+    let shrink3 = low3.and(is(v, 0xE0)).and(ge(n1, 0xA0));
+    let shrink4 = low4.and(is(v, 0xF0)).and(ge(n1, 0x90));
+    let bad = other.or(shrink3.andnot(low3)).or(shrink4.andnot(low4));
+    if bad.movemask() & live(s.commit) != 0 {
+        return None;
+    }
+    let drop = shrink3.or(shrink4).movemask() & live(s.commit);
+    // Again with the second lane of each such unit as a lead: the offset
+    // digits (2, 32) of the 2-byte form instead of (34, 32) after E0, and
+    // (1, 2, 32) of the high 3-byte form instead of (17, 2, 32) after F0.
+    let (c1_3, c1_4) = (shrink3.up1(), shrink4.up1());
+    let d = d.sub(c1_3.and(V::splat(32))).sub(c1_4.and(V::splat(16)));
+    let base = v.and(low6).or(V::splat(0x40)).sub(d);
+    let mut bin = carry_in(base.andnot(c40));
+    bin = carry_in(base.sub(bin).andnot(c40));
+    bin = carry_in(base.sub(bin).andnot(c40));
+    let out_cont = base
+        .sub(bin)
+        .and(low6)
+        .or(V::splat(0x80))
+        .or(c1_3.and(V::splat(0x40)))
+        .or(c1_4.and(V::splat(0x60)));
+    Some((s.cont.select(out_cont, v.sub(d).sub(bin)), drop))
 }
 
 /// Run [`encode_block`] (`ENCODE`) or [`decode_block`] over `src` into
@@ -303,11 +336,15 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(
         let s = shape(v, high, commit);
         let n1 = V::load(sp.add(i + 1));
         if ENCODE {
-            let Some(out) = encode_block(v, n1, &s) else {
+            let Some((out, drop)) = encode_block(v, n1, &s) else {
                 break;
             };
-            out.store(dp.add(o));
-            o += commit;
+            if drop == 0 {
+                out.store(dp.add(o));
+                o += commit;
+            } else {
+                o += out.store_shrunk(drop, commit, dp.add(o));
+            }
         } else {
             let Some((out, grown)) = decode_block(v, n1, V::load(sp.add(i + 2)), &s) else {
                 break;

@@ -67,6 +67,43 @@ pub(super) trait Vector: Copy {
         }
         o
     }
+
+    /// Store lanes `0..commit` at `p` but those whose bit is set in `mask`;
+    /// returns the number of bytes stored. Writes at most `LANES` bytes.
+    #[inline(always)]
+    unsafe fn store_shrunk(self, mask: u32, commit: usize, p: *mut u8) -> usize {
+        let mut a = [0u8; 32];
+        self.store(a.as_mut_ptr());
+        let mut o = 0;
+        for (j, &b) in a.iter().enumerate().take(commit) {
+            if mask >> j & 1 == 0 {
+                *p.add(o) = b;
+                o += 1;
+            }
+        }
+        o
+    }
+}
+
+/// For each mask of 8 lanes: a `pshufb` index that gathers the lanes whose
+/// bit is clear to the front (the rest zeroed, 0x80).
+static SHRINK_TABLE: [[u8; 16]; 256] = shrink_table();
+
+const fn shrink_table() -> [[u8; 16]; 256] {
+    let mut t = [[0x80u8; 16]; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut q, mut j) = (0, 0);
+        while j < 8 {
+            if (m >> j) & 1 == 0 {
+                t[m][q] = j as u8;
+                q += 1;
+            }
+            j += 1;
+        }
+        m += 1;
+    }
+    t
 }
 
 /// For each mask of 8 lanes: a `pshufb` index that spreads the 8 low bytes
@@ -272,6 +309,28 @@ impl Vector for __m256i {
                 let idx = _mm_loadu_si128(GROW_TABLE[m as usize].as_ptr() as *const __m128i);
                 _mm_storeu_si128(p.add(o) as *mut __m128i, _mm_shuffle_epi8(both, idx));
                 o += (commit - at).min(8) + m.count_ones() as usize;
+            }
+        }
+        o
+    }
+    // Eight lanes at a time through `SHRINK_TABLE`, 8 bytes stored.
+    #[inline(always)]
+    unsafe fn store_shrunk(self, mask: u32, commit: usize, p: *mut u8) -> usize {
+        let halves = [
+            _mm256_castsi256_si128(self),
+            _mm256_extracti128_si256::<1>(self),
+        ];
+        let mut o = 0;
+        for (h, a) in halves.into_iter().enumerate() {
+            for (k, lanes) in [a, _mm_unpackhi_epi64(a, a)].into_iter().enumerate() {
+                let at = 16 * h + 8 * k;
+                if at >= commit {
+                    return o;
+                }
+                let m = (mask >> at) & 0xFF;
+                let idx = _mm_loadu_si128(SHRINK_TABLE[m as usize].as_ptr() as *const __m128i);
+                _mm_storel_epi64(p.add(o) as *mut __m128i, _mm_shuffle_epi8(lanes, idx));
+                o += (commit - at).min(8) - m.count_ones() as usize;
             }
         }
         o
