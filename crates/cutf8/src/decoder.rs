@@ -3,7 +3,7 @@
 //! State between calls is only what a chunk edge can cut: a partial
 //! sequence (at most five bytes) or the fact that a reserved FE/FF unit is
 //! still open. The main loop runs the vector code of [`super::simd`] (ASCII
-//! and every unit that keeps its length), then decodes a stretch unit by
+//! and every well-formed unit up to U+D109F), then decodes a stretch unit by
 //! unit: 2- and 3-byte sequences inline, everything else through the scalar
 //! reference.
 

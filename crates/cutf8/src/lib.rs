@@ -52,7 +52,9 @@
 //! `src[read..]`; on [`Status::Malformed`] the bad unit was consumed and its
 //! last byte is `src[read - 1]` (its first byte may lie in an earlier chunk:
 //! [`Malformed::len`] says how long it was). `last` says no more input
-//! follows. Any `dst` of at least [`MIN_DST`] bytes makes progress;
+//! follows. Bytes of `dst` past `written` may have been overwritten (the
+//! vector code stores whole blocks). Any `dst` of at least [`MIN_DST`]
+//! bytes makes progress;
 //! [`max_view_len`] and [`max_disk_len`] size a buffer that takes a whole
 //! input at once.
 //!

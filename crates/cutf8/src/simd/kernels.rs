@@ -15,12 +15,24 @@
 //! | 3 bytes, high | 4 256 | 1, 2, 32 |
 //! | 4 bytes | 69 792 | 0, 17, 2, 32 |
 //!
-//! A block is taken only if every unit in it is one of those and none
-//! changes length; anything else (ill-formed bytes, C1 controls, overlong
-//! forms, surrogates, code points that change length, 5- and 6-byte and
-//! FE/FF units, code points near or above U+10FFFF) ends the fast run, and
-//! the scalar code of the caller takes over. A sequence cut by the end of
-//! the block is left for the next block, whose first lane is its lead.
+//! Units whose length differs by one byte (U+0800–U+089F: two bytes on
+//! disk, three in the view; U+10000–U+1109F: three and four) are taken too,
+//! as simdutf's transcoders take mixed lengths: vectorised classification,
+//! then a byte shuffle from a table. V computes them with the digits above,
+//! so their lead overflows its class (a 2-byte lead becomes E0–E2, a 3-byte
+//! one F0–F1); that lane is rewritten to the view's second byte and a
+//! `pshufb` from a 256-entry table, indexed by the grown leads among eight
+//! lanes, inserts the E0/F0 lead before it. W sees their lead borrow below
+//! its class; a second pass gives their second lane the digits of the
+//! shorter form (2, 32 after E0; 1, 2, 32 after F0) and a lead mark, and a
+//! `pshufb` drops the old lead. Blocks without such units (nearly all, in
+//! most text) pay one combined mask test for this.
+//!
+//! A block is taken only if every unit in it is one of those; anything else
+//! (ill-formed bytes, C1 controls, overlong forms, surrogates, 5- and 6-byte
+//! and FE/FF units, code points near or above U+10FFFF) ends the fast run,
+//! and the scalar code of the caller takes over. A sequence cut by the end
+//! of the block is left for the next block, whose first lane is its lead.
 
 use super::vector::Vector;
 
