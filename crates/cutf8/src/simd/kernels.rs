@@ -427,6 +427,41 @@ unsafe fn candidates_at<V: Vector, const VIEW: bool>(p: *const u8) -> u32 {
     }
 }
 
+/// The candidates among the `LANES` bytes at `p` (three more bytes must
+/// be readable) as two masks: units that certainly change length (complete
+/// sequences: disk DD A0–BF, DE, DF, EE BD A0–BF, EE BE–BF, EF; view E0
+/// A0–A1, E0 A2 80–9F, F0 90, F0 91 80–81, F0 91 82 80–9F), and the other
+/// candidates, which the caller decides byte by byte.
+#[inline(always)]
+pub(super) unsafe fn masks_at<V: Vector, const VIEW: bool>(p: *const u8) -> (u32, u32) {
+    let (v, n1, n2) = (V::load(p), V::load(p.add(1)), V::load(p.add(2)));
+    let both_cont = is_cont(n1).and(is_cont(n2));
+    let (exact, all) = if VIEW {
+        let n3 = V::load(p.add(3));
+        let low3 = ge(n1, 0xA0)
+            .and(below(n1, 0xA2))
+            .or(is(n1, 0xA2).and(below(n2, 0xA0)));
+        let low4 = is(n1, 0x90)
+            .or(is(n1, 0x91).and(below(n2, 0x82).or(is(n2, 0x82).and(below(n3, 0xA0)))));
+        let e0 = is(v, 0xE0).and(low3).and(both_cont);
+        let f0 = is(v, 0xF0).and(low4).and(both_cont).and(is_cont(n3));
+        (e0.or(f0), view_candidates(v, n1))
+    } else {
+        let g2 = is(v, 0xDD)
+            .and(ge(n1, 0xA0))
+            .or(is(v, 0xDE))
+            .or(is(v, 0xDF))
+            .and(is_cont(n1));
+        let g3 = is(v, 0xEE)
+            .and(ge(n1, 0xBE).or(is(n1, 0xBD).and(ge(n2, 0xA0))))
+            .or(is(v, 0xEF))
+            .and(both_cont);
+        (g2.or(g3), disk_candidates(v, n1, n2))
+    };
+    let exact = exact.movemask();
+    (exact, all.movemask() & !exact)
+}
+
 #[inline(always)]
 unsafe fn is<V: Vector>(x: V, t: u8) -> V {
     x.eq(V::splat(t))

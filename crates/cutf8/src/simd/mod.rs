@@ -243,6 +243,30 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
     find_on(path(), s, from, true)
 }
 
+/// The candidates (as [`find_disk_candidate`], or [`find_view_candidate`]
+/// with `view`) among the block of bytes at `i` as two masks (bit `j` for
+/// `s[i + j]`): the units that certainly change length, and the others;
+/// then the block's length. `None` on the portable path and where fewer
+/// than a block and three bytes of look-ahead remain.
+#[inline]
+pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u32, usize)> {
+    match path().level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 if i + 32 + 3 <= s.len() => {
+            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
+            // has AVX2; the block and its look-ahead are inside `s`.
+            let (exact, other) = unsafe { x86::block_avx2(s, i, view) };
+            Some((exact, other, 32))
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Sse2 if i + 16 + 3 <= s.len() => {
+            let (exact, other) = x86::block_sse2(s, i, view);
+            Some((exact, other, 16))
+        }
+        _ => None,
+    }
+}
+
 fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     let n = src.len().min(dst.len());
     let run = super::ascii::ascii_prefix_len(&src[..n]);
@@ -329,6 +353,38 @@ mod x86 {
                 kernels::find::<__m128i, true>(s, from)
             } else {
                 kernels::find::<__m128i, false>(s, from)
+            }
+        }
+    }
+
+    /// Candidate masks of the 16 bytes at `i`; needs `i + 19 <= s.len()`.
+    pub(super) fn block_sse2(s: &[u8], i: usize, view: bool) -> (u32, u32) {
+        assert!(i + 16 + 3 <= s.len());
+        // SAFETY: SSE2 is baseline; the loads (16 bytes at `i` to `i + 3`)
+        // are inside `s` by the assertion.
+        unsafe {
+            if view {
+                kernels::masks_at::<__m128i, true>(s.as_ptr().add(i))
+            } else {
+                kernels::masks_at::<__m128i, false>(s.as_ptr().add(i))
+            }
+        }
+    }
+
+    /// Candidate masks of the 32 bytes at `i`; needs `i + 35 <= s.len()`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn block_avx2(s: &[u8], i: usize, view: bool) -> (u32, u32) {
+        assert!(i + 32 + 3 <= s.len());
+        // SAFETY: the caller guarantees AVX2; the loads are inside `s` by
+        // the assertion.
+        unsafe {
+            if view {
+                kernels::masks_at::<__m256i, true>(s.as_ptr().add(i))
+            } else {
+                kernels::masks_at::<__m256i, false>(s.as_ptr().add(i))
             }
         }
     }

@@ -434,3 +434,70 @@ fn length_changing_units_at_every_position() {
         }
     }
 }
+
+/// Offsets of the units whose view is longer (disk side, `view = false`)
+/// or whose disk form is shorter (view side), unit by unit: every lead
+/// byte begins a unit.
+fn reference_changes(b: &[u8], view: bool) -> Vec<usize> {
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        if b[i] < 0xC0 {
+            continue;
+        }
+        if view {
+            if let ViewUnit::Char { cp, len } = decode_view_unit(&b[i..], true) {
+                let mut t = [0u8; 8];
+                if encode_disk(cp, &mut t).is_some_and(|n| n < len) {
+                    out.push(i);
+                }
+            }
+        } else if let DiskUnit::Char { cp, len } = decode_disk_unit(&b[i..], true) {
+            let mut t = [0u8; 8];
+            if encode_view(cp, &mut t) > len {
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// The length scans report exactly the units whose length changes, in
+    /// order, on every level (the block masks of the vector levels and the
+    /// byte loop of the portable one), on bytes crowded with the leads and
+    /// second bytes that decide it.
+    #[test]
+    fn scans_report_exactly_the_changing_units_on_every_level(
+        b in proptest::collection::vec(prop_oneof![
+            3 => 0x80u8..0xC0,
+            3 => proptest::sample::select(vec![
+                0xDD, 0xDE, 0xDF, 0xEE, 0xEF, 0xE0, 0xF0, 0xF7, 0xFB, 0xFD, 0xFE,
+                0x90, 0x91, 0x82, 0x9F, 0xA0, 0xA1, 0xA2, 0xBD, 0xBE,
+            ]),
+            1 => any::<u8>(),
+            1 => 0x20u8..0x7F,
+        ], 0..300),
+    ) {
+        let best = Level::best();
+        for path in Path::available() {
+            crate::simd::set_max_level(path.level());
+            for view in [false, true] {
+                let mut got = Vec::new();
+                let done = if view {
+                    length::scan_view(&b, true, |p| got.push(p))
+                } else {
+                    length::scan_disk(&b, true, |e| {
+                        if let length::DiskEvent::Grow(p) = e {
+                            got.push(p)
+                        }
+                    })
+                };
+                prop_assert_eq!(done, b.len());
+                prop_assert_eq!(&got, &reference_changes(&b, view), "{:?} view {}", path, view);
+            }
+        }
+        crate::simd::set_max_level(best);
+    }
+}
