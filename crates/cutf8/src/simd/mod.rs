@@ -25,8 +25,12 @@
 //! `decode_run` (V) and `encode_run` (W) convert the longest prefix of
 //! their input made of units the vector kernels take (see `kernels`), and
 //! `find_disk_candidate` / `find_view_candidate` skip to the next byte the
-//! length passes must look at. They know nothing of streaming state: a run
-//! starts at a unit boundary and stops at one.
+//! length passes must look at, `candidate_block` gives a block's candidates
+//! as masks where they are dense. They know nothing of streaming state: a
+//! run starts at a unit boundary and stops at one. On SSE2, which has no
+//! byte shuffle, the blocks whose units change length are spread or
+//! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
+//! 0.6 with AVX2's `pshufb` and 5 before either).
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
