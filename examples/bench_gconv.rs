@@ -1,12 +1,12 @@
 //! iconv(1) with the CORRECTED-UTF-8 module against iconv(1) on UTF-16 and
-//! against `cutf8`, on the codec benchmark's corpora (benches/support):
+//! against `cutf8`, on the codec benchmark's corpora (crates/cutf8/benches/support):
 //! wall time of whole processes (start-up included) writing to /dev/null,
 //! median of repeated runs. Reports, never asserts.
 //!
 //! Run through scripts/bench-gconv.sh, which builds and installs the module
 //! and sets GCONV_PATH and CUTF8.
 
-#[path = "../benches/support/mod.rs"]
+#[path = "../crates/cutf8/benches/support/mod.rs"]
 mod support;
 
 use std::path::Path;

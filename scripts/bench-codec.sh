@@ -4,10 +4,12 @@
 # all measured on the same buffers in the same run. Reports, never asserts.
 #
 #   scripts/bench-codec.sh [MIB] [REPEATS] [CORPUS...]
-#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji
+#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji mixed random
 #   CUTF8FS_SIMD=sse2 scripts/bench-codec.sh    the SSE2 path (or =portable)
 #
-# `cargo bench --bench codec` gives the same operations through criterion.
+# `cargo bench -p cutf8 --bench codec` gives the same operations through criterion;
+# `cargo run -p cutf8 --release --example bench_cpu -- CORPUS OP` one of them in
+# thread CPU time (steadier on a loaded machine).
 set -eu
 cd "$(dirname "$0")/.."
-exec cargo run --quiet --release --example bench_table -- "$@"
+exec cargo run --quiet --release -p cutf8 --example bench_table -- "$@"

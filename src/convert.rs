@@ -762,6 +762,7 @@ impl Located {
                 format!("encoded surrogate U+{cp:04X} ({hex}) cannot be encoded")
             }
             Problem::C1Control(cp) => format!("C1 control U+{cp:04X} ({hex}) cannot be encoded"),
+            other => format!("{other} ({hex})"),
         }
     }
 }
@@ -899,7 +900,7 @@ mod tests {
 
     #[test]
     fn view_magic_is_the_view_of_magic() {
-        let v = cutf8::decode_to_vec(&MAGIC, true).expect("MAGIC decodes");
+        let v = cutf8::decode_strict(&MAGIC).expect("MAGIC decodes");
         assert_eq!(v, VIEW_MAGIC);
     }
 

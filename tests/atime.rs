@@ -95,7 +95,7 @@ fn ls(p: &Path) {
 /// The files every case uses, in `dir` (BACKING, or the native model).
 fn populate(dir: &Path) {
     let mut f = MAGIC.to_vec();
-    f.extend(cutf8::encode_to_vec("café 中文 😀\n".repeat(100).as_bytes(), true).unwrap());
+    f.extend(cutf8::encode_strict("café 中文 😀\n".repeat(100).as_bytes()).unwrap());
     fs::write(dir.join("corrected"), &f).unwrap();
     fs::write(dir.join("raw"), [0xFFu8, 0, 1, 2, 3]).unwrap();
     fs::create_dir(dir.join("d")).unwrap();

@@ -351,7 +351,7 @@ fn check_file(back: &Path, p: &Plan, prog: &Progress, what: &str) -> Vec<u8> {
     // Never half-converted: corrected means strict Corrected UTF-8 here
     // (everything the writer wrote into corrected files is valid text).
     let view = if cutf8::has_magic(&bytes) {
-        cutf8::decode_to_vec(&bytes[MAGIC.len()..], true).unwrap_or_else(|e| {
+        cutf8::decode_strict(&bytes[MAGIC.len()..]).unwrap_or_else(|e| {
             panic!(
                 "{what}: {} is not strict Corrected UTF-8 after the crash: {e}",
                 p.name

@@ -75,7 +75,7 @@ fn native(dir: &Path, view: &[u8], mode: i32, off: u64, len: u64) -> (Result<(),
 
 /// View bytes of a corrected disk text.
 fn view_of(disk_text: &[u8]) -> Vec<u8> {
-    cutf8::decode_to_vec(disk_text, false).expect("lossless V never fails")
+    cutf8::decode_lossless(disk_text)
 }
 
 /// Runs one case on a fresh corrected file `name` holding `disk` (without
@@ -114,7 +114,7 @@ fn assert_backing(path: &Path, view: &[u8], what: &str) {
         "{what}: the backing file lost its magic number (became raw) although the view is storable"
     );
     let body = &backing[MAGIC.len()..];
-    let w = cutf8::encode_to_vec(view, false).expect("lossless W");
+    let w = cutf8::encode_lossless(view).expect("lossless W");
     assert!(
         body == w.as_slice(),
         "{what}: backing bytes are not lossless W of the view: {}",
@@ -146,11 +146,7 @@ fn every_mode_on_corrected_files_matches_a_native_file() {
     let texts: Vec<(&str, Vec<u8>)> = vec![
         (
             "ascii",
-            cutf8::encode_to_vec(b"0123456789 abcdefghij\nline two\n", true).unwrap(),
-        ),
-        (
-            "multibyte",
-            cutf8::encode_to_vec(TEXT.as_bytes(), true).unwrap(),
+            cutf8::encode_strict(b"0123456789 abcdefghij\nline two\n").unwrap(),
         ),
         ("every kind", crate::support::mount::every_kind()),
     ];
@@ -201,7 +197,7 @@ fn big_ranges_and_shifting_text_stay_bounded_and_exact() {
     // than one chunk and zero ranges past the end are longer than a chunk.
     let line = "a café 中文 \u{800}\u{850} 𐀀 😀 end\n";
     let text = line.repeat(3 << 20 >> 5);
-    let disk = cutf8::encode_to_vec(text.as_bytes(), true).unwrap();
+    let disk = cutf8::encode_strict(text.as_bytes()).unwrap();
     let view = text.as_bytes();
     let vl = view.len() as u64;
     let m = Mount::new(&[], |_| {});
@@ -233,7 +229,7 @@ fn big_ranges_and_shifting_text_stay_bounded_and_exact() {
 
 #[test]
 fn collapse_and_insert_are_refused_and_change_nothing() {
-    let disk = cutf8::encode_to_vec(TEXT.repeat(400).as_bytes(), true).unwrap();
+    let disk = cutf8::encode_strict(TEXT.repeat(400).as_bytes()).unwrap();
     let m = Mount::new(&[], |b| {
         let mut f = MAGIC.to_vec();
         f.extend_from_slice(&disk);
@@ -280,7 +276,7 @@ fn raw_files_behave_as_native_files() {
 /// the view as on a native file.
 #[test]
 fn util_linux_fallocate_on_corrected_files() {
-    let disk = cutf8::encode_to_vec(TEXT.repeat(30).as_bytes(), true).unwrap();
+    let disk = cutf8::encode_strict(TEXT.repeat(30).as_bytes()).unwrap();
     let view = view_of(&disk);
     let m = Mount::new(&[], |_| {});
     let native_dir = m.dir().join("native");
@@ -326,7 +322,7 @@ fn util_linux_fallocate_on_corrected_files() {
     // its bytes.
     let name = "dig";
     let text = format!("{}{}{}", TEXT, "\0".repeat(70000), TEXT);
-    let disk = cutf8::encode_to_vec(text.as_bytes(), false).unwrap();
+    let disk = cutf8::encode_lossless(text.as_bytes()).unwrap();
     let mut f = MAGIC.to_vec();
     f.extend_from_slice(&disk);
     fs::write(m.b(name), &f).unwrap();
@@ -348,7 +344,7 @@ fn util_linux_fallocate_on_corrected_files() {
 #[test]
 fn suid_and_sgid_are_dropped_as_natively() {
     let a = crate::support::users::user("cutf8t-a");
-    let disk = cutf8::encode_to_vec(TEXT.as_bytes(), true).unwrap();
+    let disk = cutf8::encode_strict(TEXT.as_bytes()).unwrap();
     let view = view_of(&disk);
     let m = Mount::new(&[], |_| {});
     fs::set_permissions(m.dir(), fs::Permissions::from_mode(0o755)).unwrap();
@@ -434,7 +430,7 @@ impl Drop for SmallTmpfs {
 fn out_of_space_changes_nothing() {
     let t = SmallTmpfs::new("2m");
     let text = "a \u{800}\u{850} 𐀀 b\n".repeat(1_400_000 / 16);
-    let disk = cutf8::encode_to_vec(text.as_bytes(), true).unwrap();
+    let disk = cutf8::encode_strict(text.as_bytes()).unwrap();
     let m = Mount::new_in(t.0.path(), &[], |b| {
         let mut f = MAGIC.to_vec();
         f.extend_from_slice(&disk);
@@ -472,10 +468,9 @@ fn out_of_space_changes_nothing() {
 /// the new content (never through the old index), as on a native file.
 #[test]
 fn fallocate_after_a_change_underneath_acts_on_the_new_content() {
-    let old =
-        cutf8::encode_to_vec("ascii only, long enough\n".repeat(50).as_bytes(), true).unwrap();
+    let old = cutf8::encode_strict("ascii only, long enough\n".repeat(50).as_bytes()).unwrap();
     let new_text = TEXT.repeat(3);
-    let new = cutf8::encode_to_vec(new_text.as_bytes(), true).unwrap();
+    let new = cutf8::encode_strict(new_text.as_bytes()).unwrap();
     let m = Mount::new(&[], |b| {
         let mut f = MAGIC.to_vec();
         f.extend_from_slice(&old);

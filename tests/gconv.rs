@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use cutf8::{encode_disk, encode_view, MAGIC};
+use cutf8::unit::{encode_disk, encode_view};
+use cutf8::MAGIC;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -440,7 +441,7 @@ fn magic_is_handled_like_a_utf16_bom() {
     let mut twice = MAGIC.to_vec();
     twice.extend_from_slice(b"a");
     twice.extend_from_slice(&MAGIC);
-    let view_magic = cutf8::decode_to_vec(&MAGIC, true).unwrap();
+    let view_magic = cutf8::decode_strict(&MAGIC).unwrap();
     let got = whole("UTF-8", "CORRECTED-UTF-8", &twice);
     assert_eq!(got.err, Some((MAGIC.len() + 1, libc::EILSEQ)));
     assert_eq!(got.out, b"a");
@@ -638,7 +639,7 @@ fn magic_prefixes_are_text_however_the_input_is_split() {
 #[test]
 fn the_magic_numbers_code_points_encode_as_cutf8_encode_does() {
     let v: &[u8] = &[0xF0, 0x90, 0xB9, 0xBD, 0xEE, 0xB5, 0x8E, 0x00, 0x0A];
-    assert_eq!(cutf8::decode_to_vec(&MAGIC, true).unwrap(), v);
+    assert_eq!(cutf8::decode_strict(&MAGIC).unwrap(), v);
     let texts: Vec<Vec<u8>> = vec![
         v.to_vec(),
         [v, b"x"].concat(),
@@ -945,7 +946,7 @@ fn iconv1_converts_100_mib_like_cutf8() {
     // U+000A: random_cp favours each) encode to a magic number inside the
     // file, which strict decoding refuses, the module as `cutf8 decode`:
     // this seed has one. Make it U+10E7D U+ED4E U+0020 U+000A.
-    let view_magic = cutf8::decode_to_vec(&MAGIC, true).unwrap();
+    let view_magic = cutf8::decode_strict(&MAGIC).unwrap();
     let mut from = 0;
     while let Some(k) = memchr::memmem::find(&text[from..], &view_magic) {
         text[from + k + 7] = b' ';

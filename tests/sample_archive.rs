@@ -2,7 +2,7 @@
 //! its corrected files are magic + strictly valid Corrected UTF-8 whose view
 //! is the text we meant, and its raw files have no magic.
 
-use cutf8::{decode_to_vec, has_magic, MAGIC};
+use cutf8::{decode_strict, has_magic, MAGIC};
 use std::path::Path;
 
 fn read(p: &str) -> Vec<u8> {
@@ -24,8 +24,7 @@ fn corrected_files_decode_strictly() {
     for (file, needle) in cases {
         let disk = read(file);
         assert!(has_magic(&disk), "{file} lacks the magic number");
-        let view =
-            decode_to_vec(&disk[MAGIC.len()..], true).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let view = decode_strict(&disk[MAGIC.len()..]).unwrap_or_else(|e| panic!("{file}: {e}"));
         let text = String::from_utf8(view).expect("strict V gives UTF-8");
         assert!(text.contains(needle), "{file}: {text:?} lacks {needle:?}");
         assert!(text.ends_with('\n'), "{file} does not end with a newline");

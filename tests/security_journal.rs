@@ -25,7 +25,7 @@ use std::process::Command;
 
 use crate::support::mount::Mount;
 use crate::support::users::{sh_as, user, User};
-use cutf8::{encode_to_vec, MAGIC};
+use cutf8::{encode_strict, MAGIC};
 
 const JOURNAL: &str = ".cutf8fs-journal";
 const SECRET: &[u8] = b"root's secret, mode 0600\n";
@@ -199,7 +199,7 @@ fn stamp(p: &Path) -> (i64, i64, i64, i64) {
 
 fn corrected(view: &str) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
-    v.extend(encode_to_vec(view.as_bytes(), true).unwrap());
+    v.extend(encode_strict(view.as_bytes()).unwrap());
     v
 }
 
@@ -618,7 +618,7 @@ fn a_committed_entry_refuses_a_read_only_start_and_a_read_write_one_finishes_it(
             .write(true)
             .open(f.b("dir/f.txt"))
             .unwrap();
-        let tail = encode_to_vec(new_view.as_bytes(), true).unwrap();
+        let tail = encode_strict(new_view.as_bytes()).unwrap();
         j.commit_only(&file, MAGIC.len() as u64, |w| w.write_all(&tail))
             .unwrap();
     }

@@ -68,7 +68,7 @@ impl Model {
             }
         } else {
             match self.enc {
-                Enc::Corrected if cutf8::encode_to_vec(&self.view, false).is_ok() => Enc::Corrected,
+                Enc::Corrected if cutf8::encode_lossless(&self.view).is_ok() => Enc::Corrected,
                 // W cannot store the new content: the file turns raw.
                 Enc::Corrected => Enc::Raw,
                 e => e,

@@ -52,10 +52,10 @@
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use cutf8::{
-    decode_disk_unit, decode_view_unit, encode_disk, encode_view, Decoder, DiskUnit, Encoder,
-    Status, ViewUnit, MAGIC, MAX_UNIT_LEN,
+use cutf8::unit::{
+    decode_disk_unit, decode_view_unit, encode_disk, encode_view, DiskUnit, ViewUnit,
 };
+use cutf8::{Decoder, Encoder, Status, MAGIC, MAX_UNIT_LEN};
 
 /// Corrected UTF-8 → UCS-4 (glibc `INTERNAL`, host byte order).
 pub const DECODE_UCS4: c_int = 0;

@@ -94,7 +94,7 @@ fn long_version() -> &'static str {
         format!(
             "{} (codec: {})",
             env!("CARGO_PKG_VERSION"),
-            cutf8::simd_path()
+            cutf8::simd::level().name()
         )
     })
 }
@@ -294,6 +294,13 @@ struct CheckArgs {
 }
 
 fn main() -> ExitCode {
+    // The codec reads no environment: lower its SIMD level here (measurements).
+    if let Some(level) = std::env::var("CUTF8FS_SIMD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cutf8::simd::set_max_level(level);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => e.exit(),

@@ -54,6 +54,13 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // The codec reads no environment: lower its SIMD level here (measurements).
+    if let Some(level) = std::env::var("CUTF8FS_SIMD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cutf8::simd::set_max_level(level);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

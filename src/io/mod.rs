@@ -304,7 +304,7 @@ impl<'a> Extents<'a> {
 mod tests {
     use super::*;
     use crate::view::index::tests::corpus;
-    use cutf8::decode_to_vec;
+    use cutf8::decode_lossless;
     use std::io::Write;
 
     const DATA: u64 = DATA_START;
@@ -341,7 +341,7 @@ mod tests {
     #[test]
     fn view_reads_of_a_file_match_v_and_a_shrunk_file_ends_early() {
         let disk = corpus(23, 60_000, 500, true);
-        let view = decode_to_vec(&disk, false).unwrap();
+        let view = decode_lossless(&disk);
         let idx = OffsetIndex::from_bytes(&disk);
         let f = file_with(&disk);
         for (off, len) in [

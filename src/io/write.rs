@@ -415,7 +415,7 @@ pub fn guard_raw(
 mod tests {
     use super::*;
     use crate::view::tests::PIECES;
-    use cutf8::{decode_to_vec, encode_to_vec, MAGIC};
+    use cutf8::{decode_lossless, encode_lossless, encode_strict, MAGIC};
     use rand::{Rng, SeedableRng};
     use std::fs::{self, OpenOptions};
     use std::os::fd::AsFd;
@@ -442,7 +442,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("f.txt");
             let mut disk = MAGIC.to_vec();
-            disk.extend(encode_to_vec(text.as_bytes(), true).unwrap());
+            disk.extend(encode_strict(text.as_bytes()).unwrap());
             fs::write(&path, &disk).unwrap();
             let file = OpenOptions::new()
                 .read(true)
@@ -472,7 +472,7 @@ mod tests {
                 next.resize(end, 0);
             }
             next[off..end].copy_from_slice(data);
-            let storable = encode_to_vec(&next, false).is_ok();
+            let storable = encode_lossless(&next).is_ok();
             let before = fs::read(&self.path).unwrap();
             let r = match write_at(&self.file, &mut self.index, &self.journal, off as u64, data) {
                 Ok(()) => Outcome::Written,
@@ -512,17 +512,13 @@ mod tests {
                 return;
             }
             assert_eq!(&disk[..8], &MAGIC, "{what}");
-            let expect = encode_to_vec(&self.model, false).unwrap();
+            let expect = encode_lossless(&self.model).unwrap();
             assert_eq!(
                 &disk[8..],
                 &expect[..],
                 "{what}: disk differs from W(model)"
             );
-            assert_eq!(
-                decode_to_vec(&disk[8..], false).unwrap(),
-                self.model,
-                "{what}"
-            );
+            assert_eq!(decode_lossless(&disk[8..]), self.model, "{what}");
             assert_eq!(
                 self.index,
                 OffsetIndex::from_bytes(&disk[8..]),

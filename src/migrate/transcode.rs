@@ -394,10 +394,7 @@ mod tests {
         // Three-byte characters straddle every chunk edge.
         let text: String = "€".repeat(CHUNK);
         let v = to_cutf8(text.as_bytes()).unwrap();
-        assert_eq!(
-            cutf8::decode_to_vec(&v[8..], true).unwrap(),
-            text.as_bytes()
-        );
+        assert_eq!(cutf8::decode_strict(&v[8..]).unwrap(), text.as_bytes());
         // A truncated sequence at the very end is found at its offset.
         let mut bad = text.into_bytes();
         bad.pop();
@@ -412,7 +409,7 @@ mod tests {
     fn verify_catches_a_difference() {
         let orig = file("héllo\n".as_bytes());
         let mut wrong = MAGIC.to_vec();
-        wrong.extend_from_slice(&cutf8::encode_to_vec("hallo\n".as_bytes(), true).unwrap());
+        wrong.extend_from_slice(&cutf8::encode_strict("hallo\n".as_bytes()).unwrap());
         let conv = file(&wrong);
         let mut bufs = Buffers::default();
         let r = verify(

@@ -296,7 +296,7 @@ pub enum Piece {
 pub(crate) mod tests {
     use super::*;
     use crate::view::tests::read_mem;
-    use cutf8::{decode_to_vec, encode_to_vec};
+    use cutf8::{decode_lossless, encode_strict};
     use rand::{Rng, SeedableRng};
 
     /// A text mixing unchanged and growing characters with the given
@@ -314,7 +314,7 @@ pub(crate) mod tests {
                     _ => rng.gen_range(0x8000_0000..=0x8421_109F),
                 };
                 let mut b = [0u8; 8];
-                let n = cutf8::encode_disk(c, &mut b).unwrap();
+                let n = cutf8::unit::encode_disk(c, &mut b).unwrap();
                 b[..n].to_vec()
             } else if junk && roll < dense + 20 {
                 match rng.gen_range(0..4) {
@@ -325,7 +325,7 @@ pub(crate) mod tests {
                 }
             } else {
                 let s = ["a", "é", "ж", "中", "😀", "\n", "𐀀"][rng.gen_range(0..7)];
-                encode_to_vec(s.as_bytes(), true).unwrap()
+                encode_strict(s.as_bytes()).unwrap()
             };
             disk.extend_from_slice(&piece);
         }
@@ -333,7 +333,7 @@ pub(crate) mod tests {
     }
 
     fn check_reads(disk: &[u8], seed: u64, reads: usize) {
-        let view = decode_to_vec(disk, false).unwrap();
+        let view = decode_lossless(disk);
         let idx = OffsetIndex::from_bytes(disk);
         assert_eq!(idx.view_len(), view.len() as u64);
         assert_eq!(idx.disk_len(), disk.len() as u64);
@@ -355,11 +355,10 @@ pub(crate) mod tests {
 
     #[test]
     fn identity_text_costs_no_index_memory() {
-        let disk = encode_to_vec(
+        let disk = encode_strict(
             "plain ASCII, Ελληνικά, кириллица, 中文, 😀\n"
                 .repeat(5000)
                 .as_bytes(),
-            true,
         )
         .unwrap();
         let idx = OffsetIndex::from_bytes(&disk);
@@ -405,7 +404,7 @@ pub(crate) mod tests {
                 disk.extend_from_slice(&[0xEF, 0xBF, 0xBF]); // U+1109F grows
                 disk.extend(std::iter::repeat_n(b'y', BLOCK as usize - 5));
             }
-            let view = decode_to_vec(&disk, false).unwrap();
+            let view = decode_lossless(&disk);
             let idx = OffsetIndex::from_bytes(&disk);
             for off in 0..view.len() as u64 {
                 if off % 97 != 0 && !(off % BLOCK < 16 || off % BLOCK > BLOCK - 16) {

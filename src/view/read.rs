@@ -5,7 +5,8 @@
 //! the I/O layer (`crate::io`) fetches what they ask for, and a short read
 //! (the file shrank meanwhile) is simply the end.
 
-use cutf8::{decode_disk_unit, encode_view, max_view_len, Decoder, DiskUnit, Status, MIN_DST};
+use cutf8::unit::{decode_disk_unit, encode_view, DiskUnit};
+use cutf8::{max_view_len, Decoder, Status, MIN_DST};
 
 use super::index::{OffsetIndex, BACK, BLOCK, CHUNK};
 use super::Error;

@@ -2,7 +2,7 @@
 //! only through plans, must always be magic + W(model) with a fresh index,
 //! and read back as the model (view = V(disk)).
 
-use cutf8::{decode_to_vec, encode_to_vec};
+use cutf8::{decode_lossless, encode_lossless};
 use proptest::prelude::*;
 
 use super::write::{plan_resize, plan_write, plan_zero, span_for_resize, spans_for, Resize, Way};
@@ -28,7 +28,7 @@ struct Mem {
 
 impl Mem {
     fn new(view: &[u8]) -> Mem {
-        let disk = encode_to_vec(view, false).unwrap();
+        let disk = encode_lossless(view).unwrap();
         let index = OffsetIndex::from_bytes(&disk);
         Mem { disk, index }
     }
@@ -115,10 +115,10 @@ impl Mem {
     fn check(&self, model: &[u8]) {
         assert_eq!(
             self.disk,
-            encode_to_vec(model, false).unwrap(),
+            encode_lossless(model).unwrap(),
             "disk is not W(model)"
         );
-        assert_eq!(decode_to_vec(&self.disk, false).unwrap(), model);
+        assert_eq!(decode_lossless(&self.disk), model);
         assert_eq!(
             self.index,
             OffsetIndex::from_bytes(&self.disk),
@@ -208,7 +208,7 @@ proptest! {
                         next.resize(end, 0);
                     }
                     next[off as usize..end].copy_from_slice(&d);
-                    let storable = encode_to_vec(&next, false).is_ok();
+                    let storable = encode_lossless(&next).is_ok();
                     let before = mem.disk.clone();
                     match mem.write(off, &d) {
                         Ok(()) => {

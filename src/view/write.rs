@@ -12,7 +12,7 @@
 //! long as the old ones, as an extension when the window is the end of the
 //! file, or by rewriting the tail of the file (under the journal).
 
-use cutf8::{encode_to_vec, MAGIC};
+use cutf8::{encode_lossless, MAGIC};
 
 use super::{is_cont, Error, OffsetIndex, Span};
 
@@ -94,7 +94,7 @@ pub fn spans_for(view_off: u64, end: u64) -> [(u64, u64); 2] {
 /// W of a window, or why W cannot store it (`base`: the window's view
 /// offset, to name where).
 fn encode(view: &[u8], base: u64) -> Result<Vec<u8>, Error> {
-    encode_to_vec(view, false).map_err(|e| Error::Unstorable {
+    encode_lossless(view).map_err(|e| Error::Unstorable {
         problem: e.malformed.problem,
         offset: base + e.offset as u64,
     })

@@ -339,7 +339,7 @@ pub fn corrected(disk: &[u8]) -> Vec<u8> {
 /// The view the mount must show for a backing file's bytes.
 pub fn expected_view(file: &[u8]) -> Vec<u8> {
     if cutf8::has_magic(file) {
-        cutf8::decode_to_vec(&file[cutf8::MAGIC.len()..], false).expect("lossless V never fails")
+        cutf8::decode_lossless(&file[cutf8::MAGIC.len()..])
     } else {
         file.to_vec()
     }
@@ -348,7 +348,7 @@ pub fn expected_view(file: &[u8]) -> Vec<u8> {
 /// Corrected UTF-8 for a code point (panics on the unencodable).
 pub fn enc(cp: u32) -> Vec<u8> {
     let mut buf = [0u8; 8];
-    let n = cutf8::encode_disk(cp, &mut buf).expect("encodable code point");
+    let n = cutf8::unit::encode_disk(cp, &mut buf).expect("encodable code point");
     buf[..n].to_vec()
 }
 

@@ -42,14 +42,14 @@ pub fn assert_corrected_bytes(backing: &[u8], text: &[u8], what: &str) {
         backing.len()
     );
     let body = &backing[MAGIC.len()..];
-    let decoded = cutf8::decode_to_vec(body, true)
+    let decoded = cutf8::decode_strict(body)
         .unwrap_or_else(|e| panic!("{what}: backing file is not strict Corrected UTF-8: {e}"));
     assert!(
         decoded == text,
         "{what}: strict V of the backing file is not what was written: {}",
         first_difference(&decoded, text)
     );
-    let encoded = cutf8::encode_to_vec(text, true)
+    let encoded = cutf8::encode_strict(text)
         .unwrap_or_else(|e| panic!("{what}: test bug, the text is not strictly encodable: {e}"));
     assert!(
         encoded == body,
@@ -97,7 +97,7 @@ pub fn assert_view(path: &Path, bytes: &[u8], what: &str) {
 /// Bytes of a corrected backing file holding `text`.
 pub fn corrected_file(text: &str) -> Vec<u8> {
     let mut v = MAGIC.to_vec();
-    v.extend(cutf8::encode_to_vec(text.as_bytes(), true).expect("encodable test text"));
+    v.extend(cutf8::encode_strict(text.as_bytes()).expect("encodable test text"));
     v
 }
 

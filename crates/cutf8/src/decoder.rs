@@ -3,12 +3,13 @@
 //! State between calls is only what a chunk edge can cut: a partial
 //! sequence (at most five bytes) or the fact that a reserved FE/FF unit is
 //! still open. The main loop runs the vector code of [`super::simd`] (ASCII
-//! and every unit that keeps its length), then decodes a stretch unit by
+//! and every well-formed unit up to U+D109F), then decodes a stretch unit by
 //! unit: 2- and 3-byte sequences inline, everything else through the scalar
 //! reference.
 
+use super::scalar::decode_disk_unit;
 use super::scalar::{disk_cp, encode_view, is_cont, lead_len, payload, DiskUnit};
-use super::{decode_disk_unit, simd, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
+use super::{simd, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
 
 /// How far the scalar loop goes after the vector code stops: past the
 /// longest block it refuses, so that the next try starts beyond it.
@@ -17,7 +18,7 @@ const SCALAR_STRETCH: usize = 64;
 /// Streaming V; see the module doc of [`crate`] for the contract.
 ///
 /// ```
-/// use cutf8fs::codec::{Decoder, Status};
+/// use cutf8::{Decoder, Status};
 /// let mut d = Decoder::lossless();
 /// let mut out = [0u8; 32];
 /// let (status, read, written) = d.convert(&[0xC0, 0xAF, b'!'], &mut out, true);
@@ -198,9 +199,9 @@ impl Decoder {
             // Vector blocks as far as they go (ASCII, and units that keep
             // their length), then scalar code for at least the block the
             // vector code refused.
-            let run = simd::decode_run(&src[i..], &mut dst[o..]);
-            i += run;
-            o += run;
+            let (read, written) = simd::decode_run(&src[i..], &mut dst[o..]);
+            i += read;
+            o += written;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }

@@ -5,8 +5,9 @@
 //! [`super::simd`], then encodes a stretch unit by unit: 2- and 3-byte
 //! sequences inline, everything else through the scalar reference.
 
+use super::scalar::decode_view_unit;
 use super::scalar::{encode_disk, is_cont, lead_len, ViewUnit};
-use super::{decode_view_unit, simd, Malformed, Problem, Status, MAX_UNIT_LEN};
+use super::{simd, Malformed, Problem, Status, MAX_UNIT_LEN};
 
 /// How far the scalar loop goes after the vector code stops (see the
 /// decoder).
@@ -15,7 +16,7 @@ const SCALAR_STRETCH: usize = 64;
 /// Streaming W; see the module doc of [`crate`] for the contract.
 ///
 /// ```
-/// use cutf8fs::codec::{Encoder, Status, Problem};
+/// use cutf8::{Encoder, Status, Problem};
 /// let mut e = Encoder::lossless();
 /// let mut out = [0u8; 32];
 /// let (status, read, written) = e.convert("Ï".as_bytes(), &mut out, true);
@@ -91,9 +92,9 @@ impl Encoder {
     ) -> (Status, usize, usize) {
         loop {
             // As in the decoder: vector blocks, then a scalar stretch.
-            let run = simd::encode_run(&src[i..], &mut dst[o..]);
-            i += run;
-            o += run;
+            let (read, written) = simd::encode_run(&src[i..], &mut dst[o..]);
+            i += read;
+            o += written;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }

@@ -8,7 +8,7 @@
 //! pass through one for one. Such units all begin with one of the lead bytes
 //! DD DE DF EE EF F7 FB FD, and a lead byte (≥ C0) always begins a unit, so the
 //! scan only has to look at those bytes, skipping everything else a vector
-//! at a time (`codec::simd`). FE units are watched as well: FE plus six
+//! at a time. FE units are watched as well: FE plus six
 //! continuation bytes with a value in U+80000000–U+8421109F is SPEC §2's
 //! exempt unit.
 //!
@@ -21,6 +21,8 @@ use super::scalar::{
 use super::{simd, MAX_CODE_POINT};
 
 /// What a disk scan reports, with the offset of the unit's first byte.
+/// A closed set (the only units whose length differs between disk and
+/// view): callers match it exhaustively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskEvent {
     /// A complete sequence whose view is one byte longer.
@@ -52,63 +54,110 @@ fn complete(s: &[u8], len: usize, at_end: bool) -> Result<bool, ()> {
 /// chunk decides — hand those bytes in again at the front of it. `buf` may
 /// start anywhere except inside a complete sequence whose lead it lacks.
 pub fn scan_disk(buf: &[u8], at_end: bool, mut event: impl FnMut(DiskEvent)) -> usize {
-    let mut i = 0;
-    loop {
-        i = simd::find_disk_candidate(buf, i);
-        if i == buf.len() {
-            return i;
+    scan(buf, false, |i, sure| {
+        if sure {
+            event(DiskEvent::Grow(i));
+            Ok(())
+        } else {
+            disk_unit(buf, i, at_end, &mut event)
         }
-        let b = buf[i];
-        let len = if b == 0xFE { 7 } else { lead_len(b) };
-        match complete(&buf[i..], len, at_end) {
-            Err(()) => return i,
-            Ok(false) => {}
-            Ok(true) => {
-                let v = payload(&buf[i..], len);
-                if b == 0xFE {
-                    if (0x8000_0000..=MAX_CODE_POINT as u64).contains(&v) {
-                        event(DiskEvent::Exempt(i));
-                    }
-                } else if view_len_of(disk_cp(v as u32, len)) > len {
-                    event(DiskEvent::Grow(i));
-                }
-            }
-        }
-        i += 1;
-    }
+    })
 }
 
 /// Scan view bytes for units W stores one byte shorter; `shrink` gets each
 /// unit's offset. Same chunking contract as [`scan_disk`].
 pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usize {
+    scan(buf, true, |i, sure| {
+        if sure {
+            shrink(i);
+            Ok(())
+        } else {
+            view_unit(buf, i, at_end, &mut shrink)
+        }
+    })
+}
+
+/// Call `unit` on every candidate byte of `buf` in order (see
+/// `simd::find_disk_candidate`), with `true` when the vector code found
+/// that the unit there certainly changes length; `unit` returns `Err` when
+/// the unit is cut by the end of `buf`, which ends the scan at that offset.
+/// Sparse candidates are skipped to a vector at a time; where they are
+/// dense, each block's candidates come from its masks.
+#[inline(always)]
+fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), ()>) -> usize {
     let mut i = 0;
     loop {
-        i = simd::find_view_candidate(buf, i);
+        i = if view {
+            simd::find_view_candidate(buf, i)
+        } else {
+            simd::find_disk_candidate(buf, i)
+        };
         if i == buf.len() {
             return i;
         }
-        let len = lead_len(buf[i]);
-        match complete(&buf[i..], len, at_end) {
-            Err(()) => return i,
-            Ok(false) => {}
-            Ok(true) => {
-                if let ViewUnit::Char { cp, len } =
-                    classify_view_value(payload(&buf[i..], len), len)
-                {
-                    let mut tmp = [0u8; 8];
-                    if super::encode_disk(cp, &mut tmp).is_some_and(|n| n < len) {
-                        shrink(i);
-                    }
+        if let Some((exact, other, lanes)) = simd::candidate_block(buf, i, view) {
+            let mut mask = exact | other;
+            while mask != 0 {
+                let k = mask.trailing_zeros();
+                mask &= mask - 1;
+                let j = i + k as usize;
+                if unit(j, exact >> k & 1 == 1).is_err() {
+                    return j;
                 }
             }
+            i += lanes;
+        } else {
+            if unit(i, false).is_err() {
+                return i;
+            }
+            i += 1;
         }
-        i += 1;
     }
+}
+
+/// The candidate at `buf[i]` of a disk scan: report it if it grows or is
+/// exempt.
+#[inline(always)]
+fn disk_unit(
+    buf: &[u8],
+    i: usize,
+    at_end: bool,
+    event: &mut impl FnMut(DiskEvent),
+) -> Result<(), ()> {
+    let b = buf[i];
+    let len = if b == 0xFE { 7 } else { lead_len(b) };
+    if complete(&buf[i..], len, at_end)? {
+        let v = payload(&buf[i..], len);
+        if b == 0xFE {
+            if (0x8000_0000..=MAX_CODE_POINT as u64).contains(&v) {
+                event(DiskEvent::Exempt(i));
+            }
+        } else if view_len_of(disk_cp(v as u32, len)) > len {
+            event(DiskEvent::Grow(i));
+        }
+    }
+    Ok(())
+}
+
+/// The candidate at `buf[i]` of a view scan: report it if W stores it
+/// shorter.
+#[inline(always)]
+fn view_unit(buf: &[u8], i: usize, at_end: bool, shrink: &mut impl FnMut(usize)) -> Result<(), ()> {
+    let len = lead_len(buf[i]);
+    if complete(&buf[i..], len, at_end)? {
+        if let ViewUnit::Char { cp, len } = classify_view_value(payload(&buf[i..], len), len) {
+            let mut tmp = [0u8; 8];
+            if super::scalar::encode_disk(cp, &mut tmp).is_some_and(|n| n < len) {
+                shrink(i);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Which way a [`LengthCounter`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
+enum Direction {
     /// Disk bytes in, view length out (V).
     DiskToView,
     /// View bytes in, disk length out (W, for content W can store).
@@ -119,8 +168,8 @@ pub enum Direction {
 /// length. Holds at most one undecided unit between chunks.
 ///
 /// ```
-/// use cutf8fs::codec::length::{Direction, LengthCounter};
-/// let mut c = LengthCounter::new(Direction::DiskToView);
+/// use cutf8::length::LengthCounter;
+/// let mut c = LengthCounter::disk_to_view();
 /// c.push(&[0xDF]); // U+089F: two bytes on disk, three in the view
 /// c.push(&[0xBF, b'\n']);
 /// assert_eq!(c.finish(), 4);
@@ -136,7 +185,18 @@ pub struct LengthCounter {
 }
 
 impl LengthCounter {
-    pub fn new(dir: Direction) -> Self {
+    /// Count the view length of Corrected UTF-8 bytes (V's output length).
+    pub fn disk_to_view() -> Self {
+        Self::new(Direction::DiskToView)
+    }
+
+    /// Count the disk length of view bytes (W's output length, for content
+    /// W can store).
+    pub fn view_to_disk() -> Self {
+        Self::new(Direction::ViewToDisk)
+    }
+
+    fn new(dir: Direction) -> Self {
         LengthCounter {
             dir,
             carry: [0; 8],
@@ -209,6 +269,11 @@ impl LengthCounter {
 }
 
 /// View length of a whole buffer of Corrected UTF-8 (no magic handling).
+///
+/// ```
+/// // U+089F is two bytes on disk and three in the view.
+/// assert_eq!(cutf8::length::view_len(&[0xDF, 0xBF, b'\n']), 4);
+/// ```
 pub fn view_len(disk: &[u8]) -> u64 {
     let mut grow = 0u64;
     scan_disk(disk, true, |e| {

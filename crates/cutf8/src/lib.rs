@@ -1,49 +1,134 @@
 //! Corrected UTF-8 ⇄ standard UTF-8, and nothing else: no I/O, no
-//! allocation in the hot loops.
+//! dependencies, no allocation in the streaming converters.
 //!
-//! Two conversions, named as in SPEC §2:
+//! Corrected UTF-8 keeps UTF-8's byte structure but adds an offset to every
+//! multi-byte sequence, so that every well-formed sequence is the one and only
+//! encoding of one code point (no overlong forms; C1 controls and surrogates
+//! are skipped; the code space reaches U+8421109F). A Corrected UTF-8 file
+//! begins with the 8-byte [`MAGIC`] number, which is not part of the text.
+//!
+//! Two conversions, named as in the format's specification:
 //!
 //! * **V** (disk → view), [`Decoder`]: Corrected UTF-8 in, standard UTF-8
-//!   out. Lossless mode passes reserved units, stray continuation bytes and
-//!   truncated sequences through unchanged and writes code points above
-//!   U+10FFFF in their shortest extended (RFC 2279 or FE) form; strict mode
-//!   reports each of those as [`Problem`]s instead.
+//!   out. [`Decoder::lossless`] passes reserved units, stray continuation
+//!   bytes and truncated sequences through unchanged and writes code points
+//!   above U+10FFFF in their shortest extended (RFC 2279 or FE) form;
+//!   [`Decoder::strict`] reports each of those as a [`Problem`] instead.
 //! * **W** (view → disk), [`Encoder`]: standard UTF-8 (plus the extended
-//!   forms) in, Corrected UTF-8 out. Lossless mode passes structurally
-//!   ill-formed bytes through; strict mode rejects them. Neither mode can
-//!   store C1 controls, overlong forms or encoded surrogates: those are
-//!   always reported, never altered.
+//!   forms) in, Corrected UTF-8 out. [`Encoder::lossless`] passes
+//!   structurally ill-formed bytes through; [`Encoder::strict`] rejects them.
+//!   Neither can store C1 controls, overlong forms or encoded surrogates:
+//!   those are always reported, never altered.
 //!
-//! Both converters stream: they take input in chunks of any size, keep a
-//! partial unit across calls, and write into the caller's buffer. The
-//! contract, as in encoding_rs: `convert(src, dst, last)` returns
-//! `(status, read, written)`; on [`Status::InputEmpty`] all of `src` was
-//! consumed; on [`Status::OutputFull`] the caller drains `dst` and calls again
-//! with `src[read..]`; on [`Status::Malformed`] the bad unit was consumed and
-//! its last byte is `src[read - 1]` (its first byte may lie in an earlier
-//! chunk: `len` says how long it was). `last` says no more input follows.
-//! Any `dst` of at least [`MIN_DST`] bytes makes progress.
+//! For whole buffers there are one-shot functions: [`decode_lossless`],
+//! [`decode_strict`], [`encode_lossless`] and [`encode_strict`].
 //!
-//! The length-only passes in [`length`] answer "how long is the view of these
-//! disk bytes" (and the inverse) without converting, for the offset index.
+//! ```
+//! // "Ï!" is C0 AF 21 on disk: U+00CF minus the two-byte offset 160.
+//! let disk = cutf8::encode_strict("Ï!".as_bytes())?;
+//! assert_eq!(disk, [0xC0, 0xAF, b'!']);
+//! assert_eq!(cutf8::decode_strict(&disk)?, "Ï!".as_bytes());
 //!
-//! Callers: `convert`, `check` and `migrate` (one-shot and streaming), and
-//! `index` (the mount's random-access reads). The codec knows nothing of
-//! files.
+//! // Lossless V never fails: ill-formed bytes come through unchanged, and
+//! // lossless W gives them back.
+//! let odd = [b'a', 0x80, 0xC0];
+//! assert_eq!(cutf8::decode_lossless(&odd), odd);
+//! assert_eq!(cutf8::encode_lossless(&odd)?, odd);
+//!
+//! // W cannot store a C1 control, not even losslessly.
+//! let err = cutf8::encode_lossless("\u{85}".as_bytes()).unwrap_err();
+//! assert_eq!(err.problem(), cutf8::Problem::C1Control(0x85));
+//! assert_eq!(err.offset(), 0);
+//! # Ok::<(), cutf8::ConvertError>(())
+//! ```
+//!
+//! # Streaming
+//!
+//! Both converters take input in chunks of any size, keep a partial unit
+//! across calls, and write into the caller's buffer. The contract, as in
+//! encoding_rs: `convert(src, dst, last)` returns `(status, read, written)`;
+//! on [`Status::InputEmpty`] all of `src` was consumed; on
+//! [`Status::OutputFull`] the caller drains `dst` and calls again with
+//! `src[read..]`; on [`Status::Malformed`] the bad unit was consumed and its
+//! last byte is `src[read - 1]` (its first byte may lie in an earlier chunk:
+//! [`Malformed::len`] says how long it was). `last` says no more input
+//! follows. Bytes of `dst` past `written` may have been overwritten (the
+//! vector code stores whole blocks). Any `dst` of at least [`MIN_DST`]
+//! bytes makes progress;
+//! [`max_view_len`] and [`max_disk_len`] size a buffer that takes a whole
+//! input at once.
+//!
+//! ```
+//! use cutf8::{Decoder, Status};
+//! let disk = cutf8::encode_strict("κόσμε 世界\n".as_bytes())?;
+//! let mut d = Decoder::strict();
+//! let mut view = Vec::new();
+//! let mut buf = [0u8; cutf8::MIN_DST];
+//! // Feed three bytes at a time through a small output buffer.
+//! let chunks: Vec<&[u8]> = disk.chunks(3).collect();
+//! for (k, chunk) in chunks.iter().enumerate() {
+//!     let last = k + 1 == chunks.len();
+//!     let mut src = *chunk;
+//!     loop {
+//!         let (status, read, written) = d.convert(src, &mut buf, last);
+//!         view.extend_from_slice(&buf[..written]);
+//!         src = &src[read..];
+//!         match status {
+//!             Status::InputEmpty => break,
+//!             Status::OutputFull => continue,
+//!             Status::Malformed(m) => panic!("{}", m.problem),
+//!             _ => unreachable!("no other status yet"),
+//!         }
+//!     }
+//! }
+//! assert_eq!(view, "κόσμε 世界\n".as_bytes());
+//! # Ok::<(), cutf8::ConvertError>(())
+//! ```
+//!
+//! # Modules
+//!
+//! * [`unit`](mod@unit): one unit at a time, the reference the fast paths are tested
+//!   against (for callers that need code points, such as UCS-4 converters).
+//! * [`length`]: how long the other side of some bytes is, without
+//!   converting them (a random-access index of a file's view is built from
+//!   these).
+//! * [`simd`]: which vector code runs, and a way to lower it for
+//!   measurements.
+#![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod ascii;
 mod decoder;
 mod encoder;
 pub mod length;
 mod scalar;
-mod simd;
+pub mod simd;
 
-pub use ascii::ascii_prefix_len;
 pub use decoder::Decoder;
 pub use encoder::Encoder;
-pub use scalar::{
-    decode_disk_unit, decode_view_unit, encode_disk, encode_view, DiskUnit, ViewUnit,
-};
+
+pub mod unit {
+    //! One unit at a time: the reference implementation of the format,
+    //! straight from its table, and what the fast paths are tested against.
+    //!
+    //! Use these when you need code points (a UCS-4 converter, a
+    //! unit-aligned seek); for bytes to bytes, [`Decoder`](crate::Decoder)
+    //! and [`Encoder`](crate::Encoder) are much faster.
+    //!
+    //! ```
+    //! use cutf8::unit::{decode_disk_unit, encode_view, DiskUnit};
+    //! let DiskUnit::Char { cp, len } = decode_disk_unit(&[0xC0, 0xAF], true) else {
+    //!     unreachable!()
+    //! };
+    //! assert_eq!((cp, len), (0xCF, 2));
+    //! let mut view = [0u8; cutf8::MAX_UNIT_LEN];
+    //! let n = encode_view(cp, &mut view);
+    //! assert_eq!(&view[..n], "Ï".as_bytes());
+    //! ```
+    pub use crate::scalar::{
+        decode_disk_unit, decode_view_unit, encode_disk, encode_view, DiskUnit, ViewUnit,
+    };
+}
 
 /// The magic number that begins a Corrected UTF-8 file (U+10E7D U+ED4E U+0000
 /// U+000A). It is not part of the text.
@@ -59,25 +144,23 @@ pub const MAX_UNIT_LEN: usize = 7;
 /// Smallest output buffer that always makes progress.
 pub const MIN_DST: usize = 16;
 
-/// Which vector code the converters run on this machine: `"avx2"`,
-/// `"sse2"` or `"portable"` (for `cutf8 --version`). Detected once.
-pub fn simd_path() -> &'static str {
-    simd::path().name()
-}
-
 /// Whether `bytes` begins with the [`MAGIC`] number.
 pub fn has_magic(bytes: &[u8]) -> bool {
     bytes.starts_with(&MAGIC)
 }
 
 /// What a converter found wrong with one unit of its input.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Problem {
     /// A continuation byte (80–BF) where no sequence is open.
     StrayContinuation(u8),
     /// A lead byte followed by fewer continuation bytes than it announces.
     /// `expected` is the full length the lead byte announced.
-    Truncated { expected: u8 },
+    Truncated {
+        /// The full length the lead byte announced.
+        expected: u8,
+    },
     /// Disk side: an FE/FF reserved unit (strict decoding only).
     /// View side: an FE/FF byte, which standard UTF-8 never has.
     Reserved(u8),
@@ -120,14 +203,19 @@ impl std::fmt::Display for Problem {
 }
 
 /// One malformed unit: what was wrong and how many input bytes it spanned.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed {
+    /// What was wrong.
     pub problem: Problem,
     /// Length of the offending unit in input bytes (it ends at `read`).
     pub len: usize,
 }
 
-/// Outcome of one `convert` call.
+/// Outcome of one `convert` call of a [`Decoder`] or [`Encoder`].
+///
+/// A closed set, as encoding_rs's `CoderResult`: callers match it
+/// exhaustively, so a new variant would be a breaking change.
 #[must_use]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -140,11 +228,25 @@ pub enum Status {
 }
 
 /// Conversion of a whole buffer failed at a byte offset.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvertError {
+    /// The bad unit.
     pub malformed: Malformed,
     /// Offset of the first byte of the bad unit in the input.
     pub offset: usize,
+}
+
+impl ConvertError {
+    /// What was wrong with the unit at [`offset`](Self::offset).
+    pub fn problem(&self) -> Problem {
+        self.malformed.problem
+    }
+
+    /// Offset of the first byte of the bad unit in the input.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
 }
 
 impl std::fmt::Display for ConvertError {
@@ -200,25 +302,41 @@ fn run_to_vec(
     }
 }
 
-/// V of a whole buffer (no magic handling): Corrected UTF-8 → UTF-8.
-/// Strict mode fails at the first unit with no standard form.
-pub fn decode_to_vec(disk: &[u8], strict: bool) -> Result<Vec<u8>, ConvertError> {
-    let mut d = if strict {
-        Decoder::strict()
-    } else {
-        Decoder::lossless()
-    };
+/// Lossless V of a whole buffer (no magic handling): Corrected UTF-8 →
+/// UTF-8. Never fails: ill-formed bytes and reserved units come through
+/// unchanged.
+///
+/// ```
+/// assert_eq!(cutf8::decode_lossless(&[0xDF, 0xBF, 0xFF]), b"\xE0\xA2\x9F\xFF");
+/// ```
+pub fn decode_lossless(disk: &[u8]) -> Vec<u8> {
+    let mut d = Decoder::lossless();
+    match run_to_vec(disk, |s, o, l| d.convert(s, o, l), max_view_len(disk.len())) {
+        Ok(v) => v,
+        // Lossless V has no malformed input; keep whatever it would say.
+        Err(e) => unreachable!("lossless V reported {e}"),
+    }
+}
+
+/// Strict V of a whole buffer (no magic handling): fails at the first unit
+/// with no standard UTF-8 form (see [`Decoder::strict`]).
+pub fn decode_strict(disk: &[u8]) -> Result<Vec<u8>, ConvertError> {
+    let mut d = Decoder::strict();
     run_to_vec(disk, |s, o, l| d.convert(s, o, l), max_view_len(disk.len()))
 }
 
-/// W of a whole buffer (no magic handling): UTF-8 → Corrected UTF-8.
-/// Fails at the first unit the mode cannot store.
-pub fn encode_to_vec(view: &[u8], strict: bool) -> Result<Vec<u8>, ConvertError> {
-    let mut e = if strict {
-        Encoder::strict()
-    } else {
-        Encoder::lossless()
-    };
+/// Lossless W of a whole buffer (no magic handling): UTF-8 → Corrected
+/// UTF-8. Fails only at a unit W cannot store (C1 control, overlong form,
+/// encoded surrogate; see [`Encoder::lossless`]).
+pub fn encode_lossless(view: &[u8]) -> Result<Vec<u8>, ConvertError> {
+    let mut e = Encoder::lossless();
+    run_to_vec(view, |s, o, l| e.convert(s, o, l), max_disk_len(view.len()))
+}
+
+/// Strict W of a whole buffer (no magic handling): fails at the first unit
+/// that is not well-formed UTF-8 W can store (see [`Encoder::strict`]).
+pub fn encode_strict(view: &[u8]) -> Result<Vec<u8>, ConvertError> {
+    let mut e = Encoder::strict();
     run_to_vec(view, |s, o, l| e.convert(s, o, l), max_disk_len(view.len()))
 }
 

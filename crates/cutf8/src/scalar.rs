@@ -1,8 +1,9 @@
 //! The reference: one unit at a time, straight from SPEC §1's table.
 //!
-//! Everything faster in this module tree is tested against these functions.
-//! They take a slice that starts at a unit and say what that unit is; the
+//! Everything faster in this crate is tested against these functions. They
+//! take a slice that starts at a unit and say what that unit is; the
 //! streaming converters call them at buffer edges and in their slow paths.
+//! Public as [`crate::unit`].
 
 use super::{Problem, MAX_CODE_POINT};
 
@@ -66,16 +67,27 @@ pub(crate) fn disk_cp(p: u32, len: usize) -> u32 {
     }
 }
 
-/// One unit at the start of Corrected UTF-8 (disk) bytes.
+/// One unit at the start of Corrected UTF-8 (disk) bytes. A closed set
+/// (the format's kinds of unit): callers match it exhaustively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskUnit {
     /// A complete sequence: the code point and its length on disk.
-    Char { cp: u32, len: usize },
+    Char {
+        /// The code point (at most [`MAX_CODE_POINT`]).
+        cp: u32,
+        /// Its length on disk, 1 to 6.
+        len: usize,
+    },
     /// A continuation byte where no sequence is open (length 1).
     Stray,
     /// A lead byte followed by `len - 1` continuation bytes and then a
     /// non-continuation byte (or the end, when `at_end`).
-    Truncated { len: usize, expected: u8 },
+    Truncated {
+        /// How many bytes the truncated sequence has.
+        len: usize,
+        /// The full length its lead byte announced.
+        expected: u8,
+    },
     /// FE or FF: a reserved unit that extends over every continuation byte
     /// that follows.
     ReservedLead,
@@ -83,7 +95,12 @@ pub enum DiskUnit {
     Incomplete,
 }
 
-/// Classify the unit at the start of `s` (non-empty).
+/// Classify the unit at the start of `s`. `at_end` says that no bytes follow
+/// `s`; otherwise a sequence that `s` cuts is [`DiskUnit::Incomplete`].
+///
+/// # Panics
+///
+/// When `s` is empty.
 pub fn decode_disk_unit(s: &[u8], at_end: bool) -> DiskUnit {
     let b = s[0];
     let len = lead_len(b);
@@ -127,23 +144,44 @@ fn complete_len(s: &[u8], len: usize, at_end: bool) -> Result<(), Option<usize>>
     }
 }
 
-/// One unit at the start of view (UTF-8 plus extended forms) bytes.
+/// One unit at the start of view (UTF-8 plus extended forms) bytes. A
+/// closed set: callers match it exhaustively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewUnit {
     /// A complete, shortest sequence of a code point W can store (extended
     /// forms above U+10FFFF included).
-    Char { cp: u32, len: usize },
+    Char {
+        /// The code point (at most [`MAX_CODE_POINT`]).
+        cp: u32,
+        /// Its length in the view, 1 to 7.
+        len: usize,
+    },
     /// A complete sequence W cannot store: overlong, surrogate or C1.
-    Unstorable { problem: Problem, len: usize },
+    Unstorable {
+        /// Which of the three it is.
+        problem: Problem,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// Structurally ill-formed bytes W carries through unchanged: a stray
     /// continuation byte, a truncated sequence, FF, or an FE unit that is
     /// not an extended form.
-    Passthrough { problem: Problem, len: usize },
+    Passthrough {
+        /// What strict W reports for it.
+        problem: Problem,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// The slice ends before the unit is decided and `at_end` is false.
     Incomplete,
 }
 
-/// Classify the unit at the start of `s` (non-empty).
+/// Classify the unit at the start of view bytes `s`; `at_end` as in
+/// [`decode_disk_unit`].
+///
+/// # Panics
+///
+/// When `s` is empty.
 pub fn decode_view_unit(s: &[u8], at_end: bool) -> ViewUnit {
     let b = s[0];
     let len = lead_len(b);
@@ -214,8 +252,12 @@ pub(crate) fn classify_view_value(v: u64, len: usize) -> ViewUnit {
     ViewUnit::Unstorable { problem, len }
 }
 
-/// Corrected UTF-8 of `cp` into `dst` (at least 6 bytes); `None` for C1
+/// Corrected UTF-8 of `cp` into `dst`; returns its length, or `None` for C1
 /// controls, surrogates and code points above U+8421109F.
+///
+/// # Panics
+///
+/// When `dst` is shorter than the encoding (6 bytes always suffice).
 #[inline(always)]
 pub fn encode_disk(cp: u32, dst: &mut [u8]) -> Option<usize> {
     let (p, len) = match cp {
@@ -237,9 +279,14 @@ pub fn encode_disk(cp: u32, dst: &mut [u8]) -> Option<usize> {
     Some(len)
 }
 
-/// The view form of `cp` (≤ U+8421109F) into `dst` (at least 7 bytes):
-/// standard UTF-8 up to U+10FFFF, the shortest RFC 2279 form up to
-/// U+7FFFFFFF, FE plus six continuation bytes above.
+/// The view form of `cp` into `dst`; returns its length: standard UTF-8 up
+/// to U+10FFFF, the shortest RFC 2279 form up to U+7FFFFFFF, FE plus six
+/// continuation bytes above.
+///
+/// # Panics
+///
+/// When `dst` is shorter than the form ([`crate::MAX_UNIT_LEN`] bytes
+/// always suffice).
 #[inline(always)]
 pub fn encode_view(cp: u32, dst: &mut [u8]) -> usize {
     let len = view_len_of(cp);

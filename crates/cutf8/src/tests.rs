@@ -2,8 +2,27 @@
 //! invariants on random input, streaming at every cut, and the fast paths
 //! against the scalar reference.
 
+use super::unit::*;
 use super::*;
 use proptest::prelude::*;
+
+/// The one-shot functions, mode as a flag (for tests that run both).
+pub(crate) fn decode_to_vec(b: &[u8], strict: bool) -> Result<Vec<u8>, ConvertError> {
+    if strict {
+        decode_strict(b)
+    } else {
+        Ok(decode_lossless(b))
+    }
+}
+
+/// As [`decode_to_vec`], for W.
+pub(crate) fn encode_to_vec(b: &[u8], strict: bool) -> Result<Vec<u8>, ConvertError> {
+    if strict {
+        encode_strict(b)
+    } else {
+        encode_lossless(b)
+    }
+}
 
 /// SPEC §1's worked examples: (disk bytes, code point).
 const EXAMPLES: &[(&[u8], u32)] = &[
@@ -473,7 +492,7 @@ proptest! {
         prop_assert_eq!(stream(&mut Decoder::strict(), &b, &cuts), decode_to_vec(&b, true).map_err(|e| (e.malformed, e.offset)));
         prop_assert_eq!(stream(&mut Encoder::lossless(), &b, &cuts), encode_to_vec(&b, false).map_err(|e| (e.malformed, e.offset)));
         prop_assert_eq!(stream(&mut Encoder::strict(), &b, &cuts), encode_to_vec(&b, true).map_err(|e| (e.malformed, e.offset)));
-        let mut c = length::LengthCounter::new(length::Direction::DiskToView);
+        let mut c = length::LengthCounter::disk_to_view();
         let mut start = 0;
         let mut cs = cuts.clone();
         cs.sort();

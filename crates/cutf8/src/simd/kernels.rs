@@ -15,12 +15,24 @@
 //! | 3 bytes, high | 4 256 | 1, 2, 32 |
 //! | 4 bytes | 69 792 | 0, 17, 2, 32 |
 //!
-//! A block is taken only if every unit in it is one of those and none
-//! changes length; anything else (ill-formed bytes, C1 controls, overlong
-//! forms, surrogates, code points that change length, 5- and 6-byte and
-//! FE/FF units, code points near or above U+10FFFF) ends the fast run, and
-//! the scalar code of the caller takes over. A sequence cut by the end of
-//! the block is left for the next block, whose first lane is its lead.
+//! Units whose length differs by one byte (U+0800–U+089F: two bytes on
+//! disk, three in the view; U+10000–U+1109F: three and four) are taken too,
+//! as simdutf's transcoders take mixed lengths: vectorised classification,
+//! then a byte shuffle from a table. V computes them with the digits above,
+//! so their lead overflows its class (a 2-byte lead becomes E0–E2, a 3-byte
+//! one F0–F1); that lane is rewritten to the view's second byte and a
+//! `pshufb` from a 256-entry table, indexed by the grown leads among eight
+//! lanes, inserts the E0/F0 lead before it. W sees their lead borrow below
+//! its class; a second pass gives their second lane the digits of the
+//! shorter form (2, 32 after E0; 1, 2, 32 after F0) and a lead mark, and a
+//! `pshufb` drops the old lead. Blocks without such units (nearly all, in
+//! most text) pay one combined mask test for this.
+//!
+//! A block is taken only if every unit in it is one of those; anything else
+//! (ill-formed bytes, C1 controls, overlong forms, surrogates, 5- and 6-byte
+//! and FE/FF units, code points near or above U+10FFFF) ends the fast run,
+//! and the scalar code of the caller takes over. A sequence cut by the end
+//! of the block is left for the next block, whose first lane is its lead.
 
 use super::vector::Vector;
 
@@ -137,8 +149,14 @@ unsafe fn carry_in<V: Vector>(out40: V) -> V {
 /// V of one block, `n1` and `n2` the bytes one and two lanes further: the
 /// converted block, or `None` when a lane before `s.commit` holds a unit the
 /// fast path does not take.
+///
+/// The second value marks the lead lanes (below `s.commit`) of units one
+/// byte longer in the view (U+0800–U+089F, two bytes on disk;
+/// U+10000–U+1109F, three): such a lane holds the second byte of the view
+/// form (A0–A2, 90–91), and [`grown_lead`] gives the byte to insert before
+/// it.
 #[inline(always)]
-unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V> {
+unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<(V, u32)> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     // High offset when the payload is above CF5F, i.e. the bytes are above
@@ -162,21 +180,41 @@ unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<V>
     }
     let out_cont = base.add(cin).and(low6).or(V::splat(0x80));
     let out = s.cont.select(out_cont, v.add(d).add(cin));
+    // Leads that overflow their length: the view needs a longer sequence.
+    // A 2-byte lead becomes E0–E2 (U+0800–U+089F: the view is E0 A0–A2
+    // ..), a 3-byte lead F0–F1 (U+10000–U+1109F: F0 90–91 ..).
+    let g2 = is_lead2.and(gt_high(out, 0xDF));
+    let g3 = is_lead3.and(gt_high(out, 0xEF));
     // Leads F3 and up: code points from U+D10A0 on, 5- and 6-byte
-    // sequences, reserved units. Leads that overflow their length: the
-    // view needs a longer sequence.
-    let bad = ge_x(s.vx, 0xF3)
-        .or(is_lead2.and(gt_high(out, 0xDF)))
-        .or(is_lead3.and(gt_high(out, 0xEF)));
-    if s.misplaced || bad.movemask() & live(s.commit) != 0 {
+    // sequences, reserved units.
+    let bad = ge_x(s.vx, 0xF3);
+    if s.misplaced {
         return None;
     }
-    Some(out)
+    // One test for the common case: nothing refused, nothing grows.
+    if bad.or(g2).or(g3).movemask() & live(s.commit) == 0 {
+        return Some((out, 0));
+    }
+    if bad.movemask() & live(s.commit) != 0 {
+        return None;
+    }
+    let grow = g2.or(g3).movemask() & live(s.commit);
+    let out = out.sub(g2.and(V::splat(0x40))).sub(g3.and(V::splat(0x60)));
+    Some((out, grow))
 }
 
-/// W of one block; see [`decode_block`].
+/// The view's lead byte of each grown unit, from the second byte that
+/// [`decode_block`] left in its lane: E0 before A0–A2, F0 before 90–91.
 #[inline(always)]
-unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
+unsafe fn grown_lead<V: Vector>(out: V) -> V {
+    ge(out, 0xA0).select(V::splat(0xE0), V::splat(0xF0))
+}
+
+/// W of one block; see [`decode_block`]. The second value marks the lead
+/// lanes (below `s.commit`) to drop: units one byte shorter on disk
+/// (U+0800–U+089F, U+10000–U+1109F), whose second lane becomes the lead.
+#[inline(always)]
+unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<(V, u32)> {
     let is_lead2 = s.lead3p.andnot(s.lead2p);
     let is_lead3 = s.lead4p.andnot(s.lead3p);
     let hi = is_lead3.and(ge_x(s.vx, 0xEE));
@@ -197,75 +235,112 @@ unsafe fn encode_block<V: Vector>(v: V, n1: V, s: &Shape<V>) -> Option<V> {
     let out = s.cont.select(out_cont, v.sub(d).sub(bin));
     // A lead that borrows below its range had a code point too small for
     // its length: overlong, a C1 control, or one stored shorter on disk
-    // (U+0800–U+089F, U+10000–U+1109F). ED A0–BF: surrogates. F4 and up:
-    // U+100000 and beyond, 5- and 6-byte forms, FE/FF.
+    // (E0 A0–A2 ..: U+0800–U+089F; F0 90–91 ..: U+10000–U+1109F), which
+    // are taken below. ED A0–BF: surrogates. F4 and up: U+100000 and
+    // beyond, 5- and 6-byte forms, FE/FF.
     // (Lead lanes of `out` hold bytes from BD up: `gt_high` compares them
     // right.)
-    let bad = ge_x(s.vx, 0xF4)
+    let low3 = gt_high(out, 0xDF).andnot(s.lead3p);
+    let low4 = gt_high(out, 0xEF).andnot(s.lead4p);
+    let other = ge_x(s.vx, 0xF4)
         .or(is(v, 0xED).and(gt_high(n1, 0x9F)))
-        .or(gt_high(out, 0xBF).andnot(s.lead2p))
-        .or(gt_high(out, 0xDF).andnot(s.lead3p))
-        .or(gt_high(out, 0xEF).andnot(s.lead4p));
-    if s.misplaced || bad.movemask() & live(s.commit) != 0 {
+        .or(gt_high(out, 0xBF).andnot(s.lead2p));
+    if s.misplaced {
         return None;
     }
-    Some(out)
+    // One test for the common case: nothing refused, nothing shrinks.
+    if other.or(low3).or(low4).movemask() & live(s.commit) == 0 {
+        return Some((out, 0));
+    }
+    let shrink3 = low3.and(is(v, 0xE0)).and(ge(n1, 0xA0));
+    let shrink4 = low4.and(is(v, 0xF0)).and(ge(n1, 0x90));
+    let bad = other.or(shrink3.andnot(low3)).or(shrink4.andnot(low4));
+    if bad.movemask() & live(s.commit) != 0 {
+        return None;
+    }
+    let drop = shrink3.or(shrink4).movemask() & live(s.commit);
+    // Again with the second lane of each such unit as a lead: the offset
+    // digits (2, 32) of the 2-byte form instead of (34, 32) after E0, and
+    // (1, 2, 32) of the high 3-byte form instead of (17, 2, 32) after F0.
+    let (c1_3, c1_4) = (shrink3.up1(), shrink4.up1());
+    let d = d.sub(c1_3.and(V::splat(32))).sub(c1_4.and(V::splat(16)));
+    let base = v.and(low6).or(V::splat(0x40)).sub(d);
+    let mut bin = carry_in(base.andnot(c40));
+    bin = carry_in(base.sub(bin).andnot(c40));
+    bin = carry_in(base.sub(bin).andnot(c40));
+    let out_cont = base
+        .sub(bin)
+        .and(low6)
+        .or(V::splat(0x80))
+        .or(c1_3.and(V::splat(0x40)))
+        .or(c1_4.and(V::splat(0x60)));
+    Some((s.cont.select(out_cont, v.sub(d).sub(bin)), drop))
 }
 
 /// Run [`encode_block`] (`ENCODE`) or [`decode_block`] over `src` into
-/// `dst` while it accepts; returns how many bytes were converted (the same
-/// number were written). Whole ASCII blocks are copied without conversion.
-/// `dst` bytes past the return value are left as they were: a block whose
-/// last lanes belong to the next one is stored only when the next store is
-/// about to overwrite those lanes, or else in part.
+/// `dst` while it accepts; returns how many bytes were read and written.
+/// Whole ASCII blocks are copied without conversion. Bytes of `dst` past
+/// the number written may have been overwritten (a block is stored whole
+/// even when its last lanes belong to the next one).
 ///
 /// # Safety
 ///
 /// The CPU must have `V`'s instructions. Memory safety is this function's
-/// own: every load and store is of a block at `i` (plus `i + 1`, `i + 2`
-/// for look-ahead) after checking `i + LANES + 2 <= min(src.len(),
-/// dst.len())` (`i + 4 * LANES` for the ASCII quad), and a held block at an
-/// earlier, already checked, `i`.
+/// own: every load is of a block at `i` (plus `i + 1`, `i + 2` for
+/// look-ahead) after checking `i + LANES + 2 <= src.len()` (`i + 4 *
+/// LANES` for the ASCII quad), and every store of a block or of an
+/// expanded block starts at `o` after checking `o + 2 * LANES <=
+/// dst.len()` (`o + 4 * LANES` for the ASCII quad; an expanded block
+/// stores at most `2 * LANES` bytes, see [`Vector::store_grown`]).
 #[inline(always)]
-pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> usize {
+pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(
+    src: &[u8],
+    dst: &mut [u8],
+) -> (usize, usize) {
     let lanes = V::LANES;
-    let end = src.len().min(dst.len());
+    let (slen, dlen) = (src.len(), dst.len());
     let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-    let mut i = 0;
-    // The last converted block, not yet stored: (block, where, lanes).
-    let mut held: Option<(V, usize, usize)> = None;
+    let (mut i, mut o) = (0, 0);
+    // The last converted block and where it goes, stored only after the
+    // next block is loaded: buffers that start at the same offset in a
+    // page would otherwise make each load wait for the store before it
+    // (4 KiB aliasing; measured 15 % on CJK).
+    let mut held: Option<(V, usize)> = None;
     // Whether the last block was ASCII: only then try four at once.
     let mut ascii = true;
     loop {
-        if ascii && i + 4 * lanes <= end {
+        if ascii && i + 4 * lanes <= slen && o + 4 * lanes <= dlen {
             let a = V::load(sp.add(i));
             let b = V::load(sp.add(i + lanes));
             let c = V::load(sp.add(i + 2 * lanes));
             let e = V::load(sp.add(i + 3 * lanes));
             if a.or(b).or(c).or(e).movemask() == 0 {
-                if let Some((h, at, _)) = held.take() {
+                if let Some((h, at)) = held.take() {
                     h.store(dp.add(at));
                 }
-                a.store(dp.add(i));
-                b.store(dp.add(i + lanes));
-                c.store(dp.add(i + 2 * lanes));
-                e.store(dp.add(i + 3 * lanes));
+                a.store(dp.add(o));
+                b.store(dp.add(o + lanes));
+                c.store(dp.add(o + 2 * lanes));
+                e.store(dp.add(o + 3 * lanes));
                 i += 4 * lanes;
+                o += 4 * lanes;
                 continue;
             }
         }
-        // Two bytes of look-ahead for the 3-byte checks.
-        if i + lanes + 2 > end {
+        // Two bytes of look-ahead for the 3-byte checks; room for a block
+        // that grows.
+        if i + lanes + 2 > slen || o + 2 * lanes > dlen {
             break;
         }
         let v = V::load(sp.add(i));
         let high = v.movemask();
         if high == 0 {
-            if let Some((h, at, _)) = held.take() {
+            if let Some((h, at)) = held.take() {
                 h.store(dp.add(at));
             }
-            v.store(dp.add(i));
+            v.store(dp.add(o));
             i += lanes;
+            o += lanes;
             ascii = true;
             continue;
         }
@@ -282,25 +357,26 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(src: &[u8], dst: &mut [u
         } else {
             decode_block(v, n1, V::load(sp.add(i + 2)), &s)
         };
-        let Some(out) = converted else {
-            break;
-        };
-        if let Some((h, at, _)) = held.take() {
+        if let Some((h, at)) = held.take() {
             h.store(dp.add(at));
         }
-        if s.commit == lanes {
-            out.store(dp.add(i));
+        let Some((out, changed)) = converted else {
+            break;
+        };
+        if changed == 0 {
+            held = Some((out, o));
+            o += commit;
+        } else if ENCODE {
+            o += out.store_shrunk(changed, commit, dp.add(o));
         } else {
-            held = Some((out, i, s.commit));
+            o += out.store_grown(grown_lead(out), changed, commit, dp.add(o));
         }
-        i += s.commit;
+        i += commit;
     }
-    if let Some((h, at, n)) = held {
-        let mut tmp = [0u8; 32];
-        h.store(tmp.as_mut_ptr());
-        core::ptr::copy_nonoverlapping(tmp.as_ptr(), dp.add(at), n);
+    if let Some((h, at)) = held {
+        h.store(dp.add(at));
     }
-    i
+    (i, o)
 }
 
 /// Index of the first byte in `s[from..]` that [`view_candidates`]
@@ -349,6 +425,41 @@ unsafe fn candidates_at<V: Vector, const VIEW: bool>(p: *const u8) -> u32 {
     } else {
         disk_candidates(v, n1, V::load(p.add(2))).movemask()
     }
+}
+
+/// The candidates among the `LANES` bytes at `p` (three more bytes must
+/// be readable) as two masks: units that certainly change length (complete
+/// sequences: disk DD A0–BF, DE, DF, EE BD A0–BF, EE BE–BF, EF; view E0
+/// A0–A1, E0 A2 80–9F, F0 90, F0 91 80–81, F0 91 82 80–9F), and the other
+/// candidates, which the caller decides byte by byte.
+#[inline(always)]
+pub(super) unsafe fn masks_at<V: Vector, const VIEW: bool>(p: *const u8) -> (u32, u32) {
+    let (v, n1, n2) = (V::load(p), V::load(p.add(1)), V::load(p.add(2)));
+    let both_cont = is_cont(n1).and(is_cont(n2));
+    let (exact, all) = if VIEW {
+        let n3 = V::load(p.add(3));
+        let low3 = ge(n1, 0xA0)
+            .and(below(n1, 0xA2))
+            .or(is(n1, 0xA2).and(below(n2, 0xA0)));
+        let low4 = is(n1, 0x90)
+            .or(is(n1, 0x91).and(below(n2, 0x82).or(is(n2, 0x82).and(below(n3, 0xA0)))));
+        let e0 = is(v, 0xE0).and(low3).and(both_cont);
+        let f0 = is(v, 0xF0).and(low4).and(both_cont).and(is_cont(n3));
+        (e0.or(f0), view_candidates(v, n1))
+    } else {
+        let g2 = is(v, 0xDD)
+            .and(ge(n1, 0xA0))
+            .or(is(v, 0xDE))
+            .or(is(v, 0xDF))
+            .and(is_cont(n1));
+        let g3 = is(v, 0xEE)
+            .and(ge(n1, 0xBE).or(is(n1, 0xBD).and(ge(n2, 0xA0))))
+            .or(is(v, 0xEF))
+            .and(both_cont);
+        (g2.or(g3), disk_candidates(v, n1, n2))
+    };
+    let exact = exact.movemask();
+    (exact, all.movemask() & !exact)
 }
 
 #[inline(always)]

@@ -1,18 +1,41 @@
-//! Vector fast paths for the codec, and the only `unsafe` in it.
+//! Which vector code the converters run: [`level`] names it,
+//! [`set_max_level`] lowers it (for measurements and tests).
 //!
-//! Three jobs, each a plain safe function the converters call first and
-//! finish with scalar code: [`decode_run`] (V) and [`encode_run`] (W)
-//! convert the longest prefix of their input made of units the vector
-//! kernels take (see `kernels`), and [`find_disk_candidate`] /
-//! [`find_view_candidate`] skip to the next byte the length passes must
-//! look at. They know nothing of streaming state: a run starts at a unit
-//! boundary and stops at one.
+//! The level is detected once, on first use: AVX2 when the CPU has it, SSE2
+//! otherwise (always there on x86_64), and on other targets the portable
+//! word-at-a-time code. Nothing here reads the environment; a program that
+//! wants a knob (the `cutf8` tools honour `CUTF8FS_SIMD=sse2|portable`)
+//! parses it into a [`Level`] and calls [`set_max_level`]:
 //!
-//! The code path is picked once, on first use, and cached: AVX2 when the CPU
-//! has it, SSE2 otherwise (always there on x86_64), and on other targets
-//! the portable word-at-a-time ASCII copy of [`super::ascii`]. The
-//! environment variable `CUTF8FS_SIMD=avx2|sse2|portable` can only lower
-//! the choice (for measurements). [`path`] names the live path.
+//! ```
+//! use cutf8::simd::{self, Level};
+//! let best = simd::level();
+//! assert_eq!(simd::set_max_level(Level::Portable), Level::Portable);
+//! assert_eq!(cutf8::decode_strict(&[0xC0, 0xAF])?, "Ï".as_bytes());
+//! // Asking for more than the CPU has gives what it has.
+//! assert_eq!(simd::set_max_level(Level::Avx2), best);
+//! assert_eq!("sse2".parse::<Level>().map(Level::name), Ok("sse2"));
+//! # Ok::<(), cutf8::ConvertError>(())
+//! ```
+//!
+//! # Inside
+//!
+//! This module holds the crate's only `unsafe`. Three jobs, each a plain
+//! safe function the converters call first and finish with scalar code:
+//! `decode_run` (V) and `encode_run` (W) convert the longest prefix of
+//! their input made of units the vector kernels take (see `kernels`), and
+//! `find_disk_candidate` / `find_view_candidate` skip to the next byte the
+//! length passes must look at, `candidate_block` gives a block's candidates
+//! as masks where they are dense. They know nothing of streaming state: a
+//! run starts at a unit boundary and stops at one. On SSE2, which has no
+//! byte shuffle, the blocks whose units change length are spread or
+//! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
+//! 0.6 with AVX2's `pshufb` and 5 before either).
+//!
+//! Dispatch cannot be misused from safe code (memchr's rule): the kernels
+//! take a `Path`, and a `Path` of a level is only made by `Path::new`,
+//! which returns `None` when the CPU lacks the level's instructions. The
+//! live path sits in an atomic that only ever holds a checked level.
 //!
 //! Measured on an AMD EPYC (Zen 4, 2 shared cores) with
 //! `scripts/bench-codec.sh`: AVX2 blocks of 32 bytes convert the non-ASCII
@@ -23,7 +46,11 @@
 //! instruction count: a variant that computed each lane's carry straight
 //! from look-ahead loads (a much shorter dependent chain, more
 //! instructions) measured the same, so the simpler lane-to-lane carries
-//! stayed.
+//! stayed. Taking the units whose length differs on disk in the vector
+//! code (see `kernels`) made property-test-like text (a quarter of its
+//! characters in U+0800–U+089F or U+10000–U+1109F) 7–9× faster: 0.57 and
+//! 0.69 CPU ns/byte for V and W, where the scalar fallback took 5.1 and 5.4
+//! (`docs/performance.md`).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "x86_64")]
@@ -33,77 +60,177 @@ mod vector;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// A code path of the vector fast paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Path {
+/// A level of vector code, lowest first.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// Portable word-at-a-time code for ASCII runs, scalar code for the rest.
     Portable = 1,
+    /// SSE2 blocks of 16 bytes (x86_64 only).
     Sse2 = 2,
+    /// AVX2 blocks of 32 bytes (x86_64 with AVX2 only).
     Avx2 = 3,
 }
 
-impl Path {
-    pub(crate) fn name(self) -> &'static str {
+impl Level {
+    /// `"portable"`, `"sse2"` or `"avx2"`.
+    pub fn name(self) -> &'static str {
         match self {
-            Path::Portable => "portable",
-            Path::Sse2 => "sse2",
-            Path::Avx2 => "avx2",
+            Level::Portable => "portable",
+            Level::Sse2 => "sse2",
+            Level::Avx2 => "avx2",
         }
+    }
+
+    /// The best level this CPU runs.
+    pub fn best() -> Level {
+        Path::available()
+            .last()
+            .map_or(Level::Portable, |p| p.level())
+    }
+
+    fn from_u8(v: u8) -> Option<Level> {
+        match v {
+            1 => Some(Level::Portable),
+            2 => Some(Level::Sse2),
+            3 => Some(Level::Avx2),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not a [`Level`] (see [`Level::name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseLevelError(String);
+
+impl std::fmt::Display for ParseLevelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown SIMD level {:?}: use avx2, sse2 or portable",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ParseLevelError {}
+
+impl std::str::FromStr for Level {
+    type Err = ParseLevelError;
+    fn from_str(s: &str) -> Result<Level, ParseLevelError> {
+        match s {
+            "portable" => Ok(Level::Portable),
+            "sse2" => Ok(Level::Sse2),
+            "avx2" => Ok(Level::Avx2),
+            _ => Err(ParseLevelError(s.to_owned())),
+        }
+    }
+}
+
+/// The level the converters run (detected once).
+pub fn level() -> Level {
+    path().level()
+}
+
+/// Run at most `max` from now on (never more than the CPU has); returns the
+/// level now live. For measurements and tests: it affects every converter
+/// in the process, including those other threads are running.
+pub fn set_max_level(max: Level) -> Level {
+    let p = Path::available()
+        .into_iter()
+        .rfind(|p| p.level() <= max)
+        .unwrap_or(Path::PORTABLE);
+    LIVE.store(p.level() as u8, Ordering::Relaxed);
+    p.level()
+}
+
+/// A [`Level`] this CPU is known to run.
+///
+/// Invariant (what makes the kernels' `unsafe` sound): a `Path` of a level
+/// that needs CPU features is only made by [`Path::new`] after checking
+/// them, or by [`Path::new_unchecked`] under the same proof.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Path(Level);
+
+impl Path {
+    const PORTABLE: Path = Path(Level::Portable);
+
+    /// `None` when this CPU lacks the instructions of `level`.
+    pub(crate) fn new(level: Level) -> Option<Path> {
+        let ok = match level {
+            Level::Portable => true,
+            Level::Sse2 => cfg!(target_arch = "x86_64"),
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => std::is_x86_feature_detected!("avx2"),
+            #[cfg(not(target_arch = "x86_64"))]
+            Level::Avx2 => false,
+        };
+        ok.then_some(Path(level))
+    }
+
+    /// # Safety
+    /// The CPU must have the instructions of `level`.
+    unsafe fn new_unchecked(level: Level) -> Path {
+        Path(level)
+    }
+
+    pub(crate) fn level(self) -> Level {
+        self.0
     }
 
     /// Every path this CPU can run, best last.
     pub(crate) fn available() -> Vec<Path> {
-        let mut v = vec![Path::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            v.push(Path::Sse2);
-            if std::is_x86_feature_detected!("avx2") {
-                v.push(Path::Avx2);
-            }
-        }
-        v
+        [Level::Portable, Level::Sse2, Level::Avx2]
+            .into_iter()
+            .filter_map(Path::new)
+            .collect()
     }
 }
 
-/// 0 until detected, then a [`Path`] discriminant.
+/// 0 until detected, then the discriminant of a [`Level`] that was checked
+/// by [`Path::new`] (see [`set_max_level`]).
 static LIVE: AtomicU8 = AtomicU8::new(0);
 
 #[cold]
 fn detect() -> Path {
-    let best = *Path::available().last().unwrap_or(&Path::Portable);
-    let wanted = match std::env::var("CUTF8FS_SIMD").as_deref() {
-        Ok("portable") => Path::Portable,
-        Ok("sse2") => Path::Sse2,
-        _ => best,
-    };
-    let p = wanted.min(best);
-    LIVE.store(p as u8, Ordering::Relaxed);
-    p
+    let best = Path::available().pop().unwrap_or(Path::PORTABLE);
+    // Keep a level another thread or `set_max_level` stored meanwhile.
+    match LIVE.compare_exchange(0, best.level() as u8, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => best,
+        Err(_) => path(),
+    }
 }
 
 /// The path the converters use on this machine.
 #[inline(always)]
 pub(crate) fn path() -> Path {
-    match LIVE.load(Ordering::Relaxed) {
-        1 => Path::Portable,
-        2 => Path::Sse2,
-        3 => Path::Avx2,
-        _ => detect(),
+    match Level::from_u8(LIVE.load(Ordering::Relaxed)) {
+        // SAFETY: `LIVE` only ever holds levels taken from a `Path` made
+        // by `Path::new` (in `detect` and `set_max_level`).
+        Some(level) => unsafe { Path::new_unchecked(level) },
+        None => detect(),
     }
 }
 
 /// V of the longest prefix of `src` (Corrected UTF-8, starting at a unit)
-/// that the fast path takes, into `dst`; returns its length, which is
-/// also the number of bytes written. Bytes of `dst` past it are untouched.
-/// May return less than it could near the ends of `src` and `dst`.
+/// that the fast path takes, into `dst`; returns the number of bytes read
+/// and written. Bytes of `dst` past those written may have been changed.
+/// May stop earlier than it could near the ends of `src` and `dst`.
 #[inline]
-pub(crate) fn decode_run(src: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn decode_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     decode_run_on(path(), src, dst)
 }
 
 /// W of the longest prefix of `src` (view bytes, starting at a unit) that
 /// the fast path takes; as [`decode_run`].
 #[inline]
-pub(crate) fn encode_run(src: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn encode_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     encode_run_on(path(), src, dst)
 }
 
@@ -120,50 +247,74 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
     find_on(path(), s, from, true)
 }
 
-fn portable_run(src: &[u8], dst: &mut [u8]) -> usize {
+/// The candidates (as [`find_disk_candidate`], or [`find_view_candidate`]
+/// with `view`) among the block of bytes at `i` as two masks (bit `j` for
+/// `s[i + j]`): the units that certainly change length, and the others;
+/// then the block's length. `None` on the portable path and where fewer
+/// than a block and three bytes of look-ahead remain.
+#[inline]
+pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u32, usize)> {
+    match path().level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 if i + 32 + 3 <= s.len() => {
+            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
+            // has AVX2; the block and its look-ahead are inside `s`.
+            let (exact, other) = unsafe { x86::block_avx2(s, i, view) };
+            Some((exact, other, 32))
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Sse2 if i + 16 + 3 <= s.len() => {
+            let (exact, other) = x86::block_sse2(s, i, view);
+            Some((exact, other, 16))
+        }
+        _ => None,
+    }
+}
+
+fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     let n = src.len().min(dst.len());
     let run = super::ascii::ascii_prefix_len(&src[..n]);
     dst[..run].copy_from_slice(&src[..run]);
-    run
+    (run, run)
 }
 
-pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> usize {
-    match p {
+pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+    match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
-            // SAFETY: `Path::Avx2` is only ever chosen (by `detect` or a
-            // test, from `Path::available`) when the CPU has AVX2.
+        Level::Avx2 => {
+            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
+            // has AVX2 (the invariant of `Path`).
             unsafe { x86::decode_avx2(src, dst) }
         }
         #[cfg(target_arch = "x86_64")]
-        Path::Sse2 => x86::decode_sse2(src, dst),
+        Level::Sse2 => x86::decode_sse2(src, dst),
         _ => portable_run(src, dst),
     }
 }
 
-pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> usize {
-    match p {
+pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+    match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
+        Level::Avx2 => {
             // SAFETY: as in `decode_run_on`.
             unsafe { x86::encode_avx2(src, dst) }
         }
         #[cfg(target_arch = "x86_64")]
-        Path::Sse2 => x86::encode_sse2(src, dst),
+        Level::Sse2 => x86::encode_sse2(src, dst),
         _ => portable_run(src, dst),
     }
 }
 
 pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
     let from = from.min(s.len());
-    let i = match p {
+    let i = match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
+        Level::Avx2 => {
             // SAFETY: as in `decode_run_on`.
             unsafe { x86::find_avx2(s, from, view) }
         }
         #[cfg(target_arch = "x86_64")]
-        Path::Sse2 => x86::find_sse2(s, from, view),
+        Level::Sse2 => x86::find_sse2(s, from, view),
         _ => from,
     };
     let cand: fn(u8) -> bool = if view {
@@ -185,14 +336,15 @@ mod x86 {
     use super::kernels;
     use core::arch::x86_64::{__m128i, __m256i};
 
-    pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: SSE2 is part of the x86_64 baseline; `run` reads and
         // writes only within `src` and `dst`: before each block it checks
-        // that the block and two bytes of look-ahead fit in both.
+        // that the block and two bytes of look-ahead fit in `src` and
+        // twice the block in `dst`.
         unsafe { kernels::run::<__m128i, false>(src, dst) }
     }
 
-    pub(super) fn encode_sse2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) fn encode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_sse2`.
         unsafe { kernels::run::<__m128i, true>(src, dst) }
     }
@@ -209,10 +361,42 @@ mod x86 {
         }
     }
 
+    /// Candidate masks of the 16 bytes at `i`; needs `i + 19 <= s.len()`.
+    pub(super) fn block_sse2(s: &[u8], i: usize, view: bool) -> (u32, u32) {
+        assert!(i + 16 + 3 <= s.len());
+        // SAFETY: SSE2 is baseline; the loads (16 bytes at `i` to `i + 3`)
+        // are inside `s` by the assertion.
+        unsafe {
+            if view {
+                kernels::masks_at::<__m128i, true>(s.as_ptr().add(i))
+            } else {
+                kernels::masks_at::<__m128i, false>(s.as_ptr().add(i))
+            }
+        }
+    }
+
+    /// Candidate masks of the 32 bytes at `i`; needs `i + 35 <= s.len()`.
+    ///
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn decode_avx2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) unsafe fn block_avx2(s: &[u8], i: usize, view: bool) -> (u32, u32) {
+        assert!(i + 32 + 3 <= s.len());
+        // SAFETY: the caller guarantees AVX2; the loads are inside `s` by
+        // the assertion.
+        unsafe {
+            if view {
+                kernels::masks_at::<__m256i, true>(s.as_ptr().add(i))
+            } else {
+                kernels::masks_at::<__m256i, false>(s.as_ptr().add(i))
+            }
+        }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn decode_avx2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: the caller guarantees AVX2; `run` stays inside the slices.
         unsafe { kernels::run::<__m256i, false>(src, dst) }
     }
@@ -220,7 +404,7 @@ mod x86 {
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn encode_avx2(src: &[u8], dst: &mut [u8]) -> usize {
+    pub(super) unsafe fn encode_avx2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_avx2`.
         unsafe { kernels::run::<__m256i, true>(src, dst) }
     }

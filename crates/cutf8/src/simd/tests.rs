@@ -6,10 +6,11 @@
 
 use super::*;
 use crate::scalar::is_cont;
-use crate::{
-    decode_disk_unit, decode_to_vec, decode_view_unit, encode_disk, encode_to_vec, encode_view,
-    length, Decoder, DiskUnit, Encoder, Status, ViewUnit,
+use crate::tests::{decode_to_vec, encode_to_vec};
+use crate::unit::{
+    decode_disk_unit, decode_view_unit, encode_disk, encode_view, DiskUnit, ViewUnit,
 };
+use crate::{length, Decoder, Encoder, Status};
 use proptest::prelude::*;
 
 /// V unit by unit; `Err(offset)` of the first unit strict mode refuses.
@@ -81,15 +82,13 @@ fn reference_w(b: &[u8], strict: bool) -> Result<Vec<u8>, usize> {
 }
 
 /// What a fast run may claim: whole units, all well-formed code points up
-/// to U+10FFFF that keep their length.
+/// to U+10FFFF.
 fn reference_fast_v(b: &[u8]) -> Option<Vec<u8>> {
-    let v = reference_v(b, true).ok()?;
-    (v.len() == b.len()).then_some(v)
+    reference_v(b, true).ok()
 }
 
 fn reference_fast_w(b: &[u8]) -> Option<Vec<u8>> {
-    let d = reference_w(b, true).ok()?;
-    (d.len() == b.len()).then_some(d)
+    reference_w(b, true).ok()
 }
 
 /// Text the fast paths should take whole (both directions), with
@@ -142,24 +141,31 @@ fn check_run(
     src: &[u8],
     room: usize,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
-    let mut dst = vec![0xA5u8; room];
-    let n = if encode {
-        encode_run_on(path, src, &mut dst)
+    // A guard zone after `dst`: the kernels must never store past it.
+    let mut big = vec![0xA5u8; room + 64];
+    let (r, w) = if encode {
+        encode_run_on(path, src, &mut big[..room])
     } else {
-        decode_run_on(path, src, &mut dst)
+        decode_run_on(path, src, &mut big[..room])
     };
-    prop_assert!(n <= src.len().min(room));
+    prop_assert!(r <= src.len() && w <= room);
     let want = if encode {
-        reference_fast_w(&src[..n])
+        reference_fast_w(&src[..r])
     } else {
-        reference_fast_v(&src[..n])
+        reference_fast_v(&src[..r])
     };
-    prop_assert_eq!(want.as_deref(), Some(&dst[..n]), "{:?} n={}", path, n);
-    prop_assert!(
-        dst[n..].iter().all(|&b| b == 0xA5),
-        "{:?} wrote past {}",
+    prop_assert_eq!(
+        want.as_deref(),
+        Some(&big[..w]),
+        "{:?} read {} wrote {}",
         path,
-        n
+        r,
+        w
+    );
+    prop_assert!(
+        big[room..].iter().all(|&b| b == 0xA5),
+        "{:?} stored past the end of dst",
+        path,
     );
     Ok(())
 }
@@ -203,12 +209,40 @@ proptest! {
         let mut view = vec![b'a'; pad];
         view.extend_from_slice(&text);
         let disk = to_disk(&view);
-        for path in Path::available().into_iter().filter(|&p| p != Path::Portable) {
-            let mut dst = vec![0u8; view.len() + 40];
-            let n = encode_run_on(path, &view, &mut dst);
+        for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
+            let mut dst = vec![0u8; 2 * view.len() + 64];
+            let (n, _) = encode_run_on(path, &view, &mut dst);
             prop_assert!(n + 32 + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
-            let n = decode_run_on(path, &disk, &mut dst);
+            let (n, _) = decode_run_on(path, &disk, &mut dst);
             prop_assert!(n + 32 + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
+        }
+    }
+
+    /// The fast runs take the units whose length differs on disk too
+    /// (U+0800–U+089F, U+10000–U+1109F), however densely they come.
+    #[test]
+    fn fast_runs_take_length_changing_units(
+        text in arb_textish(0),
+        grow in proptest::collection::vec((0usize..200, prop_oneof![0x800u32..0x8A0, 0x1_0000u32..0x1_10A0]), 0..60),
+        pad in 0usize..64,
+    ) {
+        let mut chars: Vec<char> = std::str::from_utf8(&text).unwrap().chars().collect();
+        for (at, cp) in grow {
+            chars.insert(at.min(chars.len()), char::from_u32(cp).unwrap());
+        }
+        let mut view = "a".repeat(pad);
+        view.extend(chars);
+        let disk = to_disk(view.as_bytes());
+        for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
+            let mut dst = vec![0u8; 2 * view.len() + 64];
+            let (n, w) = decode_run_on(path, &disk, &mut dst);
+            prop_assert!(n + 32 + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
+            let want = reference_fast_v(&disk[..n]);
+            prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+            let (n, w) = encode_run_on(path, view.as_bytes(), &mut dst);
+            prop_assert!(n + 32 + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
+            let want = reference_fast_w(&view.as_bytes()[..n]);
+            prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
         }
     }
 
@@ -319,9 +353,7 @@ fn each_refused_unit_at_every_position() {
         &[0xC2, 0x85],             // C1 control
         &[0xC0, 0xAF],             // overlong
         &[0xE0, 0x9F, 0xBF],       // overlong
-        &[0xE0, 0xA0, 0x80],       // U+0800: shorter on disk
         &[0xED, 0xA0, 0x80],       // surrogate
-        &[0xF0, 0x90, 0x80, 0x80], // U+10000: shorter on disk
         &[0xF4, 0x8F, 0xBF, 0xBF], // U+10FFFF
         &[0xF8, 0x88, 0x80, 0x80, 0x80],
         &[0xFE],
@@ -329,8 +361,6 @@ fn each_refused_unit_at_every_position() {
         &[0xE4, 0xB8],
     ];
     let refused_disk: &[&[u8]] = &[
-        &[0xDF, 0xBF],             // U+089F: longer in the view
-        &[0xEF, 0xBF, 0xBF],       // U+1109F: longer in the view
         &[0xF3, 0x80, 0x80, 0x80], // near U+10FFFF
         &[0xFD, 0xBF, 0xBF, 0xBF, 0xBF, 0xBF],
         &[0xFF, 0x80],
@@ -346,7 +376,7 @@ fn each_refused_unit_at_every_position() {
                     src.extend_from_slice(unit);
                     src.extend_from_slice(&[b'z'; 70]);
                     let mut dst = vec![0u8; src.len()];
-                    let n = if encode {
+                    let (n, w) = if encode {
                         encode_run_on(path, &src, &mut dst)
                     } else {
                         decode_run_on(path, &src, &mut dst)
@@ -357,9 +387,117 @@ fn each_refused_unit_at_every_position() {
                     } else {
                         reference_fast_v(&src[..n])
                     };
-                    assert_eq!(want.as_deref(), Some(&dst[..n]));
+                    assert_eq!(want.as_deref(), Some(&dst[..w]));
                 }
             }
         }
+    }
+}
+
+/// The first and last units of both ranges whose length differs on disk,
+/// and their neighbours, at every position in a block and beside each
+/// other: both fast runs take them and agree with the reference.
+#[test]
+fn length_changing_units_at_every_position() {
+    let cps = [
+        0x7FF, 0x800, 0x89F, 0x8A0, 0xFFFF, 0x1_0000, 0x1_109F, 0x1_10A0,
+    ];
+    for path in Path::available()
+        .into_iter()
+        .filter(|p| p.level() != Level::Portable)
+    {
+        for a in cps {
+            for b in cps {
+                for pos in 0..70 {
+                    let mut view = "é".repeat(pos / 2).into_bytes();
+                    view.resize(pos, b'a');
+                    for cp in [a, b, a] {
+                        view.extend_from_slice(char::from_u32(cp).unwrap().to_string().as_bytes());
+                    }
+                    view.extend_from_slice(&[b'z'; 70]);
+                    let disk = to_disk(&view);
+                    let mut dst = vec![0u8; 2 * view.len()];
+                    let (n, w) = decode_run_on(path, &disk, &mut dst);
+                    assert!(
+                        n > pos + 9,
+                        "{path:?} V U+{a:X} U+{b:X} at {pos}: ran to {n}"
+                    );
+                    assert_eq!(reference_fast_v(&disk[..n]).as_deref(), Some(&dst[..w]));
+                    let (n, w) = encode_run_on(path, &view, &mut dst);
+                    assert!(
+                        n > pos + 9,
+                        "{path:?} W U+{a:X} U+{b:X} at {pos}: ran to {n}"
+                    );
+                    assert_eq!(reference_fast_w(&view[..n]).as_deref(), Some(&dst[..w]));
+                }
+            }
+        }
+    }
+}
+
+/// Offsets of the units whose view is longer (disk side, `view = false`)
+/// or whose disk form is shorter (view side), unit by unit: every lead
+/// byte begins a unit.
+fn reference_changes(b: &[u8], view: bool) -> Vec<usize> {
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        if b[i] < 0xC0 {
+            continue;
+        }
+        if view {
+            if let ViewUnit::Char { cp, len } = decode_view_unit(&b[i..], true) {
+                let mut t = [0u8; 8];
+                if encode_disk(cp, &mut t).is_some_and(|n| n < len) {
+                    out.push(i);
+                }
+            }
+        } else if let DiskUnit::Char { cp, len } = decode_disk_unit(&b[i..], true) {
+            let mut t = [0u8; 8];
+            if encode_view(cp, &mut t) > len {
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// The length scans report exactly the units whose length changes, in
+    /// order, on every level (the block masks of the vector levels and the
+    /// byte loop of the portable one), on bytes crowded with the leads and
+    /// second bytes that decide it.
+    #[test]
+    fn scans_report_exactly_the_changing_units_on_every_level(
+        b in proptest::collection::vec(prop_oneof![
+            3 => 0x80u8..0xC0,
+            3 => proptest::sample::select(vec![
+                0xDD, 0xDE, 0xDF, 0xEE, 0xEF, 0xE0, 0xF0, 0xF7, 0xFB, 0xFD, 0xFE,
+                0x90, 0x91, 0x82, 0x9F, 0xA0, 0xA1, 0xA2, 0xBD, 0xBE,
+            ]),
+            1 => any::<u8>(),
+            1 => 0x20u8..0x7F,
+        ], 0..300),
+    ) {
+        let best = Level::best();
+        for path in Path::available() {
+            crate::simd::set_max_level(path.level());
+            for view in [false, true] {
+                let mut got = Vec::new();
+                let done = if view {
+                    length::scan_view(&b, true, |p| got.push(p))
+                } else {
+                    length::scan_disk(&b, true, |e| {
+                        if let length::DiskEvent::Grow(p) = e {
+                            got.push(p)
+                        }
+                    })
+                };
+                prop_assert_eq!(done, b.len());
+                prop_assert_eq!(&got, &reference_changes(&b, view), "{:?} view {}", path, view);
+            }
+        }
+        crate::simd::set_max_level(best);
     }
 }

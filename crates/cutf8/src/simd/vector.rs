@@ -45,6 +45,90 @@ pub(super) trait Vector: Copy {
     unsafe fn down1(self) -> Self;
     /// Bit `j` is the high bit of lane `j`.
     unsafe fn movemask(self) -> u32;
+
+    /// Store lanes `0..commit` at `p` with the lane of `ins` inserted
+    /// before each lane whose bit is set in `mask` (only bits below
+    /// `commit`); returns the number of bytes that make up the result.
+    /// Writes at most `2 * LANES` bytes (more than it returns).
+    #[inline(always)]
+    unsafe fn store_grown(self, ins: Self, mask: u32, commit: usize, p: *mut u8) -> usize {
+        let mut a = [0u8; 32];
+        let mut b = [0u8; 32];
+        self.store(a.as_mut_ptr());
+        ins.store(b.as_mut_ptr());
+        let mut o = 0;
+        for j in 0..commit {
+            if mask >> j & 1 == 1 {
+                *p.add(o) = b[j];
+                o += 1;
+            }
+            *p.add(o) = a[j];
+            o += 1;
+        }
+        o
+    }
+
+    /// Store lanes `0..commit` at `p` but those whose bit is set in `mask`;
+    /// returns the number of bytes stored. Writes at most `LANES` bytes.
+    #[inline(always)]
+    unsafe fn store_shrunk(self, mask: u32, commit: usize, p: *mut u8) -> usize {
+        let mut a = [0u8; 32];
+        self.store(a.as_mut_ptr());
+        let mut o = 0;
+        for (j, &b) in a.iter().enumerate().take(commit) {
+            if mask >> j & 1 == 0 {
+                *p.add(o) = b;
+                o += 1;
+            }
+        }
+        o
+    }
+}
+
+/// For each mask of 8 lanes: a `pshufb` index that gathers the lanes whose
+/// bit is clear to the front (the rest zeroed, 0x80).
+static SHRINK_TABLE: [[u8; 16]; 256] = shrink_table();
+
+const fn shrink_table() -> [[u8; 16]; 256] {
+    let mut t = [[0x80u8; 16]; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut q, mut j) = (0, 0);
+        while j < 8 {
+            if (m >> j) & 1 == 0 {
+                t[m][q] = j as u8;
+                q += 1;
+            }
+            j += 1;
+        }
+        m += 1;
+    }
+    t
+}
+
+/// For each mask of 8 lanes: a `pshufb` index that spreads the 8 low bytes
+/// of a register and puts byte `8 + j` before byte `j` for every set bit
+/// `j` (the inserted byte sits in the high half); unused places are
+/// zeroed (0x80).
+static GROW_TABLE: [[u8; 16]; 256] = grow_table();
+
+const fn grow_table() -> [[u8; 16]; 256] {
+    let mut t = [[0x80u8; 16]; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut q, mut j) = (0, 0);
+        while j < 8 {
+            if (m >> j) & 1 == 1 {
+                t[m][q] = 8 + j as u8;
+                q += 1;
+            }
+            t[m][q] = j as u8;
+            q += 1;
+            j += 1;
+        }
+        m += 1;
+    }
+    t
 }
 
 impl Vector for __m128i {
@@ -198,5 +282,57 @@ impl Vector for __m256i {
     #[inline(always)]
     unsafe fn movemask(self) -> u32 {
         _mm256_movemask_epi8(self) as u32
+    }
+    // Eight lanes at a time: the lanes and their insertions side by side in
+    // one register, spread by a `pshufb` from `GROW_TABLE` (SSSE3, which
+    // AVX2 implies), stored whole (16 bytes, at most 12 of them valid).
+    #[inline(always)]
+    unsafe fn store_grown(self, ins: Self, mask: u32, commit: usize, p: *mut u8) -> usize {
+        let halves = [
+            (_mm256_castsi256_si128(self), _mm256_castsi256_si128(ins)),
+            (
+                _mm256_extracti128_si256::<1>(self),
+                _mm256_extracti128_si256::<1>(ins),
+            ),
+        ];
+        let mut o = 0;
+        for (h, (a, b)) in halves.into_iter().enumerate() {
+            for (k, both) in [_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b)]
+                .into_iter()
+                .enumerate()
+            {
+                let at = 16 * h + 8 * k;
+                if at >= commit {
+                    return o;
+                }
+                let m = (mask >> at) & 0xFF;
+                let idx = _mm_loadu_si128(GROW_TABLE[m as usize].as_ptr() as *const __m128i);
+                _mm_storeu_si128(p.add(o) as *mut __m128i, _mm_shuffle_epi8(both, idx));
+                o += (commit - at).min(8) + m.count_ones() as usize;
+            }
+        }
+        o
+    }
+    // Eight lanes at a time through `SHRINK_TABLE`, 8 bytes stored.
+    #[inline(always)]
+    unsafe fn store_shrunk(self, mask: u32, commit: usize, p: *mut u8) -> usize {
+        let halves = [
+            _mm256_castsi256_si128(self),
+            _mm256_extracti128_si256::<1>(self),
+        ];
+        let mut o = 0;
+        for (h, a) in halves.into_iter().enumerate() {
+            for (k, lanes) in [a, _mm_unpackhi_epi64(a, a)].into_iter().enumerate() {
+                let at = 16 * h + 8 * k;
+                if at >= commit {
+                    return o;
+                }
+                let m = (mask >> at) & 0xFF;
+                let idx = _mm_loadu_si128(SHRINK_TABLE[m as usize].as_ptr() as *const __m128i);
+                _mm_storel_epi64(p.add(o) as *mut __m128i, _mm_shuffle_epi8(lanes, idx));
+                o += (commit - at).min(8) - m.count_ones() as usize;
+            }
+        }
+        o
     }
 }

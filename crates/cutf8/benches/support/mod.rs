@@ -1,12 +1,13 @@
-//! Shared by `benches/codec.rs` (criterion) and `examples/bench_table.rs`
-//! (the table `scripts/bench-codec.sh` prints): the four corpora, generated
-//! in-process from a fixed seed, and the operations measured on them.
+//! Shared by `benches/codec.rs` (criterion), `examples/bench_table.rs` (the
+//! table `scripts/bench-codec.sh` prints) and the workspace's
+//! `examples/bench_gconv.rs`: the corpora, generated in-process from a fixed
+//! seed, and the operations measured on them.
 //!
 //! Every corpus exists in view form (standard UTF-8) and in disk form
 //! (Corrected UTF-8, made by the codec's own strict encoder). Throughput is
 //! always input bytes per second, 1 GB = 10⁹ bytes: decode and the view-length
-//! pass read the disk form, everything else reads the view form (for these
-//! corpora both have the same length).
+//! pass read the disk form, everything else reads the view form (both have
+//! the same length but for `random`, whose disk form is shorter).
 #![allow(dead_code)] // each includer uses a different part
 
 use cutf8::{length, Decoder, Encoder, Status};
@@ -337,6 +338,65 @@ fn emoji(rng: &mut Rng, out: &mut String) {
     out.push('\n');
 }
 
+/// Greek and Cyrillic lower-case letters, arrows, mathematical operators,
+/// box drawing and miscellaneous symbols: (first code point, count).
+const MIXED_BLOCKS: &[(u32, u32)] = &[
+    (0x03B1, 25),  // Greek
+    (0x0430, 32),  // Cyrillic
+    (0x2190, 112), // arrows
+    (0x2200, 256), // mathematical operators
+    (0x2500, 128), // box drawing
+    (0x2600, 256), // miscellaneous symbols
+];
+
+/// Text whose script changes every few characters, as in multilingual
+/// documents, code with non-ASCII identifiers and random test text: runs of
+/// one to three characters, each from ASCII letters, accented Latin, Greek,
+/// Cyrillic, CJK, symbols or emoji, now and then a space.
+fn mixed(rng: &mut Rng, out: &mut String) {
+    for _ in 0..40 {
+        let run = 1 + rng.below(3);
+        let script = rng.below(7);
+        for _ in 0..run {
+            let c = match script {
+                0 => (b'a' + rng.below(26) as u8) as char,
+                1 => ACCENTED[rng.below(ACCENTED.len())],
+                2 | 3 => {
+                    let (first, n) = MIXED_BLOCKS[rng.below(MIXED_BLOCKS.len())];
+                    char::from_u32(first + rng.below(n as usize) as u32).unwrap()
+                }
+                4 => char::from_u32(0x4E00 + rng.below(0x9FA5 - 0x4E00) as u32).unwrap(),
+                5 => char::from_u32(EMOJI[rng.below(EMOJI.len())]).unwrap(),
+                _ => char::from_u32(0x0400 + rng.below(0x50) as u32).unwrap(),
+            };
+            out.push(c);
+        }
+        if rng.chance(30) {
+            out.push(' ');
+        }
+    }
+    out.push('\n');
+}
+
+/// Random characters as the property tests and the write exerciser draw
+/// them: ASCII, Latin-1 to Latin Extended-B, CJK, emoji, and a quarter from
+/// the two blocks whose length differs on disk (U+0800–U+089F, two bytes
+/// there; U+10000–U+1109F, three).
+fn random(rng: &mut Rng, out: &mut String) {
+    for _ in 0..80 {
+        let cp = match rng.below(12) {
+            0..=3 => b'a' as u32 + rng.below(26) as u32,
+            4 => [b' ', b'\n', b'.', b'\t'][rng.below(4)] as u32,
+            5 => 0xA0 + rng.below(0x250 - 0xA0) as u32,
+            6 => 0x4E00 + rng.below(0x9FFF - 0x4E00) as u32,
+            7 => 0x1F300 + rng.below(0x1F650 - 0x1F300) as u32,
+            8 | 9 => 0x800 + rng.below(0xA0) as u32,
+            _ => 0x1_0000 + rng.below(0x10A0) as u32,
+        };
+        out.push(char::from_u32(cp).unwrap());
+    }
+}
+
 /// One corpus in both forms.
 pub struct Corpus {
     pub name: &'static str,
@@ -357,14 +417,16 @@ impl Corpus {
     }
 }
 
-/// The four corpora, each at least `min_bytes` long in view form.
+/// The corpora, each at least `min_bytes` long in view form.
 pub fn corpora(min_bytes: usize) -> Vec<Corpus> {
     type Gen = fn(&mut Rng, &mut String);
-    let gens: [(&str, Gen); 4] = [
+    let gens: [(&str, Gen); 6] = [
         ("english", english),
         ("latin", latin),
         ("cjk", cjk),
         ("emoji", emoji),
+        ("mixed", mixed),
+        ("random", random),
     ];
     gens.iter()
         .enumerate()
@@ -375,7 +437,7 @@ pub fn corpora(min_bytes: usize) -> Vec<Corpus> {
                 gen(&mut rng, &mut text);
             }
             let view = text.into_bytes();
-            let disk = cutf8::encode_to_vec(&view, true).expect("corpus is storable");
+            let disk = cutf8::encode_strict(&view).expect("corpus is storable");
             Corpus { name, view, disk }
         })
         .collect()
@@ -610,7 +672,13 @@ pub fn describe(cs: &[Corpus]) -> String {
         .collect()
 }
 
-/// Which vector code the codec runs on this machine.
+/// Which vector code the codec runs, after lowering it as
+/// `CUTF8FS_SIMD=sse2|portable` asks (the codec itself reads no
+/// environment).
 pub fn simd_path() -> &'static str {
-    cutf8::simd_path()
+    if let Ok(v) = std::env::var("CUTF8FS_SIMD") {
+        let level = v.parse().unwrap_or_else(|e| panic!("CUTF8FS_SIMD: {e}"));
+        cutf8::simd::set_max_level(level);
+    }
+    cutf8::simd::level().name()
 }
