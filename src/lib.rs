@@ -14,6 +14,8 @@
 //!
 //! Data flows one way: bin → fs/migrate/convert/check → index → codec.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod check;
 pub mod convert;
 pub mod edit;
@@ -22,3 +24,4 @@ pub mod index;
 pub mod journal;
 pub mod migrate;
 pub mod mountinfo;
+pub mod sys;

@@ -7,6 +7,8 @@
 //! result into the exit status: 0 success, 1 the input had problems
 //! (conversion errors, check errors), 2 usage errors and I/O trouble.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

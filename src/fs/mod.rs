@@ -40,13 +40,14 @@ mod attr;
 mod content;
 mod daemon;
 mod error;
+mod failure;
 mod handles;
 mod inodes;
 mod mount;
 mod ops;
 pub mod options;
 mod rawnew;
-mod sys;
+use crate::sys;
 mod write;
 
 use std::ffi::OsStr;
@@ -61,7 +62,8 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-pub use daemon::{run, Config, Failure};
+pub use daemon::{run, Config};
+pub use failure::Failure;
 
 use content::IndexCache;
 use error::Result;
@@ -122,8 +124,7 @@ fn check_atime(root: &std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<(
         Atime::Strict => "strictatime",
         Atime::Relative => "relatime",
         Atime::No | Atime::Backing => {
-            // SAFETY: geteuid cannot fail.
-            if opts.nodiratime() && unsafe { libc::geteuid() } != 0 {
+            if opts.nodiratime() && !sys::is_root() {
                 return Err(std::io::Error::other(
                     "-o noatime and -o nodiratime need the daemon to run as root \
                      (it reads with O_NOATIME files it does not own); leave them out \

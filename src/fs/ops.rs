@@ -22,7 +22,7 @@
 //! callers without CAP_SYS_ADMIN, as the kernel does natively.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, PoisonError};
 
@@ -651,8 +651,8 @@ impl CutFs {
     pub(super) fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
         let h = self.handles.get(fh)?;
         let fd = match &*h {
-            Handle::File(f) => f.file.as_raw_fd(),
-            Handle::Dir(d) => d.dir.as_raw_fd(),
+            Handle::File(f) => f.file.as_fd(),
+            Handle::Dir(d) => d.dir.as_fd(),
         };
         sys::fsync(fd, datasync).map_err(io)
     }
@@ -674,7 +674,7 @@ impl CutFs {
         };
         let (_content, _, view) = self.current(h)?;
         let Some(index) = view else {
-            return sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io);
+            return sys::lseek(&h.file, offset, whence).map_err(io);
         };
         let len = i64::try_from(index.view_len()).unwrap_or(i64::MAX);
         // A view has no holes.
@@ -1000,7 +1000,7 @@ impl CutFs {
         self.handles.remove(fh);
     }
 
-    pub(super) fn statfs(&self) -> Result<libc::statvfs> {
+    pub(super) fn statfs(&self) -> Result<sys::StatVfs> {
         let root = self.inodes.get(super::inodes::ROOT)?;
         sys::fstatvfs(root.fd()?.as_fd()).map_err(io)
     }

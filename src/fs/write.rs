@@ -20,7 +20,7 @@
 //! stamp, so the next read, getattr or open sees it without a rescan.
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, PoisonError};
 
@@ -224,7 +224,7 @@ impl CutFs {
                 let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
                 Self::guard_magic(h, offset, &zeros)?;
             }
-            sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)?;
+            sys::fallocate(&h.file, mode, offset, length).map_err(io)?;
             return self.changed(state, &mut content, &h.file, None);
         };
         if !index.lossless() {

@@ -18,7 +18,7 @@
 mod file;
 mod journal;
 pub mod report;
-mod sys;
+
 mod transcode;
 mod walk;
 
@@ -320,24 +320,7 @@ const CLOSE_QUEUE: usize = 256;
 /// the original open): at most 64, and within the open-file limit, which is
 /// raised to its hard maximum first.
 fn batch_files(jobs: usize) -> usize {
-    // SAFETY: an all-zero rlimit is a valid value; getrlimit/setrlimit
-    // only read and write it.
-    let soft = unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 1;
-        }
-        if r.rlim_cur < r.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: r.rlim_max.min(1 << 20),
-                rlim_max: r.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                r.rlim_cur = want.rlim_cur;
-            }
-        }
-        r.rlim_cur
-    };
+    let soft = crate::sys::process::raise_fd_limit(1 << 20);
     let spare = soft.saturating_sub(64 + CLOSE_QUEUE as u64 + CLOSERS as u64);
     let per_worker = (spare / 2) as usize / jobs.max(1);
     per_worker.clamp(1, 64)
@@ -452,24 +435,11 @@ fn preflight(paths: &[PathBuf]) -> Result<(), String> {
 /// On SIGINT (Ctrl-C): say that nothing is half-converted and how to
 /// finish, then exit 130. Only async-signal-safe calls in the handler.
 fn say_how_to_resume_on_ctrl_c() {
-    extern "C" fn on_sigint(_: libc::c_int) {
-        const MSG: &[u8] = b"\ncutf8: migrate: interrupted. Every file is either converted or \
-unchanged (none is half-converted); run the same command again to finish: it cleans up \
-and resumes.\n";
-        // SAFETY: write(2) and _exit(2) are async-signal-safe; MSG is static.
-        unsafe {
-            libc::write(2, MSG.as_ptr().cast(), MSG.len());
-            libc::_exit(130);
-        }
-    }
-    // SAFETY: a zeroed sigaction with a plain handler and an empty mask is
-    // valid; the handler only makes async-signal-safe calls.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
+    crate::sys::process::exit_on_sigint(
+        b"\ncutf8: migrate: interrupted. Every file is either converted or unchanged (none is \
+half-converted); run the same command again to finish: it cleans up and resumes.\n",
+        130,
+    );
 }
 
 /// `cutf8 migrate`: run with `args`, print, return the exit status.
