@@ -302,6 +302,12 @@ impl Inode {
 }
 
 /// What every inode shares: how to reopen, and the descriptor cache.
+///
+/// Lock order in this module: `Shared::clock` before `Inode::fd` (eviction
+/// takes descriptors out of the entries on the ring); `InodeTable::tables`,
+/// `Inode::anchor`, `Inode::fd` otherwise and `Shared::mounts` are each held
+/// alone, for a field or map update, never across a call that could block
+/// on BACKING.
 struct Shared {
     /// `open_by_handle_at` works here.
     by_handle: bool,

@@ -24,7 +24,7 @@
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
 
@@ -444,11 +444,7 @@ impl CutFs {
             return Ok(false);
         }
         let fresh = {
-            let content = inode
-                .state()
-                .content
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
+            let content = inode.state().content.read();
             matches!(&content.view, Some((s, _)) if *s == stamp)
         };
         Ok(!fresh && content::has_magic(file).unwrap_or(false))
@@ -596,7 +592,7 @@ impl CutFs {
         &self,
         h: &'a FileHandle,
     ) -> Result<(
-        std::sync::RwLockReadGuard<'a, content::Content>,
+        parking_lot::RwLockReadGuard<'a, content::Content>,
         Stamp,
         Option<Arc<crate::index::OffsetIndex>>,
     )> {
@@ -635,10 +631,7 @@ impl CutFs {
         if let Some(h) = self.handles.remove(fh) {
             if let Handle::File(h) = &*h {
                 let state = h.inode.state();
-                let mut content = state
-                    .content
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut content = state.content.write();
                 content.open = content.open.saturating_sub(1);
                 if content.open == 0 {
                     // The cache keeps it (within its bound) for the next open.
@@ -1113,10 +1106,7 @@ impl CutFs {
             return change();
         }
         let state = inode.state();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let before = inode.stat().map(|st| Stamp::of(&st));
         let r = change()?;
         if let (Ok(old), Ok(st)) = (before, inode.stat()) {
@@ -1194,10 +1184,7 @@ impl Opener {
             sys::set_noatime(file.as_fd()).map_err(io)?;
         }
         let state = inode.state().clone();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let st = sys::fstat(file.as_fd()).map_err(io)?;
         let stamp = Stamp::of(&st);
         // A write-only descriptor (the caller may not read) cannot show us

@@ -22,7 +22,7 @@
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use crate::edit::{self, Outcome, Zeroing};
 use crate::index::OffsetIndex;
@@ -99,10 +99,7 @@ impl CutFs {
     /// files, a byte offset otherwise).
     pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
         let state = h.inode.state();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let (now, _) = self.now(&content, &h.file)?;
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
@@ -214,10 +211,7 @@ impl CutFs {
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
         let state = h.inode.state();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let (now, _) = self.now(&content, &h.file)?;
         let Now::Corrected(index) = now else {
             if mode & (PUNCH | ZERO) != 0 {
@@ -260,10 +254,7 @@ impl CutFs {
     /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
     /// a view length for corrected files.
     pub(super) fn set_size(&self, state: &FileState, file: &File, size: u64) -> Result<()> {
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let (now, _) = self.now(&content, file)?;
         match now {
             Now::Corrected(index) if size != 0 => {

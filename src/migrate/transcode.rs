@@ -13,9 +13,10 @@ use cutf8::{has_magic, Decoder, Encoder, Malformed, Problem, Status, MAGIC};
 use super::report::{Position, Reason};
 
 /// Which way a run converts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Direction {
     /// Standard UTF-8 → Corrected UTF-8 with the magic number (W).
+    #[default]
     ToCutf8,
     /// Corrected UTF-8 → standard UTF-8, magic number dropped (V).
     ToUtf8,
