@@ -22,7 +22,7 @@
 //!
 //! It knows nothing of argument parsing (the `cutf8` binary builds
 //! [`Options`]) and prints nothing itself: diagnostics go to a callback.
-//! `check` reuses [`Located`]'s machinery to describe malformed units.
+//! `check` reuses `Located`'s machinery to describe malformed units.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};

@@ -1,18 +1,35 @@
-//! Corrected UTF-8 for people who keep archives.
+//! Corrected UTF-8 for people who keep archives: the library behind the
+//! `cutf8` converter and the `cutf8fs` mount. (A program that only wants to
+//! speak Corrected UTF-8 depends on the codec crate, [`cutf8`], alone.)
 //!
-//! Read top to bottom, this crate is the data flow of the two programs:
+//! Data flows one way, top to bottom:
 //!
-//! * `cutf8` (the converter, `src/bin/cutf8.rs`) parses arguments and calls
-//!   [`convert`] (encode/decode), [`check`] (the document linter) and
-//!   [`migrate`] (in-place conversion of whole trees).
-//! * `cutf8fs` (the FUSE mount, `src/bin/cutf8fs.rs`) parses arguments and
-//!   calls [`fs`], which serves corrected files through an offset [`index`]
-//!   and writes to them through [`edit`] (in-place patches, and a crash
-//!   [`journal`] for rewrites that shift text).
-//! * Everything above stands on [`codec`]: pure conversion between Corrected
-//!   UTF-8 (on disk) and standard UTF-8 (the view), with no I/O.
+//! ```text
+//!  src/bin/cutf8/   (clap, indicatif)        src/bin/cutf8fs.rs   (clap)
+//!    │ encode/decode   │ check   │ migrate          │
+//!    ▼                 ▼         ▼                  ▼
+//!  convert           check     migrate ───┐        fs (fuser: daemon, mount,
+//!    │                 │         │        │          │  inodes, ops, write)
+//!    │                 │         │        │          ├──► edit ──► journal
+//!    │                 │         │        │          ▼      │
+//!    │                 │         │        │        index ◄──┘
+//!    ▼                 ▼         ▼        ▼          ▼
+//!  cutf8 (the codec crate: bytes in, bytes out, no I/O)
 //!
-//! Data flows one way: bin → fs/migrate/convert/check → index → codec.
+//!  sys: the one syscall layer (nix; the few raw libc calls), used by
+//!       fs and migrate
+//! ```
+//!
+//! * [`convert`] (encode/decode of streams), [`check`] (the document
+//!   linter) and [`migrate`] (in-place conversion of whole trees) are the
+//!   converter's subcommands. They parse no arguments and draw no progress
+//!   bars: the binary does (`src/bin/cutf8/`), and hands them plain options
+//!   and an observer.
+//! * [`fs`] serves the mount: corrected files are read through an offset
+//!   [`index`] (view offset → disk offset) and written through [`edit`]
+//!   (in-place patches, appends, and rewrites under the crash [`journal`]).
+//! * [`sys`] is the only place that makes system calls `std` lacks;
+//!   [`mountinfo`] reads `/proc/self/mountinfo`.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 

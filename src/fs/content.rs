@@ -103,7 +103,7 @@ pub struct Content {
 /// way round.
 pub struct FileState {
     /// The content lock. Reads hold it shared; anything that changes the
-    /// content or the index (issue 4's writes, a rebuild) holds it alone.
+    /// content or the index (a write, a rebuild) holds it alone.
     pub content: RwLock<Content>,
     /// The class last learned, under its stamp.
     class: Mutex<Option<(Stamp, Class)>>,

@@ -3,12 +3,12 @@
 //!
 //! The flow of one run:
 //!
-//! 1. [`walk`] lists the regular files of the named trees (this shard's
+//! 1. `walk` lists the regular files of the named trees (this shard's
 //!    part of them), reporting what it skips on sight and cleaning up after
 //!    a killed run;
-//! 2. `--jobs` worker threads take files from that list; [`file`] converts
+//! 2. `--jobs` worker threads take files from that list; `file` converts
 //!    each one all-or-nothing (temp file + verify + rename, or a journal for
-//!    hard links), using [`transcode`] for the bytes;
+//!    hard links), using `transcode` for the bytes;
 //! 3. the main thread collects outcomes into the [`report::Summary`] and
 //!    hands each to the caller's [`Observer`].
 //!

@@ -6,7 +6,7 @@
 //! `unsafe` block with its `// SAFETY:` reason. Nothing here knows what
 //! the callers are for.
 //!
-//! * [`file`]: `*at` calls relative to a directory descriptor that never
+//! * [`file`](mod@file): `*at` calls relative to a directory descriptor that never
 //!   follow a symlink, `O_PATH` descriptors reopened through
 //!   `/proc/self/fd/N`, stat, times, owners, directory listings, locks.
 //! * [`xattr`]: extended attributes of the inode behind a descriptor.
