@@ -453,18 +453,7 @@ fn zero_in_place(file: &File, off: u64, len: u64, how: Zeroing) -> io::Result<()
 
 /// fallocate(2) on a backing file (byte offsets).
 fn backing_fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return Err(io::Error::from_raw_os_error(libc::EFBIG));
-    };
-    // SAFETY: fallocate only reads its integer arguments; the descriptor is
-    // owned by `file` and open for the duration of the call.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::fallocate(file, mode, offset, len)
 }
 
 /// fallocate's allocating modes (0 and KEEP_SIZE) on the view range

@@ -26,7 +26,6 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use cutf8::length::{scan_disk, DiskEvent};
@@ -364,19 +363,17 @@ impl<'a> Extents<'a> {
         let Ok(at) = i64::try_from(self.pos) else {
             return Ok(None);
         };
-        // SAFETY: lseek on a descriptor we borrow; it moves only the file
-        // offset, which nobody here uses (all I/O is positioned).
-        let r = unsafe { libc::lseek(self.file.as_raw_fd(), at, whence) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
+        // Moves only the file offset, which nobody here uses (all I/O is
+        // positioned).
+        match crate::sys::lseek(self.file, at, whence) {
+            Ok(r) => Ok(Some(r as u64)),
+            Err(e) => match e.raw_os_error() {
                 // No data from here on.
                 Some(libc::ENXIO) => Ok(Some(u64::MAX)),
                 Some(libc::EINVAL | libc::EOPNOTSUPP) => Ok(None),
                 _ => Err(e),
-            };
+            },
         }
-        Ok(Some(r as u64))
     }
 
     fn next(&mut self, buf: &mut [u8]) -> io::Result<Piece> {

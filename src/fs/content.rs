@@ -35,7 +35,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{mpsc, Arc};
 
@@ -348,15 +347,14 @@ impl Default for FileState {
 /// the read from pulling unwritten extents into the page cache (where ext4
 /// would then report them as data to SEEK_DATA/SEEK_HOLE).
 pub fn has_magic(file: &File) -> io::Result<bool> {
-    // SAFETY: lseek on a descriptor we borrow; only positioned I/O is done
-    // on it, so moving its offset changes nothing.
-    let first_data = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_DATA) };
-    if first_data != 0 {
-        let e = io::Error::last_os_error();
-        if first_data > 0 || e.raw_os_error() == Some(libc::ENXIO) {
-            return Ok(false);
-        }
+    // Only positioned I/O is done on `file`, so moving its offset changes
+    // nothing.
+    match super::sys::lseek(file, 0, libc::SEEK_DATA) {
+        Ok(0) => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(false),
         // EINVAL/EOPNOTSUPP: the filesystem does not say; read.
+        Err(_) => {}
     }
     let mut head = [0u8; MAGIC.len()];
     let mut got = 0;
@@ -378,8 +376,7 @@ pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
 }
 
 fn advise(file: &File, advice: libc::c_int) {
-    // SAFETY: posix_fadvise on a descriptor we own; it is only a hint.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+    super::sys::fadvise(file, advice);
 }
 
 /// Files larger than this whose class is not known are classified on the

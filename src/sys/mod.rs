@@ -97,3 +97,6 @@ impl Name for std::path::Path {
         self.as_os_str().with_cstr(f)
     }
 }
+
+#[cfg(test)]
+mod tests;
