@@ -9,7 +9,7 @@
 //! * `ops` does the work on BACKING through `inodes` (FUSE inode ↔ backing
 //!   inode, found again by file handle or name through a bounded cache of
 //!   `O_PATH` descriptors; lookup counts), `handles` (fh ↔ open descriptor)
-//!   and `sys` (symlink-safe `*at` system calls).
+//!   and `crate::sys` (symlink-safe `*at` system calls).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
@@ -19,7 +19,8 @@
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
 //! * `daemon` (daemonizing, logging, signals) and `mount` (mount(2) or
-//!   fusermount3) start and stop all this; `options` parses `-o`.
+//!   fusermount3) start and stop all this (`daemon` uses `mount`, never
+//!   the other way; both report a `Failure`); `options` parses `-o`.
 //!
 //! * `write` is the write path: under the file's content lock (held alone)
 //!   it decides from what the file is now — empty, raw or corrected — and

@@ -23,7 +23,7 @@ pub fn is_root() -> bool {
 pub struct Identity {
     uid: u32,
     gid: u32,
-    groups: Vec<libc::gid_t>,
+    pub(super) groups: Vec<libc::gid_t>,
 }
 
 /// A field of `/proc/PID/status` (None if the process is gone).
@@ -98,10 +98,25 @@ fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
     // call; the kernel only reads it.
     let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
     if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
+        return Err(io::Error::last_os_error());
     }
+    // getgroups reads this thread's list: it must be the one just set.
+    let mut now: Vec<libc::gid_t> = unistd::getgroups()
+        .map_err(from_nix)?
+        .into_iter()
+        .map(Gid::as_raw)
+        .collect();
+    let mut want = groups.to_vec();
+    for v in [&mut now, &mut want] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    if now != want {
+        return Err(io::Error::other(format!(
+            "setgroups({want:?}) did not take effect (now {now:?})"
+        )));
+    }
+    Ok(())
 }
 
 /// Which of the two filesystem ids [`set_fs_id`] sets.

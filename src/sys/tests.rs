@@ -166,6 +166,37 @@ fn act_as_creates_as_the_caller_and_returns_to_the_daemon() {
 }
 
 #[test]
+fn act_as_gives_the_callers_groups_to_this_thread_only() {
+    let (d, _dirf) = dir();
+    let shared = d.path().join("shared");
+    std::fs::write(&shared, b"g").unwrap();
+    std::os::unix::fs::chown(&shared, Some(0), Some(34567)).unwrap();
+    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o040)).unwrap();
+    let dir = open_dir(d.path()).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // /proc/0/status does not exist: no supplementary groups.
+            let _as = ActAs::new(&Identity::of(12345, 12345, 0)).unwrap();
+            let e = open_at(&dir, OsStr::new("shared"), libc::O_RDONLY, 0).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EACCES));
+        });
+        s.spawn(|| {
+            let mut who = Identity::of(12345, 12345, 0);
+            who.groups = vec![34567];
+            let _as = ActAs::new(&who).unwrap();
+            assert!(open_at(&dir, OsStr::new("shared"), libc::O_RDONLY, 0).is_ok());
+            assert_eq!(
+                nix::unistd::getgroups().unwrap(),
+                vec![nix::unistd::Gid::from_raw(34567)]
+            );
+        });
+    });
+    assert!(!nix::unistd::getgroups()
+        .unwrap()
+        .contains(&nix::unistd::Gid::from_raw(34567)));
+}
+
+#[test]
 fn act_as_does_not_lend_root_rights() {
     let (d, dirf) = dir();
     std::fs::write(d.path().join("secret"), b"s").unwrap();
