@@ -26,10 +26,10 @@
 //!   bars: the binary does (`src/bin/cutf8/`), and hands them plain options
 //!   and an observer.
 //! * [`fs`] serves the mount: corrected files are read through an offset
-//!   [`index`] (view offset → disk offset) and written through [`edit`]
+//!   `index` (view offset → disk offset) and written through [`edit`]
 //!   (in-place patches, appends, and rewrites under the crash [`journal`]).
 //! * [`sys`] is the only place that makes system calls `std` lacks;
-//!   [`mountinfo`] reads `/proc/self/mountinfo`.
+//!   `mountinfo` reads `/proc/self/mountinfo`.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -37,8 +37,8 @@ pub mod check;
 pub mod convert;
 pub mod edit;
 pub mod fs;
-pub mod index;
+mod index;
 pub mod journal;
 pub mod migrate;
-pub mod mountinfo;
+mod mountinfo;
 pub mod sys;
