@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerate man/cutf8.1 from the clap definitions in src/bin/cutf8.rs.
+# Regenerate man/cutf8.1 from the clap definitions in src/bin/cutf8/main.rs.
 # Run after changing any cutf8 option or subcommand; tests/cli.rs fails
 # while the committed page differs from what the binary generates.
 set -eu

@@ -1,22 +1,45 @@
-//! Corrected UTF-8 for people who keep archives.
+//! Corrected UTF-8 for people who keep archives: the library behind the
+//! `cutf8` converter and the `cutf8fs` mount. (A program that only wants to
+//! speak Corrected UTF-8 depends on the codec crate, [`cutf8`], alone.)
 //!
-//! Read top to bottom, this crate is the data flow of the two programs:
+//! Data flows one way, top to bottom:
 //!
-//! * `cutf8` (the converter, `src/bin/cutf8.rs`) parses arguments and calls
-//!   [`convert`] (encode/decode), [`check`] (the document linter) and
-//!   [`migrate`] (in-place conversion of whole trees).
-//! * `cutf8fs` (the FUSE mount, `src/bin/cutf8fs.rs`) parses arguments and
-//!   calls [`fs`], which keeps inodes, handles and per-file state and turns
-//!   errors into errno. For the content of a corrected file it plans with
-//!   [`view`] (pure: the offset index, which disk bytes a read needs, what a
-//!   write does — in place, extension, tail rewrite, or content that cannot
-//!   be stored) and executes the plans with [`io`], the only code that reads
-//!   and writes backing file contents (tail rewrites go through the crash
-//!   [`journal`]).
-//! * Everything above stands on the `cutf8` crate: pure conversion between Corrected
-//!   UTF-8 (on disk) and standard UTF-8 (the view), with no I/O.
+//! ```text
+//!  src/bin/cutf8/   (clap, indicatif)        src/bin/cutf8fs.rs   (clap)
+//!    │ encode/decode   │ check   │ migrate          │
+//!    ▼                 ▼         ▼                  ▼
+//!  convert           check     migrate            fs (fuser: daemon, mount, inodes,
+//!    │                 │         │                 │  handles, ops/, errno in error.rs)
+//!    │                 │         ├─────────────────┤
+//!    │                 │         ▼                 ▼
+//!    │                 │        io (the only reader/writer of backing contents;
+//!    │                 │         │  short read = EOF; stamps re-checked) ──► journal
+//!    │                 │         ▼
+//!    │                 │        view (pure planning: offset index, read plans,
+//!    │                 │         │    write plans, the magic guard; no fds)
+//!    ▼                 ▼         ▼
+//!  cutf8 (the codec crate: bytes in, bytes out, no I/O)
 //!
-//! Data flows one way: bin → fs/migrate/convert/check → io → view → codec.
+//!  sys: the one syscall layer (nix; the few raw libc calls), used by
+//!       fs, io and migrate
+//! ```
+//!
+//! * [`convert`] (encode/decode of streams), [`check`] (the document
+//!   linter) and [`migrate`] (in-place conversion of whole trees) are the
+//!   converter's subcommands. They parse no arguments and draw no progress
+//!   bars: the binary does (`src/bin/cutf8/`), and hands them plain options
+//!   and an observer.
+//! * [`fs`] serves the mount: it keeps inodes, handles and per-file state
+//!   and turns errors into errno (`fs/error.rs`, the one place). For the
+//!   content of a corrected file it plans with [`view`] (pure: the offset
+//!   index, which disk bytes a read needs, what a write does — in place,
+//!   extension, tail rewrite, or content that cannot be stored) and executes
+//!   the plans with [`io`], the only code that reads and writes backing file
+//!   contents (tail rewrites go through the crash [`journal`]).
+//! * [`sys`] is the only place that makes system calls `std` lacks;
+//!   `mountinfo` reads `/proc/self/mountinfo`.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod check;
 pub mod convert;
@@ -24,5 +47,6 @@ pub mod fs;
 pub mod io;
 pub mod journal;
 pub mod migrate;
-pub mod mountinfo;
+mod mountinfo;
+pub mod sys;
 pub mod view;

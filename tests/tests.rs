@@ -41,6 +41,7 @@ mod robust_underneath;
 mod sample_archive;
 mod security_acl;
 mod security_journal;
+mod sys;
 mod write_exerciser;
 
 /// Every `tests/*.rs` is a module of this binary (with `autotests = false`

@@ -7,6 +7,8 @@
 //! through a `/sbin/mount.fuse.cutf8fs` symlink to it (mount(8) then adds
 //! `-n`, `-s`, `-v` or `-t TYPE`, accepted and ignored here).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -36,7 +36,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{mpsc, Arc};
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
 
@@ -72,6 +74,12 @@ pub struct Content {
 }
 
 /// Per-inode state, shared by all handles of a regular file.
+///
+/// Lock order: `content` or `scan` (never both in one thread) before
+/// `class` and `last_open`, and any of these before the [`IndexCache`]'s
+/// lock; `class`, `last_open` and the cache's lock are leaves. The inode
+/// table's locks (`inodes`) may be taken under `content`, never the other
+/// way round.
 pub struct FileState {
     /// The content lock. Reads hold it shared; anything that changes the
     /// content or the index (a write, a rebuild) holds it alone.
@@ -86,11 +94,6 @@ pub struct FileState {
     scan: Mutex<()>,
 }
 
-fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Values behind these mutexes are replaced whole; poison carries no risk.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl FileState {
     pub fn new() -> FileState {
         FileState {
@@ -103,20 +106,20 @@ impl FileState {
 
     /// The class known for exactly this stamp, if any.
     pub fn known_class(&self, stamp: &Stamp) -> Option<Class> {
-        match *relock(&self.class) {
+        match *self.class.lock() {
             Some((s, c)) if s == *stamp => Some(c),
             _ => None,
         }
     }
 
     pub fn remember_class(&self, stamp: Stamp, class: Class) {
-        *relock(&self.class) = Some((stamp, class));
+        *self.class.lock() = Some((stamp, class));
     }
 
     /// Records an open at `stamp`; true when the previous open saw the same
     /// stamp (the kernel's cached pages are still right).
     pub fn opened_at(&self, stamp: Stamp) -> bool {
-        let mut last = relock(&self.last_open);
+        let mut last = self.last_open.lock();
         let same = *last == Some(stamp);
         *last = Some(stamp);
         same
@@ -130,7 +133,7 @@ impl FileState {
         if old == new || old.size != new.size || old.ino != new.ino || old.dev != new.dev {
             return;
         }
-        let mut class = relock(&self.class);
+        let mut class = self.class.lock();
         if let Some((s, c)) = *class {
             if s == old {
                 *class = Some((new, c));
@@ -168,7 +171,7 @@ impl FileState {
         Option<Arc<OffsetIndex>>,
     )> {
         for _ in 0..4 {
-            let content = self.content.read().unwrap_or_else(PoisonError::into_inner);
+            let content = self.content.read();
             let st = super::sys::fstat(file.as_fd()).map_err(io)?;
             let stamp = Stamp::of(&st);
             if (st.st_size as u64) < DATA_START {
@@ -185,7 +188,7 @@ impl FileState {
                 _ => {}
             }
             drop(content);
-            let mut content = self.content.write().unwrap_or_else(PoisonError::into_inner);
+            let mut content = self.content.write();
             let st = super::sys::fstat(file.as_fd()).map_err(io)?;
             let stamp = Stamp::of(&st);
             let learned;
@@ -277,7 +280,7 @@ impl FileState {
         if let Some(c) = self.known_class(&stamp) {
             return Ok(Some(c));
         }
-        let _one = scan.then(|| relock(&self.scan));
+        let _one = scan.then(|| self.scan.lock());
         if let Some(c) = self.known_class(&stamp) {
             return Ok(Some(c));
         }
@@ -307,8 +310,8 @@ impl FileState {
 
     /// Forgets the last-open stamp (after the mount itself changed content).
     pub fn content_changed(&self) {
-        *relock(&self.last_open) = None;
-        *relock(&self.class) = None;
+        *self.last_open.lock() = None;
+        *self.class.lock() = None;
     }
 }
 
@@ -344,7 +347,7 @@ impl ScanPool {
             std::thread::Builder::new()
                 .name(format!("scan-{i}"))
                 .spawn(move || loop {
-                    let job = relock(&rx).recv();
+                    let job = rx.lock().recv();
                     let Ok(job) = job else { break };
                     // A panicking job drops its reply, which answers EIO;
                     // the hook has logged it; the thread goes on.
@@ -356,7 +359,7 @@ impl ScanPool {
 
     /// Queues `job`; runs it here if the pool is gone.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
-        if let Err(mpsc::SendError(job)) = relock(&self.tx).send(Box::new(job)) {
+        if let Err(mpsc::SendError(job)) = self.tx.lock().send(Box::new(job)) {
             job();
         }
     }
@@ -398,7 +401,7 @@ impl IndexCache {
 
     /// The cached index for this stamp (marked as recently used).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
-        let mut c = relock(&self.inner);
+        let mut c = self.inner.lock();
         c.tick += 1;
         let tick = c.tick;
         let e = c.map.get_mut(stamp)?;
@@ -417,7 +420,7 @@ impl IndexCache {
             log::debug!("index of {cost} bytes exceeds the cache bound; not cached");
             return;
         }
-        let mut c = relock(&self.inner);
+        let mut c = self.inner.lock();
         c.tick += 1;
         let tick = c.tick;
         if let Some(old) = c.map.insert(stamp, CacheEntry { index, cost, tick }) {
@@ -490,7 +493,7 @@ mod tests {
         );
         assert!(cache.get(&stamp(0)).is_some());
         assert!(cache.get(&stamp(3)).is_some());
-        assert!(relock(&cache.inner).used <= one * 3 + one / 2);
+        assert!(cache.inner.lock().used <= one * 3 + one / 2);
     }
 
     #[test]
@@ -498,7 +501,7 @@ mod tests {
         let cache = IndexCache::new(64);
         cache.put(stamp(1), dense_index(64));
         assert!(cache.get(&stamp(1)).is_none());
-        assert_eq!(relock(&cache.inner).used, 0);
+        assert_eq!(cache.inner.lock().used, 0);
     }
 
     #[test]

@@ -13,12 +13,16 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use nix::sys::signal::Signal;
+
+use super::failure::Failure;
 use super::mount;
 use super::options::{self, Options};
 use super::CutFs;
+use crate::sys::{self, process::Forked, process::StopSignals};
 
 /// What the command line asked for (parsed by `src/bin/cutf8fs.rs`).
 #[derive(Clone, Debug)]
@@ -29,36 +33,6 @@ pub struct Config {
     pub options: Vec<String>,
     pub foreground: bool,
     pub debug: bool,
-}
-
-/// Why the daemon could not do its job: a message naming the problem and
-/// the exit code.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: i32,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn usage(m: impl Into<String>) -> Failure {
-        Failure {
-            code: 2,
-            message: m.into(),
-        }
-    }
-
-    pub fn mount(m: impl Into<String>) -> Failure {
-        Failure {
-            code: 1,
-            message: m.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 struct Checked {
@@ -211,47 +185,17 @@ impl Notify {
     }
 }
 
-fn pipe() -> Result<(File, File), Failure> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(Failure::mount(format!(
-            "pipe: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: both descriptors were just created and are owned by no one else.
-    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
-}
-
 /// Forks; returns in the child (with the pipe to report readiness on). The
 /// parent never returns: it exits with the child's verdict.
 fn daemonize() -> Result<Notify, Failure> {
-    let (mut r, w) = pipe()?;
-    // SAFETY: no other threads exist yet, so fork is safe.
-    match unsafe { libc::fork() } {
-        -1 => Err(Failure::mount(format!(
-            "fork: {}",
-            std::io::Error::last_os_error()
-        ))),
-        0 => {
+    let (mut r, w) = sys::process::pipe().map_err(|e| Failure::mount(format!("pipe: {e}")))?;
+    match sys::process::fork_detached() {
+        Err(e) => Err(Failure::mount(format!("fork: {e}"))),
+        Ok(Forked::Child) => {
             drop(r);
-            // SAFETY: plain system calls in the fresh child.
-            unsafe {
-                libc::setsid();
-                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                if null >= 0 {
-                    libc::dup2(null, 0);
-                    libc::dup2(null, 1);
-                    libc::dup2(null, 2);
-                    if null > 2 {
-                        libc::close(null);
-                    }
-                }
-            }
             Ok(Notify(Some(w)))
         }
-        _child => {
+        Ok(Forked::Parent) => {
             drop(w);
             let mut buf = Vec::new();
             let _ = r.read_to_end(&mut buf);
@@ -270,34 +214,18 @@ fn daemonize() -> Result<Notify, Failure> {
     }
 }
 
-fn block_stop_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local set; pthread_sigmask on this
-    // thread only (threads spawned later inherit the mask).
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-fn spawn_signal_thread(set: libc::sigset_t, mnt: PathBuf, fusermount: bool) {
+fn spawn_signal_thread(signals: StopSignals, mnt: PathBuf, fusermount: bool) {
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
-            let mut sig = 0;
-            // SAFETY: `set` and `sig` are valid for the call.
-            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            let Ok(sig) = signals.wait() else {
                 continue;
-            }
-            if sig == libc::SIGHUP {
+            };
+            if sig == Signal::SIGHUP {
                 log::info!("SIGHUP ignored");
                 continue;
             }
-            log::info!("signal {sig}: unmounting {}", mnt.display());
+            log::info!("{sig}: unmounting {}", mnt.display());
             if let Err(e) = mount::unmount(&mnt, fusermount) {
                 log::error!("unmount {} failed: {e}", mnt.display());
             }
@@ -339,41 +267,21 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
     r
 }
 
-/// Lift the soft descriptor limit to the hard one: the inode cache takes a
-/// quarter of it (`inodes`), files open through the mount the rest.
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                log::warn!(
-                    "cannot raise the open-file limit: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
-        }
-    }
-    log::debug!("open-file limit: {}", lim.rlim_cur);
-}
-
 fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
-    raise_fd_limit();
+    // Lift the soft descriptor limit to the hard one: the inode cache
+    // takes a quarter of it (`inodes`), files open through the mount the
+    // rest.
+    let limit = sys::process::raise_fd_limit(u64::MAX);
+    log::debug!("open-file limit: {limit}");
     // New files get exactly the mode the kernel asks for (it applied the
     // caller's umask already).
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(0) };
-    let sigset = block_stop_signals();
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    let signals = StopSignals::block();
     let root: OwnedFd = CutFs::open_backing(&c.backing)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
     let fs = CutFs::new(root, &c.opts)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
-    // SAFETY: geteuid cannot fail.
-    let root_user = unsafe { libc::geteuid() } == 0;
+    let root_user = sys::is_root();
     let allow_other = c.opts.allow_other.unwrap_or(root_user);
     let source = c
         .opts
@@ -398,7 +306,7 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
             return Err(Failure::mount(format!("FUSE handshake failed: {e}")));
         }
     };
-    spawn_signal_thread(sigset, m.mountpoint.clone(), m.fusermount);
+    spawn_signal_thread(signals, m.mountpoint.clone(), m.fusermount);
     log::info!(
         "serving {} on {} (cutf8fs {}, {} threads{})",
         c.backing.display(),

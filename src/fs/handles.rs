@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::error::{Errno, Result};
 use super::inodes::Inode;
@@ -44,7 +46,7 @@ pub struct DirHandle {
 
 impl DirHandle {
     pub fn entries(&self) -> MutexGuard<'_, Vec<DirEntry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries.lock()
     }
 }
 
@@ -53,6 +55,8 @@ pub enum Handle {
     Dir(DirHandle),
 }
 
+/// Lock order: `map` is a leaf (held for one map update); a directory
+/// handle's `entries` is taken after the handle is out of the map.
 pub struct HandleTable {
     next: AtomicU64,
     map: Mutex<HashMap<u64, Arc<Handle>>>,
@@ -69,7 +73,7 @@ impl Default for HandleTable {
 
 impl HandleTable {
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        self.map.lock()
     }
 
     pub fn insert(&self, h: Handle) -> u64 {

@@ -61,6 +61,10 @@
 //! Per-file state for regular files (`content::FileState`: the content lock
 //! and what is known of the encoding) hangs off the entry, so every handle
 //! of a file shares it. This module knows nothing of encodings or handles.
+//!
+//! (About 700 lines before its tests: one data structure, whose invariants
+//! — lookup counts, anchors, the CLOCK ring, pins — hold across all of it,
+//! so it is kept in one file rather than split along its impl blocks.)
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -302,6 +306,12 @@ impl Inode {
 }
 
 /// What every inode shares: how to reopen, and the descriptor cache.
+///
+/// Lock order in this module: `Shared::clock` before `Inode::fd` (eviction
+/// takes descriptors out of the entries on the ring); `InodeTable::tables`,
+/// `Inode::anchor`, `Inode::fd` otherwise and `Shared::mounts` are each held
+/// alone, for a field or map update, never across a call that could block
+/// on BACKING.
 struct Shared {
     /// `open_by_handle_at` works here.
     by_handle: bool,

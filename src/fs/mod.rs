@@ -10,7 +10,7 @@
 //!   work on BACKING through `inodes` (FUSE inode ↔ backing
 //!   inode, found again by file handle or name through a bounded cache of
 //!   `O_PATH` descriptors; lookup counts), `handles` (fh ↔ open descriptor)
-//!   and `sys` (symlink-safe `*at` system calls).
+//!   and `crate::sys` (symlink-safe `*at` system calls).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
@@ -20,7 +20,8 @@
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
 //! * `daemon` (daemonizing, logging, signals) and `mount` (mount(2) or
-//!   fusermount3) start and stop all this; `options` parses `-o`.
+//!   fusermount3) start and stop all this (`daemon` uses `mount`, never
+//!   the other way; both report a `Failure`); `options` parses `-o`.
 //!
 //! * `write` is the write path: under the file's content lock (held alone)
 //!   it decides from what the file is now — empty, raw or corrected — and
@@ -42,13 +43,14 @@ mod attr;
 mod content;
 mod daemon;
 mod error;
+mod failure;
 mod handles;
 mod inodes;
 mod mount;
 mod ops;
 pub mod options;
 mod rawnew;
-mod sys;
+use crate::sys;
 mod write;
 
 use std::ffi::OsStr;
@@ -63,7 +65,8 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-pub use daemon::{run, Config, Failure};
+pub use daemon::{run, Config};
+pub use failure::Failure;
 
 use content::IndexCache;
 use error::Result;
@@ -124,8 +127,7 @@ fn check_atime(root: &std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<(
         Atime::Strict => "strictatime",
         Atime::Relative => "relatime",
         Atime::No | Atime::Backing => {
-            // SAFETY: geteuid cannot fail.
-            if opts.nodiratime() && unsafe { libc::geteuid() } != 0 {
+            if opts.nodiratime() && !sys::is_root() {
                 return Err(std::io::Error::other(
                     "-o noatime and -o nodiratime need the daemon to run as root \
                      (it reads with O_NOATIME files it does not own); leave them out \

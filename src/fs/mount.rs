@@ -7,17 +7,20 @@
 //! comes back as SCM_RIGHTS). Permission checks are always on
 //! (`default_permissions`). This module knows nothing of the filesystem.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::daemon::Failure;
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag};
+use nix::mount::{umount2, MntFlags, MsFlags};
+
+use super::failure::Failure;
 use super::options::Options;
+use crate::sys;
 
 pub const FSTYPE: &str = "fuse.cutf8fs";
 
@@ -26,10 +29,6 @@ pub struct Mounted {
     pub dev: OwnedFd,
     pub mountpoint: PathBuf,
     pub fusermount: bool,
-}
-
-fn cpath(p: &Path) -> Result<CString, Failure> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| Failure::usage("path holds a NUL byte"))
 }
 
 /// Options both mount(2) and fusermount3 take from us.
@@ -46,8 +45,7 @@ fn common_opts(o: &Options, allow_other: bool) -> Vec<String> {
 
 pub fn mount(source: &str, mnt: &Path, o: &Options, allow_other: bool) -> Result<Mounted, Failure> {
     // auto_unmount needs fusermount3's watchdog, root or not.
-    // SAFETY: geteuid cannot fail.
-    if !o.auto_unmount && unsafe { libc::geteuid() } == 0 {
+    if !o.auto_unmount && sys::is_root() {
         match mount_sys(source, mnt, o, allow_other) {
             Ok(dev) => {
                 return Ok(Mounted {
@@ -84,56 +82,42 @@ fn mount_sys(
         code,
         failure: Failure::mount(msg),
     };
-    // SAFETY: valid C string; the returned descriptor is owned below.
-    let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if raw < 0 {
-        let e = io::Error::last_os_error();
-        let code = e.raw_os_error().unwrap_or(0);
-        return Err(fail(
-            if code == libc::EPERM { 0 } else { code },
-            match code {
-                libc::ENOENT | libc::ENODEV | libc::ENXIO => {
-                    "no /dev/fuse: FUSE is not available (install fuse3, load the fuse module)"
-                        .into()
-                }
-                _ => format!("cannot open /dev/fuse: {e}"),
-            },
-        ));
-    }
-    // SAFETY: `raw` was just opened and is owned by no one else.
-    let dev = unsafe { OwnedFd::from_raw_fd(raw) };
+    let dev = match sys::open(c"/dev/fuse", libc::O_RDWR) {
+        Ok(dev) => dev,
+        Err(e) => {
+            let code = e.raw_os_error().unwrap_or(0);
+            return Err(fail(
+                if code == libc::EPERM { 0 } else { code },
+                match code {
+                    libc::ENOENT | libc::ENODEV | libc::ENXIO => {
+                        "no /dev/fuse: FUSE is not available (install fuse3, load the fuse module)"
+                            .into()
+                    }
+                    _ => format!("cannot open /dev/fuse: {e}"),
+                },
+            ));
+        }
+    };
     let mut data = vec![
         format!("fd={}", dev.as_raw_fd()),
         "rootmode=40000".to_owned(),
-        // SAFETY: getuid/getgid cannot fail.
-        format!("user_id={}", unsafe { libc::getuid() }),
-        format!("group_id={}", unsafe { libc::getgid() }),
+        format!("user_id={}", nix::unistd::getuid()),
+        format!("group_id={}", nix::unistd::getgid()),
     ];
     data.extend(common_opts(o, allow_other));
-    let to_c = |s: &str| CString::new(s).map_err(|_| fail(libc::EINVAL, format!("bad name {s:?}")));
-    let src = to_c(source)?;
-    let fstype = to_c(FSTYPE)?;
-    let data = to_c(&data.join(","))?;
-    let target = cpath(mnt).map_err(|f| SysError {
-        code: libc::EINVAL,
-        failure: f,
-    })?;
-    // SAFETY: all pointers are valid C strings for the duration of the call.
-    let r = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            o.flags,
-            data.as_ptr().cast(),
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        let code = e.raw_os_error().unwrap_or(0);
-        let msg = match code {
-            libc::ENODEV => "the kernel has no FUSE support (load the fuse module)".into(),
-            libc::EPERM | libc::EACCES => {
+    let r = nix::mount::mount(
+        Some(source),
+        mnt,
+        Some(FSTYPE),
+        MsFlags::from_bits_retain(o.flags),
+        Some(data.join(",").as_str()),
+    );
+    if let Err(errno) = r {
+        let code = errno as i32;
+        let e = io::Error::from(errno);
+        let msg = match errno {
+            Errno::ENODEV => "the kernel has no FUSE support (load the fuse module)".into(),
+            Errno::EPERM | Errno::EACCES => {
                 format!("no permission to mount on {}: {e}", mnt.display())
             }
             _ => format!("mount on {} failed: {e}", mnt.display()),
@@ -189,7 +173,10 @@ fn mount_fusermount(
     if o.auto_unmount {
         opts.push("auto_unmount".into());
     }
+    // fusermount3 inherits our end of the socket: it must outlive exec.
     let theirs_fd = theirs.as_raw_fd();
+    nix::fcntl::fcntl(&theirs, FcntlArg::F_SETFD(FdFlag::empty()))
+        .map_err(|e| Failure::mount(format!("socketpair: {e}")))?;
     let mut cmd = Command::new(fusermount_bin());
     cmd.arg("-o")
         .arg(opts.join(","))
@@ -199,21 +186,11 @@ fn mount_fusermount(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: only async-signal-safe fcntl between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let flags = libc::fcntl(theirs_fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(theirs_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::mount(format!("cannot run fusermount3 (install fuse3): {e}")))?;
     drop(theirs);
-    let received = receive_fd(&ours);
+    let received = sys::process::receive_fd(&ours);
     let received = match received {
         Ok(fd) if o.auto_unmount => {
             // fusermount3 stays, a watchdog that unmounts once our end of
@@ -249,67 +226,17 @@ fn mount_fusermount(
     }
 }
 
-fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // Room for one descriptor's control message (and some slack).
-    let mut cbuf = [0u64; 8];
-    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive
-    // the recvmsg call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf);
-    // SAFETY: `msg` points at live buffers.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if n == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "no descriptor received",
-        ));
-    }
-    // SAFETY: CMSG_* walk the control buffer recvmsg filled.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if !cmsg.is_null()
-            && (*cmsg).cmsg_level == libc::SOL_SOCKET
-            && (*cmsg).cmsg_type == libc::SCM_RIGHTS
-        {
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-            return Ok(OwnedFd::from_raw_fd(fd));
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::InvalidData,
-        "no descriptor in message",
-    ))
-}
-
 /// Unmounts (lazily if busy, so a clean stop never leaves "Transport
 /// endpoint is not connected" behind).
 pub fn unmount(mnt: &Path, fusermount: bool) -> io::Result<()> {
     if !fusermount {
-        let c = CString::new(mnt.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: valid C string.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EBUSY) {
-            // SAFETY: valid C string.
-            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-                return Ok(());
+        let e = match umount2(mnt, MntFlags::empty()) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EBUSY) => {
+                return umount2(mnt, MntFlags::MNT_DETACH).map_err(io::Error::from)
             }
-            return Err(io::Error::last_os_error());
-        }
+            Err(e) => io::Error::from(e),
+        };
         if e.raw_os_error() != Some(libc::EPERM) {
             return Err(e);
         }

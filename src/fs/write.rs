@@ -24,8 +24,8 @@
 //! stamp, so the next read, getattr or open sees it without a rescan.
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd};
-use std::sync::{Arc, PoisonError};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use crate::io::{self as backing, Zeroing};
 use crate::view::{self, sniff, OffsetIndex};
@@ -102,10 +102,7 @@ impl CutFs {
     /// files, a byte offset otherwise).
     pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
         let state = h.inode.state();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let (now, _) = self.now(&content, &h.file)?;
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
@@ -217,17 +214,14 @@ impl CutFs {
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
         let state = h.inode.state();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let (now, _) = self.now(&content, &h.file)?;
         let Now::Corrected(index) = now else {
             if mode & (PUNCH | ZERO) != 0 {
                 let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
                 backing::write::guard_raw(offset, &zeros, || Self::head(h))?;
             }
-            sys::fallocate(h.file.as_raw_fd(), mode, offset, length).map_err(io)?;
+            sys::fallocate(&h.file, mode, offset, length).map_err(io)?;
             return self.changed(state, &mut content, &h.file, None);
         };
         if !index.lossless() {
@@ -262,10 +256,7 @@ impl CutFs {
     /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
     /// a view length for corrected files.
     pub(super) fn set_size(&self, state: &FileState, file: &File, size: u64) -> Result<()> {
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let (now, _) = self.now(&content, file)?;
         match now {
             Now::Corrected(index) if size != 0 => {

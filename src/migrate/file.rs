@@ -11,9 +11,10 @@
 //! Called by the workers of [`super::run`]; knows nothing of walking,
 //! sharding or reporting.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::{File, FileTimes, Metadata, Permissions};
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -21,9 +22,9 @@ use std::sync::Arc;
 
 use super::journal::{self, Journal};
 use super::report::{Outcome, Reason};
-use super::sys;
 use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
 use super::walk::Entry;
+use crate::sys;
 
 /// What a worker needs to know about the run.
 pub struct Job {
@@ -104,7 +105,7 @@ pub fn process(job: &Job, entry: &Entry, bufs: &mut Buffers) -> Step {
         }
         Err(e) => return Step::Done(Outcome::Failed(format!("cannot stat its directory: {e}"))),
     }
-    let file = match sys::open_read_at(&dir, &entry.name, false) {
+    let file = match sys::open_quiet_at(&dir, &entry.name, false) {
         Ok(f) => f,
         Err(e) if denied(&e) => {
             let r = Reason::PermissionDenied("cannot read the file".into());
@@ -163,7 +164,7 @@ struct Temp {
 impl Drop for Temp {
     fn drop(&mut self) {
         if self.armed {
-            let _ = sys::unlink_at(&self.dir, &self.name);
+            let _ = sys::unlinkat(&self.dir, &self.name, 0);
         }
     }
 }
@@ -247,8 +248,9 @@ fn by_rename(
         Err(e) => return fail(format!("cannot keep the owner: {e}")),
     }
     let finish = (|| -> Result<(), String> {
-        let xattrs = sys::list_xattrs(&file).map_err(|e| format!("cannot read xattrs: {e}"))?;
-        sys::set_xattrs(&tfile, &xattrs).map_err(|e| e.to_string())?;
+        let xattrs =
+            sys::xattr::all(file.as_fd()).map_err(|e| format!("cannot read xattrs: {e}"))?;
+        sys::xattr::set_all(tfile.as_fd(), &xattrs).map_err(|e| e.to_string())?;
         tfile
             .set_permissions(Permissions::from_mode(md.mode() & 0o7777))
             .map_err(|e| format!("cannot keep the mode: {e}"))?;
@@ -270,6 +272,37 @@ fn by_rename(
     }
 }
 
+/// What a stat says of a file: enough to notice that it changed.
+#[derive(PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(st: libc::stat) -> Stamp {
+        Stamp {
+            ino: st.st_ino,
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+
+    /// Whether the file differs from the one `md` described.
+    fn differs(&self, md: &Metadata) -> bool {
+        *self
+            != Stamp {
+                ino: md.ino(),
+                size: md.size() as i64,
+                mtime: (md.mtime(), md.mtime_nsec()),
+                ctime: (md.ctime(), md.ctime_nsec()),
+            }
+    }
+}
+
 /// Rename a pending conversion into place. Call only once its data is
 /// durable ([`Batch::flush`]). Gives back the original's descriptor.
 fn commit(p: Pending) -> (Outcome, File) {
@@ -280,7 +313,7 @@ fn commit(p: Pending) -> (Outcome, File) {
         md,
         after,
     } = p;
-    match sys::stat_at(&temp.dir, &name) {
+    match sys::statat(&temp.dir, &name).map(Stamp::of) {
         Ok(now) if !now.differs(&md) => {}
         Ok(_) => {
             let msg = "the file changed while it was being converted; left as it is";
@@ -291,7 +324,7 @@ fn commit(p: Pending) -> (Outcome, File) {
             return (Outcome::Failed(msg), original);
         }
     }
-    if let Err(e) = sys::rename_at(&temp.dir, &temp.name, &name) {
+    if let Err(e) = sys::renameat2(&temp.dir, &temp.name, &temp.dir, &name, 0) {
         let msg = format!("cannot rename into place: {e}");
         return (Outcome::Failed(msg), original);
     }
@@ -345,7 +378,7 @@ impl Batch {
             let dev = d.metadata()?.dev();
             if !seen.contains(&dev) {
                 seen.push(dev);
-                sys::sync_fs(d)?;
+                sys::syncfs(d)?;
             }
         }
         Ok(())
@@ -390,7 +423,7 @@ impl Batch {
 /// The in-place rewrite under a journal, for files that must keep their
 /// inode.
 fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome {
-    let file = match sys::open_read_at(dir, &entry.name, !job.dry_run) {
+    let file = match sys::open_quiet_at(dir, &entry.name, !job.dry_run) {
         Ok(f) => f,
         Err(e) if denied(&e) => {
             return Outcome::Skipped(Reason::PermissionDenied(
@@ -411,8 +444,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
     };
     // Writing the file back with its times needs ownership (or root):
     // futimens refuses anyone else, and roll-back would need it too.
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = nix::unistd::geteuid().as_raw();
     if !job.dry_run && euid != 0 && euid != md.uid() {
         return Outcome::Skipped(Reason::PermissionDenied(
             "someone else's file: its owner and times cannot be kept".into(),
@@ -433,7 +465,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
             after,
         };
     }
-    let xattrs = match sys::list_xattrs(&file) {
+    let xattrs = match sys::xattr::all(file.as_fd()) {
         Ok(x) => x,
         Err(e) => return Outcome::Failed(format!("cannot read xattrs: {e}")),
     };
@@ -475,7 +507,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
         file.sync_all().map_err(|e| format!("cannot fsync: {e}"))?;
         transcode::verify(job.direction, original, Region::whole(&file), bufs)?;
         // A write may have cleared set-id bits and file capabilities.
-        sys::set_xattrs(&file, &xattrs).map_err(|e| e.to_string())?;
+        sys::xattr::set_all(file.as_fd(), &xattrs).map_err(|e| e.to_string())?;
         file.set_permissions(Permissions::from_mode(md.mode() & 0o7777))
             .map_err(|e| format!("cannot keep the mode: {e}"))?;
         let times = times_of(&md).map_err(|e| e.to_string())?;
@@ -498,7 +530,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
             Ok(()) => {
                 // Put back what the writes may have cleared; best effort,
                 // the content and times are back already.
-                let _ = sys::set_xattrs(&file, &xattrs);
+                let _ = sys::xattr::set_all(file.as_fd(), &xattrs);
                 let _ = file.set_permissions(Permissions::from_mode(md.mode() & 0o7777));
                 let _ = times_of(&md).and_then(|t| file.set_times(t));
                 let _ = journal.finish();
@@ -510,15 +542,6 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
             )),
         },
     }
-}
-
-/// Whether a name in a directory is the given prefix followed by a shard
-/// key in hex; returns the key.
-pub fn key_of(name: &OsStr, prefix: &str) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let rest = name.as_bytes().strip_prefix(prefix.as_bytes())?;
-    let hex = std::str::from_utf8(rest.get(..16)?).ok()?;
-    u64::from_str_radix(hex, 16).ok()
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::sys;
+use crate::sys;
 
 const HEAD: &[u8; 8] = b"CUTF8JNL";
 const TAIL: &[u8; 8] = b"CUTF8END";
@@ -128,7 +128,7 @@ impl<'a> Journal<'a> {
         match written {
             Ok(()) => Ok(j),
             Err(e) => {
-                let _ = sys::unlink_at(dir, &j.name);
+                let _ = sys::unlinkat(dir, &j.name, 0);
                 Err(e)
             }
         }
@@ -149,7 +149,7 @@ impl<'a> Journal<'a> {
 
     /// The rewrite is complete and durable: drop the journal.
     pub fn finish(self) -> io::Result<()> {
-        sys::unlink_at(self.dir, &self.name)?;
+        sys::unlinkat(self.dir, &self.name, 0)?;
         self.dir.sync_all()
     }
 }
@@ -198,7 +198,7 @@ pub fn recover(dir: &File, name: &OsStr) -> io::Result<Recovered> {
         Ok(Some((OsString::from_vec(tname), len, ino, times)))
     })()?;
     let Some((target_name, len, ino, times)) = complete else {
-        sys::unlink_at(dir, name)?;
+        sys::unlinkat(dir, name, 0)?;
         dir.sync_all()?;
         return Ok(Recovered::Incomplete);
     };

@@ -326,7 +326,17 @@ pub fn count(n: u64, what: &str) -> String {
 /// `--verbose`, the progress bar): binary units, `1.50 MiB`, exact below
 /// 1 KiB. The `--report` keeps exact byte counts.
 pub fn size(n: u64) -> String {
-    indicatif::HumanBytes(n).to_string()
+    const PREFIXES: [&str; 8] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi", "Yi"];
+    let mut v = n as f64;
+    let mut p = 0;
+    while v >= 1024.0 && p < PREFIXES.len() {
+        v /= 1024.0;
+        p += 1;
+    }
+    match p {
+        0 => format!("{n} B"),
+        _ => format!("{v:.2} {}B", PREFIXES[p - 1]),
+    }
 }
 
 /// Whether `name` is one of migrate's own working files.
@@ -339,6 +349,17 @@ pub fn is_own_name(name: &OsStr) -> bool {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+
+    #[test]
+    fn sizes_read_as_binary_units() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(1024), "1.00 KiB");
+        assert_eq!(size(1536), "1.50 KiB");
+        assert_eq!(size(126_456), "123.49 KiB");
+        assert_eq!(size(5 << 30), "5.00 GiB");
+        assert_eq!(size(u64::MAX), "16.00 EiB");
+    }
 
     #[test]
     fn non_utf8_paths_are_escaped_reversibly() {

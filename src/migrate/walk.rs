@@ -26,10 +26,9 @@ use std::path::{Path, PathBuf};
 
 use globset::GlobSet;
 
-use super::file::key_of;
 use super::journal::{self, Recovered};
 use super::report::{Outcome, Reason};
-use super::sys;
+use crate::sys;
 
 /// `--shard K/N`, 1 ≤ K ≤ N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,13 +370,22 @@ impl<'a, 'e> Walker<'a, 'e> {
                 Err(e) => (self.emit)(&path, Outcome::Failed(e.to_string()), None),
             }
         } else {
-            match sys::unlink_at(&dirf, name) {
+            match sys::unlinkat(&dirf, name, 0) {
                 Ok(()) => (self.emit)(&path, Outcome::Cleaned, None),
                 Err(e) => (self.emit)(&path, Outcome::Failed(format!("cannot remove: {e}")), None),
             }
         }
         true
     }
+}
+
+/// Whether a name in a directory is the given prefix followed by a shard
+/// key in hex; returns the key.
+pub fn key_of(name: &OsStr, prefix: &str) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let rest = name.as_bytes().strip_prefix(prefix.as_bytes())?;
+    let hex = std::str::from_utf8(rest.get(..16)?).ok()?;
+    u64::from_str_radix(hex, 16).ok()
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ impl CutFs {
         &self,
         h: &'h Handle,
         offset: u64,
-    ) -> Result<(&'h DirHandle, std::sync::MutexGuard<'h, Vec<DirEntry>>)> {
+    ) -> Result<(&'h DirHandle, parking_lot::MutexGuard<'h, Vec<DirEntry>>)> {
         let Handle::Dir(d) = h else {
             return Err(Refused::NotDir.into());
         };

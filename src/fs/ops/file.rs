@@ -46,11 +46,7 @@ impl CutFs {
             return Ok(false);
         }
         let fresh = {
-            let content = inode
-                .state()
-                .content
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
+            let content = inode.state().content.read();
             matches!(&content.view, Some((s, _)) if *s == stamp)
         };
         Ok(!fresh && content::has_magic(file).unwrap_or(false))
@@ -197,7 +193,7 @@ impl CutFs {
         &self,
         h: &'a FileHandle,
     ) -> Result<(
-        std::sync::RwLockReadGuard<'a, content::Content>,
+        parking_lot::RwLockReadGuard<'a, content::Content>,
         Stamp,
         Option<Arc<crate::view::OffsetIndex>>,
     )> {
@@ -220,10 +216,7 @@ impl CutFs {
         if let Some(h) = self.handles.remove(fh) {
             if let Handle::File(h) = &*h {
                 let state = h.inode.state();
-                let mut content = state
-                    .content
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut content = state.content.write();
                 content.open = content.open.saturating_sub(1);
                 if content.open == 0 {
                     // The cache keeps it (within its bound) for the next open.
@@ -236,8 +229,8 @@ impl CutFs {
     pub(in crate::fs) fn sync_handle(&self, fh: u64, datasync: bool) -> Result<()> {
         let h = self.handles.get(fh)?;
         let fd = match &*h {
-            Handle::File(f) => f.file.as_raw_fd(),
-            Handle::Dir(d) => d.dir.as_raw_fd(),
+            Handle::File(f) => f.file.as_fd(),
+            Handle::Dir(d) => d.dir.as_fd(),
         };
         sys::fsync(fd, datasync).map_err(io)
     }
@@ -265,7 +258,7 @@ impl CutFs {
         };
         let (_content, _, view) = self.current(h)?;
         let Some(index) = view else {
-            return sys::lseek(h.file.as_raw_fd(), offset, whence).map_err(io);
+            return sys::lseek(&h.file, offset, whence).map_err(io);
         };
         let len = i64::try_from(index.view_len()).unwrap_or(i64::MAX);
         // A view has no holes.
@@ -312,10 +305,7 @@ impl Opener {
             sys::set_noatime(file.as_fd()).map_err(io)?;
         }
         let state = inode.state().clone();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let st = sys::fstat(file.as_fd()).map_err(io)?;
         let stamp = Stamp::of(&st);
         // A write-only descriptor (the caller may not read) cannot show us

@@ -68,7 +68,7 @@ impl CutFs {
         }
     }
 
-    pub(in crate::fs) fn fs_stats(&self) -> Result<libc::statvfs> {
+    pub(in crate::fs) fn fs_stats(&self) -> Result<sys::StatVfs> {
         let root = self.inodes.get(crate::fs::inodes::ROOT)?;
         sys::fstatvfs(root.fd()?.as_fd()).map_err(io)
     }
@@ -85,10 +85,7 @@ impl CutFs {
             return change();
         }
         let state = inode.state();
-        let mut content = state
-            .content
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut content = state.content.write();
         let before = inode.stat().map(|st| Stamp::of(&st));
         let r = change()?;
         if let (Ok(old), Ok(st)) = (before, inode.stat()) {

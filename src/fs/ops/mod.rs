@@ -22,9 +22,9 @@
 //! callers without CAP_SYS_ADMIN, as the kernel does natively.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use fuser::{FileAttr, FileType, FopenFlags, Request, TimeOrNow};
 

@@ -22,22 +22,32 @@
 //!
 //! It knows nothing of argument parsing (the `cutf8` binary builds
 //! [`Options`]) and prints nothing itself: diagnostics go to a callback.
-//! `check` reuses [`Located`]'s machinery to describe malformed units.
+//! `check` reuses `Located`'s machinery to describe malformed units.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use cutf8::{max_disk_len, max_view_len, Decoder, Encoder, Malformed, Problem, Status};
+use cutf8::{max_disk_len, max_view_len, Decoder, Encoder, Status};
 use cutf8::{MAGIC, MIN_DST};
+
+mod atomic;
+mod position;
+
+use atomic::AtomicFile;
+use position::Position;
+pub(crate) use position::{count_chars, Located, Tracker};
+#[cfg(test)]
+use position::{count_newlines, hex};
 
 /// Default size of the input buffer (the output buffer is sized from it).
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
 
 /// Which way to convert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Direction {
     /// UTF-8 → Corrected UTF-8 (W).
+    #[default]
     Encode,
     /// Corrected UTF-8 → UTF-8 (V).
     Decode,
@@ -442,14 +452,6 @@ fn convert_one(
     Ok(conv.exempt_units())
 }
 
-/// Where a second magic number starts.
-#[derive(Debug, Clone, Copy)]
-struct Position {
-    line: u64,
-    column: u64,
-    offset: u64,
-}
-
 /// Finds [`MAGIC`] inside a stream fed in chunks: the bytes of a chunk's
 /// end that could begin it are held back (`carry`) until the next chunk
 /// says. [`MAGIC`] holds its first byte once, so a match cannot start
@@ -527,324 +529,6 @@ fn feed(
             }
             Status::OutputFull => pos.advance(consumed),
             Status::Malformed(m) => return Err(FileError::Malformed(pos.locate(consumed, m))),
-        }
-    }
-}
-
-/// Where the converter is in its input: byte offset, line, characters since
-/// the last U+000A, and the last few bytes (a bad unit may have begun in an
-/// earlier chunk).
-#[derive(Debug, Clone)]
-pub(crate) struct Tracker {
-    offset: u64,
-    line: u64,
-    chars: u64,
-    tail: [u8; TAIL],
-    tail_len: usize,
-}
-
-/// Bytes of history kept: longer than any unit but a reserved one.
-const TAIL: usize = 8;
-
-impl Default for Tracker {
-    fn default() -> Self {
-        Tracker {
-            offset: 0,
-            line: 1,
-            chars: 0,
-            tail: [0; TAIL],
-            tail_len: 0,
-        }
-    }
-}
-
-impl Tracker {
-    fn position(&self) -> Position {
-        Position {
-            line: self.line,
-            column: self.chars + 1,
-            offset: self.offset,
-        }
-    }
-
-    pub(crate) fn skip_magic(&mut self) {
-        self.offset += MAGIC.len() as u64;
-    }
-
-    /// Count `bytes` (consumed input) into the position.
-    pub(crate) fn advance(&mut self, bytes: &[u8]) {
-        self.offset += bytes.len() as u64;
-        match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(k) => {
-                self.line += count_newlines(&bytes[..=k]);
-                self.chars = count_chars(&bytes[k + 1..]);
-            }
-            None => self.chars += count_chars(bytes),
-        }
-        self.remember(bytes);
-    }
-
-    #[cfg(test)]
-    fn line(&self) -> u64 {
-        self.line
-    }
-
-    #[cfg(test)]
-    fn column(&self) -> u64 {
-        self.chars + 1
-    }
-
-    fn remember(&mut self, bytes: &[u8]) {
-        if bytes.len() >= TAIL {
-            self.tail.copy_from_slice(&bytes[bytes.len() - TAIL..]);
-            self.tail_len = TAIL;
-        } else {
-            let keep = (TAIL - bytes.len()).min(self.tail_len);
-            let mut t = [0u8; TAIL];
-            t[..keep].copy_from_slice(&self.tail[self.tail_len - keep..self.tail_len]);
-            t[keep..keep + bytes.len()].copy_from_slice(bytes);
-            self.tail = t;
-            self.tail_len = keep + bytes.len();
-        }
-    }
-
-    /// The position of a malformed unit that ends at the end of `consumed`
-    /// (input consumed by the call that reported it); advances over the
-    /// input before the unit, not over the unit.
-    pub(crate) fn locate(&mut self, consumed: &[u8], m: Malformed) -> Located {
-        let before = consumed.len().saturating_sub(m.len);
-        self.advance(&consumed[..before]);
-        let here = &consumed[before..];
-        let (offset, chars, bytes) = if m.len <= consumed.len() {
-            (self.offset, self.chars, Some(here.to_vec()))
-        } else {
-            // The unit began in an earlier chunk: its lead byte (the only
-            // non-continuation byte in it) is already counted.
-            let earlier = m.len - consumed.len();
-            let bytes = (earlier <= self.tail_len).then(|| {
-                let mut v = self.tail[self.tail_len - earlier..self.tail_len].to_vec();
-                v.extend_from_slice(here);
-                v
-            });
-            (
-                self.offset - earlier as u64,
-                self.chars.saturating_sub(1),
-                bytes,
-            )
-        };
-        self.offset += here.len() as u64;
-        self.remember(here);
-        Located {
-            line: self.line,
-            column: chars + 1,
-            offset,
-            malformed: m,
-            bytes,
-        }
-    }
-}
-
-fn count_newlines(b: &[u8]) -> u64 {
-    const NL: u64 = 0x0A0A_0A0A_0A0A_0A0A;
-    count_bytes(
-        b,
-        |w| {
-            // High bit of each byte set iff the byte of `w ^ NL` is zero.
-            let x = w ^ NL;
-            let nonzero = ((x & !HIGH) + !HIGH) | x;
-            (!nonzero & HIGH) >> 7
-        },
-        |c| c == b'\n',
-    )
-}
-
-/// Characters in well-formed UTF-8 or Corrected UTF-8: the bytes that are
-/// not continuation bytes (10xxxxxx).
-pub(crate) fn count_chars(b: &[u8]) -> u64 {
-    count_bytes(
-        b,
-        // Bit 7 set and bit 6 (moved up by the shift) clear: continuation.
-        |w| (!(w & !(w << 1)) & HIGH) >> 7,
-        |c| c & 0xC0 != 0x80,
-    )
-}
-
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// How many bytes of `b` satisfy `pred`, eight at a time: `lanes(w)` gives
-/// 1 in each byte of the word `w` that does, and up to 255 such words are
-/// summed per byte before a horizontal add. About 6 GB/s here, where
-/// `filter().count()` was 2 and took a third of `cutf8 decode`'s time.
-#[inline(always)]
-fn count_bytes(b: &[u8], lanes: impl Fn(u64) -> u64, pred: impl Fn(u8) -> bool) -> u64 {
-    const L16: u64 = 0x00FF_00FF_00FF_00FF;
-    let fold = |acc: u64| {
-        let pairs = (acc & L16) + ((acc >> 8) & L16);
-        pairs.wrapping_mul(0x0001_0001_0001_0001) >> 48
-    };
-    let mut words = b.chunks_exact(8);
-    let (mut total, mut acc, mut n) = (0u64, 0u64, 0u32);
-    for w in &mut words {
-        acc += lanes(u64::from_le_bytes(w.try_into().expect("chunks_exact(8)")));
-        n += 1;
-        if n == 255 {
-            total += fold(acc);
-            acc = 0;
-            n = 0;
-        }
-    }
-    total += fold(acc);
-    total + words.remainder().iter().filter(|&&c| pred(c)).count() as u64
-}
-
-/// A malformed unit and where it starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Located {
-    pub line: u64,
-    pub column: u64,
-    /// Byte offset of its first byte in the input (magic included).
-    pub offset: u64,
-    pub malformed: Malformed,
-    /// Its bytes, when known (always, except for reserved units longer
-    /// than [`TAIL`] that began in an earlier chunk).
-    pub bytes: Option<Vec<u8>>,
-}
-
-impl Located {
-    /// `line:col: what (byte offset N)[; hint]`, to follow the file name.
-    fn message(&self, opts: &Options) -> String {
-        let mut s = format!(
-            "{}:{}: {} (byte offset {})",
-            self.line,
-            self.column,
-            self.describe(opts.direction),
-            self.offset
-        );
-        if !opts.lossless && !self.malformed.problem.is_unstorable() {
-            s.push_str("; --lossless carries it through as the mount does");
-        }
-        s
-    }
-
-    /// What was found, with its bytes in hex.
-    pub(crate) fn describe(&self, direction: Direction) -> String {
-        let len = self.malformed.len;
-        let hex = match &self.bytes {
-            Some(b) if b.len() <= TAIL => hex(b),
-            _ => String::new(),
-        };
-        match self.malformed.problem {
-            Problem::StrayContinuation(b) => format!("stray continuation byte {b:02X}"),
-            Problem::Truncated { expected } => format!("truncated {expected}-byte sequence {hex}"),
-            Problem::Reserved(lead) if direction == Direction::Encode => {
-                format!("byte {lead:02X}, which never appears in UTF-8")
-            }
-            Problem::Reserved(lead) => {
-                if hex.is_empty() {
-                    format!(
-                        "reserved unit {lead:02X} plus {} continuation bytes has no UTF-8 form",
-                        len - 1
-                    )
-                } else {
-                    format!("reserved unit {hex} has no UTF-8 form")
-                }
-            }
-            Problem::BeyondUnicode(cp) if direction == Direction::Encode => {
-                format!("extended form {hex} of U+{cp:04X} is not UTF-8 (above U+10FFFF)")
-            }
-            Problem::BeyondUnicode(cp) => {
-                format!("code point U+{cp:04X} ({hex}) is above U+10FFFF, beyond UTF-8")
-            }
-            Problem::Overlong(cp) => {
-                format!("overlong form {hex} of U+{cp:04X} cannot be encoded")
-            }
-            Problem::Surrogate(cp) => {
-                format!("encoded surrogate U+{cp:04X} ({hex}) cannot be encoded")
-            }
-            Problem::C1Control(cp) => format!("C1 control U+{cp:04X} ({hex}) cannot be encoded"),
-            other => format!("{other} ({hex})"),
-        }
-    }
-}
-
-/// `C0 AF`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 3);
-    for (k, b) in bytes.iter().enumerate() {
-        if k > 0 {
-            s.push(' ');
-        }
-        s.push_str(&format!("{b:02X}"));
-    }
-    s
-}
-
-/// A file written under a temporary name in the target's directory and
-/// renamed over the target only by [`AtomicFile::commit`]; dropped
-/// uncommitted, the temporary file is removed and the target is untouched.
-struct AtomicFile {
-    file: File,
-    tmp: PathBuf,
-    target: PathBuf,
-    committed: bool,
-}
-
-impl AtomicFile {
-    fn create(target: &Path) -> io::Result<Self> {
-        // Write through a symlink to the file it names, as `>` would.
-        let target = fs::canonicalize(target).unwrap_or_else(|_| target.to_path_buf());
-        let old = fs::metadata(&target).ok();
-        if old.as_ref().is_some_and(|m| m.is_dir()) {
-            return Err(io::Error::other("is a directory"));
-        }
-        let dir = match target.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let base = target
-            .file_name()
-            .ok_or_else(|| io::Error::other("not a file name"))?
-            .to_string_lossy()
-            .into_owned();
-        let mut attempt = 0u32;
-        loop {
-            let tmp = dir.join(format!(
-                ".{base}.cutf8-{}-{attempt}.tmp",
-                std::process::id()
-            ));
-            match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-                Ok(file) => {
-                    let f = AtomicFile {
-                        file,
-                        tmp,
-                        target,
-                        committed: false,
-                    };
-                    if let Some(m) = old {
-                        f.file.set_permissions(m.permissions())?;
-                    }
-                    return Ok(f);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 1000 => {
-                    attempt += 1
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    fn commit(mut self) -> io::Result<()> {
-        self.file.sync_all()?;
-        fs::rename(&self.tmp, &self.target)?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = fs::remove_file(&self.tmp);
         }
     }
 }

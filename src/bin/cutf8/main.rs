@@ -2,10 +2,15 @@
 //!
 //! clap's definitions below are the single source for `--help` and for the
 //! man page (`cutf8 --generate-man`, hidden; `scripts/gen-man.sh` writes it
-//! to man/cutf8.1). The work is done by `cutf8fs::convert` (encode, decode)
-//! and `cutf8fs::check`; `main` runs one fallible function and turns its
+//! to man/cutf8.1). The work is done by `cutf8fs::convert` (encode, decode),
+//! `cutf8fs::check` and `cutf8fs::migrate` (whose arguments and terminal
+//! display are in `migrate.rs`); `main` runs one fallible function and turns its
 //! result into the exit status: 0 success, 1 the input had problems
 //! (conversion errors, check errors), 2 usage errors and I/O trouble.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod migrate;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -173,10 +178,8 @@ are listed under --error.
 When a rule is named by several of --allow, --warn and --error, --error wins \
 over --warn, which wins over --allow; --deny-warnings applies last.")]
     Check(CheckArgs),
-    // ---- migrate: another engineer adds its variant here, as
-    //      `Migrate(cutf8fs::migrate::MigrateArgs)`, and its arm in `run`. ----
     /// Convert text files in place to Corrected UTF-8, or back with --to utf8.
-    Migrate(cutf8fs::migrate::MigrateArgs),
+    Migrate(migrate::MigrateArgs),
 }
 
 /// Options shared by encode and decode.
@@ -258,7 +261,7 @@ struct CheckArgs {
 
     /// Report RULE as an error (repeatable, or comma-separated).
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
-    error: Vec<Rule>,
+    error: Vec<RuleArg>,
 
     /// Report RULE as a warning (RULE as for --error).
     #[arg(
@@ -267,7 +270,7 @@ struct CheckArgs {
         value_delimiter = ',',
         hide_possible_values = true
     )]
-    warn: Vec<Rule>,
+    warn: Vec<RuleArg>,
 
     /// Do not report RULE (RULE as for --error).
     #[arg(
@@ -276,7 +279,7 @@ struct CheckArgs {
         value_delimiter = ',',
         hide_possible_values = true
     )]
-    allow: Vec<Rule>,
+    allow: Vec<RuleArg>,
 
     /// Treat every warning as an error.
     #[arg(long)]
@@ -291,6 +294,30 @@ struct CheckArgs {
     #[arg(long, hide = true, default_value_t = DEFAULT_BUFFER_SIZE,
           value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
     buffer_size: usize,
+}
+
+/// A check rule on the command line: its name, with its description as
+/// the help (the library's `Rule` knows nothing of clap).
+#[derive(Clone, Copy, Debug)]
+struct RuleArg(Rule);
+
+impl clap::ValueEnum for RuleArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [RuleArg; Rule::ALL.len()] = {
+            let mut all = [RuleArg(Rule::MissingMagic); Rule::ALL.len()];
+            let mut i = 0;
+            while i < all.len() {
+                all[i] = RuleArg(Rule::ALL[i]);
+                i += 1;
+            }
+            all
+        };
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name()).help(self.0.description()))
+    }
 }
 
 fn main() -> ExitCode {
@@ -341,8 +368,7 @@ fn run(cli: Cli) -> Result<u8, Fatal> {
             run_convert(&opts, &a.common)
         }
         Some(Command::Check(a)) => Ok(run_check(&a)),
-        // ---- migrate: dispatch goes here. ----
-        Some(Command::Migrate(a)) => Ok(cutf8fs::migrate::run_cli(&a) as u8),
+        Some(Command::Migrate(a)) => Ok(migrate::run(&a) as u8),
         None => {
             // arg_required_else_help makes this unreachable from the shell.
             let _ = Cli::command().print_help();
@@ -425,7 +451,7 @@ fn run_check(a: &CheckArgs) -> u8 {
         (&a.warn, Level::Warning),
         (&a.error, Level::Error),
     ] {
-        for &rule in rules {
+        for &RuleArg(rule) in rules {
             opts.set(rule, level);
         }
     }
@@ -524,7 +550,7 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             // The longer story, from docs/migrate.man.txt (its title line
             // and synopsis block left out: the usage line above says it).
             writeln!(w, ".SS \"How migrate works\"")?;
-            let text = include_str!("../../docs/migrate.man.txt");
+            let text = include_str!("../../../docs/migrate.man.txt");
             for para in text.split("\n\n").skip(2) {
                 if para.trim().is_empty() {
                     continue;
@@ -570,5 +596,20 @@ fn roff_text(s: &str) -> String {
         format!("\\&{s}")
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn every_rule_is_named_on_the_command_line_as_in_the_output() {
+        assert_eq!(RuleArg::value_variants().len(), Rule::ALL.len());
+        for rule in Rule::ALL {
+            let parsed = RuleArg::from_str(rule.name(), false).expect("a rule's name parses");
+            assert_eq!(parsed.0, rule);
+        }
     }
 }

@@ -1,0 +1,278 @@
+//! `cutf8 migrate`: its arguments, and what the terminal shows of a run
+//! (verbose lines, errors, the progress bar, the summary) and the
+//! `--report` file, as the library's `migrate::Observer`. The conversion
+//! itself is `cutf8fs::migrate`.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cutf8fs::migrate::{
+    self, report, Direction, Event, Observer, Options, Outcome, Settings, Shard,
+};
+
+/// Which encoding `--to` converts into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// Corrected UTF-8 with the magic number.
+    Cutf8,
+    /// Standard UTF-8, magic number dropped.
+    Utf8,
+}
+
+/// Convert text files in place to Corrected UTF-8 (or back with --to utf8).
+///
+/// Walks each PATH (never following symlinks, never leaving it, by default
+/// never crossing into another filesystem) and replaces every text file by
+/// its verified conversion, keeping mode, owner, times, xattrs and hard
+/// links. Everything else is left byte for byte alone and reported with the
+/// reason, except the mount's own files (`.cutf8fs-*`), which are neither
+/// entered nor reported. Re-running is safe and finishes what a killed run
+/// left.
+///
+/// Exit status: 0 when every file was converted or skipped, 1 when some
+/// failed, 2 on a usage error.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    after_help = "Skip reasons (report codes): binary, contains-nul, c1-control, \
+invalid-utf8, already-corrected, empty, special-file, symlink, permission-denied, \
+excluded, other-filesystem; with --to utf8: not-corrected, not-convertible.\n\n\
+Split a large archive over N machines or jobs: run `cutf8 migrate --shard K/N PATH` \
+for K = 1..N with the same PATH (see docs/migrate.md)."
+)]
+pub struct MigrateArgs {
+    /// Files and directories to convert. Names beginning with .cutf8fs-
+    /// (the cutf8fs mount's own files, such as its journal) are never
+    /// entered, converted or reported, at any level.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// Target encoding: cutf8 (default) or utf8 (convert back).
+    #[arg(long, value_enum, default_value = "cutf8", value_name = "ENCODING")]
+    pub to: Target,
+
+    /// Say what would change, change nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+
+    /// Convert N files at a time [default: number of CPUs].
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+
+    /// Write one JSON object per path to FILE (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+
+    /// Leave paths matching GLOB alone (matched against the path below the
+    /// named PATH and against the file name; repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+
+    /// Convert inside version-control metadata (.git, .hg, .svn) too.
+    ///
+    /// By default those directories are not entered (reported as excluded):
+    /// git, hg and svn read them outside any mount, and a converted .git
+    /// stops working.
+    #[arg(long)]
+    pub include_vcs: bool,
+
+    /// Take only the K-th of N deterministic slices of the files (1 <= K <= N).
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
+
+    /// Do not cross into other filesystems (the default).
+    #[arg(long, overrides_with = "cross_filesystems")]
+    pub one_file_system: bool,
+
+    /// Descend into directories on other filesystems too.
+    #[arg(long, overrides_with = "one_file_system")]
+    pub cross_filesystems: bool,
+
+    /// Print one line per path (what was done or why not).
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Print no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// Never show a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// The command line's observer: report file, verbose lines, error
+/// messages, progress bar.
+struct Cli {
+    report: Option<BufWriter<File>>,
+    report_error: Option<io::Error>,
+    verbose: bool,
+    bar: Option<indicatif::ProgressBar>,
+    files_done: u64,
+    files_total: u64,
+}
+
+impl Cli {
+    fn say(&self, line: &str, to_stderr: bool) {
+        let print = || {
+            if to_stderr {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        };
+        match &self.bar {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+    }
+}
+
+impl Observer for Cli {
+    fn start(&mut self, files: u64, bytes: u64) {
+        self.files_total = files;
+        if let Some(bar) = &self.bar {
+            bar.set_length(bytes);
+            bar.set_message(format!("0/{files} files"));
+            // The walk that counted the work is over: rate, ETA and
+            // elapsed time count from the first conversion, not from the
+            // bar's creation (which made the rate read low).
+            bar.reset_elapsed();
+            bar.reset_eta();
+        }
+    }
+
+    fn event(&mut self, e: &Event) {
+        let shown = report::display_path(e.path);
+        match e.outcome {
+            Outcome::Failed(msg) => self.say(&format!("cutf8: migrate: {shown}: {msg}"), true),
+            o if self.verbose => {
+                let detail = match o {
+                    Outcome::Skipped(r) => format!(": {r}"),
+                    Outcome::Converted { before, after }
+                    | Outcome::WouldConvert { before, after } => {
+                        format!(" ({} -> {})", report::size(*before), report::size(*after))
+                    }
+                    _ => String::new(),
+                };
+                self.say(&format!("{} {shown}{detail}", o.action()), false)
+            }
+            _ => {}
+        }
+        if let Some(w) = &mut self.report {
+            let link = e.link_of.map(report::display_path);
+            let line = report::json_line(e.path, e.outcome, e.size, link.as_deref());
+            if let Err(err) = writeln!(w, "{line}") {
+                self.report_error.get_or_insert(err);
+            }
+        }
+    }
+
+    fn advance(&mut self, bytes: u64) {
+        self.files_done += 1;
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+            bar.set_message(format!("{}/{} files", self.files_done, self.files_total));
+        }
+    }
+}
+
+/// On SIGINT (Ctrl-C): say that nothing is half-converted and how to
+/// finish, then exit 130. Only async-signal-safe calls in the handler.
+fn say_how_to_resume_on_ctrl_c() {
+    cutf8fs::sys::process::exit_on_sigint(
+        b"\ncutf8: migrate: interrupted. Every file is either converted or unchanged (none is \
+half-converted); run the same command again to finish: it cleans up and resumes.\n",
+        130,
+    );
+}
+
+impl MigrateArgs {
+    /// What the library is asked to do.
+    fn settings(&self) -> Settings {
+        Settings {
+            paths: self.paths.clone(),
+            direction: match self.to {
+                Target::Cutf8 => Direction::Encode,
+                Target::Utf8 => Direction::Decode,
+            },
+            dry_run: self.dry_run,
+            jobs: self.jobs.map(|n| n as usize),
+            exclude: self.exclude.clone(),
+            include_vcs: self.include_vcs,
+            shard: self.shard,
+            cross_filesystems: self.cross_filesystems,
+        }
+    }
+}
+
+/// `cutf8 migrate`: run with `args`, print, return the exit status.
+pub fn run(args: &MigrateArgs) -> i32 {
+    let opts = match Options::new(&args.settings()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cutf8: migrate: {e}");
+            return 2;
+        }
+    };
+    if let Err(e) = migrate::preflight(&opts.paths) {
+        eprintln!("cutf8: migrate: {e}");
+        return 2;
+    }
+    let report = match &args.report {
+        None => None,
+        Some(p) => match File::create(p) {
+            Ok(f) => Some(BufWriter::new(f)),
+            Err(e) => {
+                eprintln!(
+                    "cutf8: migrate: cannot create the report {}: {e}",
+                    report::display_path(p)
+                );
+                return 2;
+            }
+        },
+    };
+    let bar = (!args.no_progress && !args.quiet && io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+            )
+            .expect("valid template"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let mut cli = Cli {
+        report,
+        report_error: None,
+        verbose: args.verbose || args.dry_run,
+        bar,
+        files_done: 0,
+        files_total: 0,
+    };
+    if !opts.dry_run {
+        say_how_to_resume_on_ctrl_c();
+    }
+    let started = Instant::now();
+    let summary = migrate::run(&opts, &mut cli);
+    if let Some(bar) = cli.bar.take() {
+        bar.finish_and_clear();
+    }
+    let mut status = if summary.failed > 0 { 1 } else { 0 };
+    if let Some(mut w) = cli.report.take() {
+        if let Err(e) = w.flush().and_then(|_| w.get_ref().sync_all()) {
+            cli.report_error.get_or_insert(e);
+        }
+    }
+    if let Some(e) = cli.report_error {
+        eprintln!("cutf8: migrate: cannot write the report: {e}");
+        status = 1;
+    }
+    if !args.quiet {
+        let mut out = io::stdout().lock();
+        let _ = summary.write(&mut out, started.elapsed(), opts.dry_run);
+    }
+    status
+}

@@ -1,0 +1,229 @@
+//! Identity: [`ActAs`] makes the calling thread act as a request's caller
+//! (fsuid, fsgid, groups: per-thread, checked to have taken) and [`Umask`]
+//! gives it the caller's umask (the thread unshares its fs attributes
+//! once), so that BACKING creates files as natively.
+
+use std::io;
+
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::stat::{umask, Mode};
+use nix::unistd::{self, Gid, Uid};
+
+use super::from_nix;
+
+/// Whether this process runs with effective uid 0.
+pub fn is_root() -> bool {
+    unistd::geteuid().is_root()
+}
+
+/// The calling thread's filesystem identity, for creating files as the
+/// caller (owner and group of new files, SPEC §3: a root daemon never lends
+/// its rights). Linux keeps fsuid, fsgid and the group list per thread when
+/// set by the raw system calls (glibc's wrappers would change every thread).
+pub struct Identity {
+    uid: u32,
+    gid: u32,
+    pub(super) groups: Vec<libc::gid_t>,
+}
+
+/// A field of `/proc/PID/status` (None if the process is gone).
+fn proc_status_field(pid: u32, field: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_owned()))
+}
+
+impl Identity {
+    /// The identity of process `pid` (its supplementary groups from
+    /// /proc/PID/status; none if the process is gone).
+    pub fn of(uid: u32, gid: u32, pid: u32) -> Identity {
+        let groups = proc_status_field(pid, "Groups:")
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|g| g.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Identity { uid, gid, groups }
+    }
+
+    pub fn has_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// Whether process `pid` (with fsuid `uid`) has CAP_SYS_ADMIN in its
+/// effective set in the daemon's user namespace, which is what lets a
+/// process see `trusted.*` names natively. A process in another user
+/// namespace is capable only there: no. A process already gone (or a pid
+/// from another pid namespace, sent as 0): uid 0 decides.
+pub fn has_sys_admin(pid: u32, uid: u32) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).ok();
+    if pid == 0 {
+        return uid == 0;
+    }
+    let Some(eff) = proc_status_field(pid, "CapEff:") else {
+        return uid == 0;
+    };
+    match (ns(&pid.to_string()), ns("self")) {
+        (Some(theirs), Some(ours)) if theirs == ours => {}
+        (None, _) => return uid == 0, // gone meanwhile
+        _ => return false,
+    }
+    u64::from_str_radix(&eff, 16).is_ok_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// While alive, this thread acts as an [`Identity`] (fsuid, fsgid and
+/// supplementary groups, root callers included: a root caller with a
+/// non-root gid creates with that gid); dropping it returns to the
+/// daemon's own. Does nothing unless the daemon runs as root (it cannot
+/// switch otherwise, and then everything is its own anyway).
+pub struct ActAs {
+    saved: Option<Saved>,
+}
+
+struct Saved {
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+}
+
+/// Sets this thread's supplementary groups. `nix::unistd::setgroups` goes
+/// through glibc, which changes every thread of the process; the raw
+/// system call changes this one only.
+fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: `groups` is readable for its length for the duration of the
+    // call; the kernel only reads it.
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // getgroups reads this thread's list: it must be the one just set.
+    let mut now: Vec<libc::gid_t> = unistd::getgroups()
+        .map_err(from_nix)?
+        .into_iter()
+        .map(Gid::as_raw)
+        .collect();
+    let mut want = groups.to_vec();
+    for v in [&mut now, &mut want] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    if now != want {
+        return Err(io::Error::other(format!(
+            "setgroups({want:?}) did not take effect (now {now:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// Which of the two filesystem ids [`set_fs_id`] sets.
+#[derive(Clone, Copy)]
+enum FsId {
+    Uid,
+    Gid,
+}
+
+/// setfsuid/setfsgid: report no error, only the previous value.
+fn setfs(which: FsId, id: u32) -> u32 {
+    match which {
+        FsId::Uid => unistd::setfsuid(Uid::from_raw(id)).as_raw(),
+        FsId::Gid => unistd::setfsgid(Gid::from_raw(id)).as_raw(),
+    }
+}
+
+/// Sets this thread's fsuid or fsgid and checks that it took: the second
+/// call (same value) must report the value just set. Returns the value
+/// before.
+fn set_fs_id(which: FsId, id: u32) -> io::Result<u32> {
+    let before = setfs(which, id);
+    let now = setfs(which, id);
+    if now != id {
+        let what = match which {
+            FsId::Uid => "setfsuid",
+            FsId::Gid => "setfsgid",
+        };
+        return Err(io::Error::other(format!(
+            "{what}({id}) did not take effect (still {now})"
+        )));
+    }
+    Ok(before)
+}
+
+impl ActAs {
+    /// Switches this thread to `id`. An error (the switch did not take)
+    /// is returned after returning the thread to what it was.
+    pub fn new(id: &Identity) -> io::Result<ActAs> {
+        if !is_root() {
+            return Ok(ActAs { saved: None });
+        }
+        let groups = unistd::getgroups()
+            .map_err(from_nix)?
+            .into_iter()
+            .map(Gid::as_raw)
+            .collect();
+        // There is no getfsuid: setfs*(-1) changes nothing (an invalid id)
+        // and returns the current value.
+        let guard = ActAs {
+            saved: Some(Saved {
+                uid: setfs(FsId::Uid, u32::MAX),
+                gid: setfs(FsId::Gid, u32::MAX),
+                groups,
+            }),
+        };
+        // Groups and gid first: once fsuid is not 0 the thread has lost
+        // the capabilities it needs to change them.
+        set_thread_groups(&id.groups)?;
+        set_fs_id(FsId::Gid, id.gid)?;
+        set_fs_id(FsId::Uid, id.uid)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for ActAs {
+    fn drop(&mut self) {
+        if let Some(s) = self.saved.take() {
+            let back = set_fs_id(FsId::Uid, s.uid)
+                .and_then(|_| set_fs_id(FsId::Gid, s.gid))
+                .and_then(|_| set_thread_groups(&s.groups));
+            if let Err(e) = back {
+                log::error!("cannot return to the daemon's own identity: {e}");
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Whether this thread has its own umask (and cwd/root): `Umask`
+    /// unshares them from the other threads the first time.
+    static OWN_FS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While alive, this thread's umask is the caller's, so that BACKING's own
+/// filesystem applies it exactly as natively: only when the new file's
+/// directory has no default ACL (with one, the ACL decides and the umask is
+/// ignored). The kernel leaves the umask to us because the daemon asks for
+/// POSIX ACLs (and FUSE_DONT_MASK); virtiofsd does the same.
+pub struct Umask {
+    old: Mode,
+}
+
+impl Umask {
+    pub fn set(mask: u32) -> io::Result<Umask> {
+        if !OWN_FS.with(|o| o.get()) {
+            // This thread's own copy of umask, cwd and root.
+            unshare(CloneFlags::CLONE_FS).map_err(from_nix)?;
+            OWN_FS.with(|o| o.set(true));
+        }
+        let old = umask(Mode::from_bits_truncate(mask & 0o777));
+        Ok(Umask { old })
+    }
+}
+
+impl Drop for Umask {
+    fn drop(&mut self) {
+        umask(self.old);
+    }
+}

@@ -1,0 +1,102 @@
+//! The one syscall layer: every Linux system call the two programs make
+//! that `std` does not offer, as a safe function. Built on `nix`; raw
+//! `libc` only where `nix` has no wrapper (xattrs on a path, file handles,
+//! `utimensat` with `AT_EMPTY_PATH`, the per-thread `setgroups`, `fork`,
+//! a signal handler, a descriptor received over a socket), each such
+//! `unsafe` block with its `// SAFETY:` reason. Nothing here knows what
+//! the callers are for.
+//!
+//! * [`file`](mod@file): `*at` calls relative to a directory descriptor that never
+//!   follow a symlink, `O_PATH` descriptors reopened through
+//!   `/proc/self/fd/N`, stat, times, owners, directory listings, locks.
+//! * [`xattr`]: extended attributes of the inode behind a descriptor.
+//! * [`handle`]: `name_to_handle_at` / `open_by_handle_at`.
+//! * [`ident`]: acting as a request's caller (fsuid, fsgid, groups,
+//!   umask), checked to have taken effect; capabilities of a process.
+//! * [`process`]: the open-file limit, daemonizing, stop signals, and the
+//!   descriptor fusermount3 sends back.
+//!
+//! Errors are `std::io::Error`s carrying the errno, so callers decide what
+//! to tell the user (and the FUSE side which errno to answer).
+
+pub mod file;
+pub mod handle;
+pub mod ident;
+pub mod process;
+pub mod xattr;
+
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+
+pub use file::*;
+pub use handle::{name_to_handle, open_by_handle, BackingHandle};
+pub use ident::{has_sys_admin, is_root, ActAs, Identity, Umask};
+pub use process::fd_limit;
+pub use xattr::{getxattr, listxattr, removexattr, setxattr};
+
+/// A `nix` error as the `io::Error` every caller speaks.
+fn from_nix(e: nix::Error) -> io::Error {
+    io::Error::from(e)
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(libc::EINVAL)
+}
+
+/// A single path component as a C string. Refuses what is not one
+/// component ("", ".", "..", anything with "/" or NUL): the kernel never
+/// sends those for a lookup, so they can only be an attack or a bug.
+pub fn component(name: &OsStr) -> io::Result<CString> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(einval());
+    }
+    CString::new(b).map_err(|_| einval())
+}
+
+/// Any C string (a symlink target may hold "/" and "..": it is stored, not
+/// followed).
+pub fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| einval())
+}
+
+/// A name to pass to a `*at` call: `CStr`/`CString` as they are, `OsStr`,
+/// `OsString` and `Path` made into a C string (EINVAL if they hold NUL).
+pub trait Name {
+    /// Calls `f` with the name as a C string.
+    fn with_cstr<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T>;
+}
+
+impl Name for CStr {
+    fn with_cstr<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+        f(self)
+    }
+}
+
+impl Name for CString {
+    fn with_cstr<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+        f(self.as_c_str())
+    }
+}
+
+impl Name for OsStr {
+    fn with_cstr<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+        f(&cstring(self.as_bytes())?)
+    }
+}
+
+impl Name for OsString {
+    fn with_cstr<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+        self.as_os_str().with_cstr(f)
+    }
+}
+
+impl Name for std::path::Path {
+    fn with_cstr<T>(&self, f: impl FnOnce(&CStr) -> io::Result<T>) -> io::Result<T> {
+        self.as_os_str().with_cstr(f)
+    }
+}
+
+#[cfg(test)]
+mod tests;
