@@ -19,6 +19,7 @@ pub mod convert;
 pub mod edit;
 pub mod fs;
 pub mod index;
+pub mod indexdb;
 pub mod journal;
 pub mod migrate;
 pub mod mountinfo;

@@ -67,6 +67,17 @@ impl Stamp {
             ctime: (st.st_ctime, st.st_ctime_nsec),
         }
     }
+
+    /// The same state, as the index database keys it.
+    pub fn state(&self) -> crate::indexdb::FileState {
+        crate::indexdb::FileState {
+            dev: self.dev,
+            ino: self.ino,
+            size: self.size,
+            mtime: self.mtime,
+            ctime: self.ctime,
+        }
+    }
 }
 
 /// What a regular file is.
@@ -438,22 +449,40 @@ struct CacheInner {
     tick: u64,
 }
 
-/// Indexes of files by stamp, within a memory bound.
+/// Indexes of files by stamp, within a memory bound; behind it, the
+/// persistent index database (`crate::indexdb`).
 pub struct IndexCache {
     limit: usize,
     inner: Mutex<CacheInner>,
+    pub db: crate::indexdb::IndexDb,
 }
 
 impl IndexCache {
+    #[cfg(test)]
     pub fn new(limit: usize) -> IndexCache {
+        IndexCache::with_db(limit, crate::indexdb::IndexDb::none())
+    }
+
+    pub fn with_db(limit: usize, db: crate::indexdb::IndexDb) -> IndexCache {
         IndexCache {
             limit,
             inner: Mutex::new(CacheInner::default()),
+            db,
         }
     }
 
-    /// The cached index for this stamp (marked as recently used).
+    /// The index for this stamp: cached (marked as recently used), or from
+    /// the index database (then cached).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+        if let Some(index) = self.get_cached(stamp) {
+            return Some(index);
+        }
+        let index = Arc::new(self.db.get(&stamp.state())?);
+        self.put(*stamp, index.clone());
+        Some(index)
+    }
+
+    fn get_cached(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
         let mut c = relock(&self.inner);
         c.tick += 1;
         let tick = c.tick;
@@ -499,10 +528,12 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
     if let Some(index) = cache.get(&stamp) {
         return Ok(index);
     }
+    let started = crate::indexdb::now();
     let index = Arc::new(build_index(file).map_err(io)?);
     let after = super::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
     if Stamp::of(&after) == stamp {
         cache.put(stamp, index.clone());
+        cache.db.put(&stamp.state(), started, &index);
     }
     Ok(index)
 }

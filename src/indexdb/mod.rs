@@ -1,0 +1,780 @@
+//! The persistent index database: what a scan of a corrected file learned
+//! (its offset index, hence its view length and whether it is lossless),
+//! kept across mounts so that a cold `ls -l`, `stat` or `find -size` does
+//! not read every byte of every file again (issue 11).
+//!
+//! Called by `fs` (looked up when the in-memory index cache misses, stored
+//! after a scan) and opened once when the mount starts. Knows files only by
+//! their [`FileState`] and descriptors, nothing of FUSE.
+//!
+//! # Never stale
+//!
+//! A record is keyed by `(st_dev, st_ino)` and holds the exact state it was
+//! learned from: size, mtime and ctime to the nanosecond. It is used only
+//! when a fresh `fstat` gives that state exactly. It is stored only when the
+//! scan started more than [`RACY_MARGIN`] after the file's ctime (git's
+//! "racy timestamp" rule): the kernel stamps a change with a coarse clock
+//! (a tick of a few ms, 1–2 s on some filesystems), so a write landing in
+//! the same tick as the state the scan saw would leave size, mtime and
+//! ctime unchanged; once the tick of the recorded ctime is past, any change
+//! to content or metadata sets ctime to a later value, which no user can
+//! choose (only mtime and atime can be set). Hence:
+//!
+//! * rewrite in place, same size, even within the same second, or followed
+//!   by `touch -r` restoring the mtime: ctime moves, the record no longer
+//!   matches;
+//! * rename, link, unlink of another name: each sets the file's ctime;
+//!   the record follows the inode, not a name, so every hard link shares
+//!   it and a file renamed over another is a different inode;
+//! * delete and re-create with the inode number reused: the new file's
+//!   ctime is its creation time, after the scan, so later than the
+//!   recorded one (which was older than the scan by the margin);
+//! * restore from a backup (tar, rsync) with identical sizes and mtimes:
+//!   the restored files have new ctimes (and usually new inodes);
+//! * a clock stepped back: a record is only stored when the scan's clock
+//!   is past ctime by the margin, so a clock that was wrong only delays
+//!   storing. A stale match needs the clock set back and a rewrite of the
+//!   same size landing on the recorded ctime to the nanosecond — the same
+//!   exposure the in-memory cache (and git, and rsync) have.
+//! * a database from another BACKING (copied, or `-o index_db=` pointing
+//!   at it): the database records BACKING root's `(st_dev, st_ino)`; a
+//!   different one empties it, with one log line.
+//!
+//! # Where, and who may write it
+//!
+//! By default `BACKING/.cutf8fs-index/index.redb`, so every machine that
+//! mounts the archive benefits; the directory is hidden by the mount and
+//! skipped by migrate (`journal::is_internal`). It is opened like the
+//! journal ([`place`]): relative to BACKING's root descriptor, `O_NOFOLLOW`,
+//! owned by the daemon's user, not writable by group or others, on BACKING's
+//! filesystem; the file ours, regular, one link. When BACKING is read-only
+//! (`-o ro` too) or that place fails a check (say BACKING's owner planted a
+//! symlink or a directory of theirs there), the database lives in a cache
+//! directory instead (`/var/cache/cutf8fs` for root, else
+//! `$XDG_CACHE_HOME/cutf8fs` or `~/.cache/cutf8fs`), one file per BACKING.
+//! `-o index_db=PATH` names the file, `-o index_db=none` keeps indexes in
+//! memory only.
+//!
+//! # Why redb
+//!
+//! redb (pure Rust, copy-on-write B-trees, checksummed commits) over SQLite
+//! (`rusqlite`): redb runs on a file we opened and checked ourselves
+//! ([`redb::Builder::create_file`]) and writes nothing else, while SQLite
+//! opens its database, `-journal`, `-wal` and `-shm` files by path, next to
+//! each other — names in a tree the daemon does not trust, which it would
+//! resolve again and again. redb also builds without a C compiler. Its cost:
+//! one process at a time holds the file (an exclusive `flock`), so a second
+//! mount of the same BACKING (or a `cutf8 migrate` while it is mounted)
+//! finds it busy and keeps its indexes in memory only, with one log line;
+//! the file is never written by two at once.
+//!
+//! # Never worse than without it
+//!
+//! Missing: created. Truncated, damaged, or a record that does not decode:
+//! one log line, the file is emptied and rebuilt (records that do not
+//! decode are skipped). Busy, or not trusted: one log line, memory only or
+//! the cache directory. No failure here fails a mount or a request; a panic
+//! inside the database code is caught and turns the database off.
+//!
+//! Writes never wait on the disk in a request: stored records go through a
+//! bounded queue to one writer thread, which commits them in batches (one
+//! fsync per batch); a full queue drops the record (costs only speed). A
+//! record is rewritten with today's date when first used on a new day
+//! (at most weekly); at open, records unused for [`MAX_AGE_DAYS`] are
+//! collected, and beyond [`MAX_RECORDS`] the least recently used go, so
+//! the file stays bounded however many files come and go. One record per
+//! inode: a file that changes replaces its record.
+
+// redb's error type is large; it travels only on the rare failure path,
+// where it is logged once.
+#![allow(clippy::result_large_err)]
+
+mod place;
+mod record;
+
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::index::OffsetIndex;
+pub use place::DIR;
+pub use record::FileState;
+
+/// A scan must start this long after the file's last change (ctime) for
+/// its result to be stored: more than any filesystem's timestamp tick
+/// (FAT's 2 s is the coarsest in use).
+pub const RACY_MARGIN: Duration = Duration::from_millis(2100);
+/// Records unused for this long are collected at open.
+pub const MAX_AGE_DAYS: u32 = 90;
+/// At most this many records; beyond, the least recently used go.
+pub const MAX_RECORDS: u64 = 4 << 20;
+
+/// Records waiting for the writer thread.
+const QUEUE: usize = 8192;
+/// Longest wait before a batch is committed.
+const BATCH_WAIT: Duration = Duration::from_millis(300);
+
+const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
+const META: TableDefinition<&str, (u64, u64)> = TableDefinition::new("meta");
+/// META key: BACKING root's `(st_dev, st_ino)`.
+const ROOT: &str = "root";
+
+/// Where the database is, from `-o index_db=`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Location {
+    /// `BACKING/.cutf8fs-index/`, or the cache directory.
+    #[default]
+    Default,
+    /// `none`: memory only.
+    None,
+    /// `PATH`: this file.
+    File(PathBuf),
+}
+
+impl Location {
+    /// Parses the value of `-o index_db=`.
+    pub fn parse(v: &str) -> Option<Location> {
+        match v {
+            "" => None,
+            "none" => Some(Location::None),
+            p => Some(Location::File(PathBuf::from(p))),
+        }
+    }
+}
+
+enum Op {
+    Put((u64, u64), Vec<u8>),
+}
+
+struct Open {
+    db: Arc<redb::Database>,
+    /// Where it is, for messages.
+    path: PathBuf,
+    tx: Mutex<Option<SyncSender<Op>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// Set once a panic or an error turned the database off.
+    off: std::sync::atomic::AtomicBool,
+}
+
+/// The index database of one mount (or one migrate run); see the module
+/// doc. Every method is infallible: without a database they do nothing.
+pub struct IndexDb {
+    inner: Option<Open>,
+}
+
+/// Seconds and nanoseconds since the epoch, now.
+pub fn now() -> (i64, i64) {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+        Err(_) => (0, 0),
+    }
+}
+
+fn day_of(t: (i64, i64)) -> u32 {
+    u32::try_from(t.0.max(0) / 86_400).unwrap_or(u32::MAX)
+}
+
+/// Whether a scan that started at `started` may be stored for a file whose
+/// ctime is `ctime` (see "Never stale").
+pub fn settled(ctime: (i64, i64), started: (i64, i64)) -> bool {
+    let to_ns = |t: (i64, i64)| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
+    to_ns(started) - to_ns(ctime) > RACY_MARGIN.as_nanos() as i128
+}
+
+fn quiet<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    catch_unwind(AssertUnwindSafe(f))
+}
+
+impl IndexDb {
+    /// No database: indexes live in memory only.
+    pub fn none() -> IndexDb {
+        IndexDb { inner: None }
+    }
+
+    /// The database of the BACKING whose root descriptor is `root`, at
+    /// `loc`. Never fails: whatever goes wrong is logged in one line and
+    /// the mount goes on without (or with a fresh) database.
+    pub fn open(root: BorrowedFd<'_>, loc: &Location, read_only: bool) -> IndexDb {
+        let backing = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&root)
+        ))
+        .unwrap_or_else(|_| PathBuf::from("BACKING"));
+        let Ok(root_st) = nix::sys::stat::fstat(root) else {
+            return IndexDb::none();
+        };
+        let root_id = (root_st.st_dev, root_st.st_ino);
+        let fs_ro = nix::sys::statvfs::fstatvfs(root)
+            .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+            .unwrap_or(false);
+        let opened = match loc {
+            Location::None => {
+                log::info!("index database: none (-o index_db=none); indexes kept in memory only");
+                return IndexDb::none();
+            }
+            Location::File(p) => {
+                let dir = p.parent().unwrap_or(Path::new(""));
+                let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
+                match place::open_given_dir(dir) {
+                    Ok(d) => place::open_file(d.as_fd(), name).map(|f| (f, p.clone())),
+                    Err(e) => Err(format!("its directory cannot be opened ({e})")),
+                }
+            }
+            Location::Default if read_only || fs_ro => Err(String::new()),
+            Location::Default => place::open_dir(root, Path::new(DIR), true, Some(root_st.st_dev))
+                .and_then(|d| place::open_file(d.as_fd(), Path::new(place::FILE)))
+                .map(|f| (f, backing.join(DIR).join(place::FILE))),
+        };
+        let (file, path) = match (opened, loc) {
+            (Ok(fp), _) => fp,
+            (Err(why), Location::File(p)) => {
+                log::warn!(
+                    "index database {}: {why}; indexes kept in memory only. Give -o index_db= \
+                     a file of the daemon's user in a directory only it can write",
+                    p.display()
+                );
+                return IndexDb::none();
+            }
+            (Err(why), _) => {
+                let here = backing.join(DIR);
+                match Self::cache_file(&backing) {
+                    Ok(fp) => {
+                        if why.is_empty() {
+                            log::info!(
+                                "BACKING is read-only: index database kept in {}",
+                                fp.1.display()
+                            );
+                        } else {
+                            log::warn!(
+                                "index database {}: {why}; not used (remove it to let the \
+                                 mount create its own), kept in {} instead",
+                                here.display(),
+                                fp.1.display()
+                            );
+                        }
+                        fp
+                    }
+                    Err(e) => {
+                        log::warn!("index database: {e}; indexes kept in memory only");
+                        return IndexDb::none();
+                    }
+                }
+            }
+        };
+        match quiet(|| Self::start(file, &path, root_id)) {
+            Ok(Some(open)) => IndexDb { inner: Some(open) },
+            Ok(None) => IndexDb::none(),
+            Err(_) => {
+                log::warn!(
+                    "index database {}: its code panicked while opening it; indexes kept \
+                     in memory only",
+                    path.display()
+                );
+                IndexDb::none()
+            }
+        }
+    }
+
+    fn cache_file(backing: &Path) -> Result<(File, PathBuf), String> {
+        let dir = place::cache_dir().ok_or("no cache directory (HOME is not set)")?;
+        let fd = place::open_cache_dir(&dir).map_err(|w| format!("{}: {w}", dir.display()))?;
+        let name = place::cache_file_name(backing);
+        let path = dir.join(&name);
+        let file =
+            place::open_file(fd.as_fd(), &name).map_err(|w| format!("{}: {w}", path.display()))?;
+        Ok((file, path))
+    }
+
+    /// Opens the database in `file` (rebuilding it when damaged or
+    /// foreign) and starts its writer.
+    fn start(file: File, path: &Path, root_id: (u64, u64)) -> Option<Open> {
+        // Our own lock on the open file, held while redb opens (redb's
+        // flock on a dup of it shares it), so that emptying a damaged file
+        // can never hit a database another mount is using.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            log::warn!(
+                "index database {} is in use by another mount or migrate; this mount \
+                 keeps its indexes in memory only",
+                path.display()
+            );
+            return None;
+        }
+        let create = |f: &File| -> Result<redb::Database, String> {
+            let dup = f.try_clone().map_err(|e| e.to_string())?;
+            match quiet(|| redb::Builder::new().create_file(dup)) {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err("redb panicked reading it".into()),
+            }
+        };
+        let db = match create(&file) {
+            Ok(db) => match Self::check_root(&db, root_id) {
+                Ok(true) => db,
+                Ok(false) => {
+                    log::warn!(
+                        "index database {} belongs to another BACKING (or BACKING moved to \
+                         another device); starting it afresh",
+                        path.display()
+                    );
+                    Self::clear(&db, root_id).ok()?;
+                    db
+                }
+                Err(e) => {
+                    drop(db);
+                    Self::rebuild(&file, path, &e, &create, root_id)?
+                }
+            },
+            Err(e) => Self::rebuild(&file, path, &e, &create, root_id)?,
+        };
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let wdb = db.clone();
+        let wpath = path.to_owned();
+        let writer = std::thread::Builder::new()
+            .name("index-db".into())
+            .spawn(move || {
+                if quiet(|| writer(&wdb, rx, &wpath)).is_err() {
+                    log::warn!(
+                        "index database {}: its writer panicked; no more records are stored",
+                        wpath.display()
+                    );
+                }
+            })
+            .ok()?;
+        // `file` (our lock's descriptor) closes here; redb's dup holds it.
+        Some(Open {
+            db,
+            path: path.to_owned(),
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            off: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn rebuild(
+        file: &File,
+        path: &Path,
+        why: &str,
+        create: &dyn Fn(&File) -> Result<redb::Database, String>,
+        root_id: (u64, u64),
+    ) -> Option<redb::Database> {
+        log::warn!(
+            "index database {} is damaged ({why}); rebuilding it (sizes are learned again \
+             by reading the files)",
+            path.display()
+        );
+        if let Err(e) = file.set_len(0) {
+            log::warn!(
+                "index database {}: cannot empty it ({e}); indexes kept in memory only",
+                path.display()
+            );
+            return None;
+        }
+        match create(file).and_then(|db| Self::clear(&db, root_id).map(|()| db)) {
+            Ok(db) => Some(db),
+            Err(e) => {
+                log::warn!(
+                    "index database {}: cannot create it ({e}); indexes kept in memory only",
+                    path.display()
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether the database is BACKING's (an empty one becomes so).
+    fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> {
+        let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
+            let r = db.begin_read()?;
+            let t = match r.open_table(META) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            Ok(t.get(ROOT)?.map(|v| v.value()))
+        })
+        .map_err(|_| "redb panicked reading it".to_owned())?
+        .map_err(|e| e.to_string())?;
+        match found {
+            Some(id) => Ok(id == root_id),
+            None => Self::clear(db, root_id).map(|()| true),
+        }
+    }
+
+    /// Empties the records and makes the database BACKING's.
+    fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
+        quiet(|| -> Result<(), redb::Error> {
+            let w = db.begin_write()?;
+            w.delete_table(RECORDS)?;
+            w.open_table(RECORDS)?;
+            w.open_table(META)?.insert(ROOT, root_id)?;
+            w.commit()?;
+            Ok(())
+        })
+        .map_err(|_| "redb panicked writing it".to_owned())?
+        .map_err(|e| e.to_string())
+    }
+
+    fn turn_off(open: &Open, what: &str) {
+        if !open.off.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            log::warn!(
+                "index database {}: {what}; not used for the rest of this mount",
+                open.path.display()
+            );
+        }
+    }
+
+    fn on(&self) -> Option<&Open> {
+        let open = self.inner.as_ref()?;
+        (!open.off.load(std::sync::atomic::Ordering::Relaxed)).then_some(open)
+    }
+
+    /// Whether a database is in use.
+    pub fn is_open(&self) -> bool {
+        self.on().is_some()
+    }
+
+    /// The index stored for exactly `state`, if any.
+    pub fn get(&self, state: &FileState) -> Option<OffsetIndex> {
+        let open = self.on()?;
+        let key = (state.dev, state.ino);
+        let bytes = match quiet(|| -> Result<Option<Vec<u8>>, redb::Error> {
+            let r = open.db.begin_read()?;
+            let t = r.open_table(RECORDS)?;
+            Ok(t.get(key)?.map(|v| v.value().to_vec()))
+        }) {
+            Ok(Ok(b)) => b?,
+            Ok(Err(e)) => {
+                log::debug!("index database {}: lookup failed: {e}", open.path.display());
+                return None;
+            }
+            Err(_) => {
+                Self::turn_off(open, "its code panicked on a lookup");
+                return None;
+            }
+        };
+        let rec = record::decode(state.dev, state.ino, &bytes)?;
+        if rec.state != *state
+            || rec.index.disk_len() != state.size.checked_sub(cutf8::MAGIC.len() as u64)?
+        {
+            return None;
+        }
+        let today = day_of(now());
+        if rec.seen_day.saturating_add(7) <= today {
+            self.send(key, record::encode(state, today, &rec.index));
+        }
+        Some(rec.index)
+    }
+
+    /// Stores `index`, learned for `state` by a scan that started at
+    /// `started` (after which the file's state was checked unchanged).
+    /// Not stored when the scan was too close to the file's last change.
+    pub fn put(&self, state: &FileState, started: (i64, i64), index: &OffsetIndex) {
+        if self.on().is_none() || !settled(state.ctime, started) {
+            return;
+        }
+        let today = day_of(now());
+        self.send((state.dev, state.ino), record::encode(state, today, index));
+    }
+
+    fn send(&self, key: (u64, u64), bytes: Vec<u8>) {
+        let Some(open) = self.on() else { return };
+        if let Some(tx) = open.tx.lock().as_ref() {
+            match tx.try_send(Op::Put(key, bytes)) {
+                Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+                Err(TrySendError::Full(_)) => log::debug!("index database queue full"),
+            }
+        }
+    }
+
+    /// Waits until every record stored so far is committed.
+    pub fn close(&self) {
+        let Some(open) = self.inner.as_ref() else {
+            return;
+        };
+        drop(open.tx.lock().take());
+        if let Some(w) = open.writer.lock().take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for IndexDb {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The writer thread: collects garbage once, then commits queued records
+/// in batches until the queue closes.
+fn writer(db: &redb::Database, rx: Receiver<Op>, path: &Path) {
+    if let Err(e) = collect(db, day_of(now())) {
+        log::warn!(
+            "index database {}: collecting old records failed: {e}",
+            path.display()
+        );
+    }
+    let mut batch = Vec::new();
+    let mut failed = false;
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        let until = std::time::Instant::now() + BATCH_WAIT;
+        let mut closed = false;
+        while batch.len() < 4096 {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(op) => batch.push(op),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        let r = (|| -> Result<(), redb::Error> {
+            let w = db.begin_write()?;
+            {
+                let mut t = w.open_table(RECORDS)?;
+                for Op::Put(key, bytes) in batch.drain(..) {
+                    t.insert(key, bytes.as_slice())?;
+                }
+            }
+            w.commit()?;
+            Ok(())
+        })();
+        batch.clear();
+        if let Err(e) = r {
+            if !failed {
+                log::warn!(
+                    "index database {}: cannot store records: {e}",
+                    path.display()
+                );
+                failed = true;
+            }
+        }
+        if closed {
+            break;
+        }
+    }
+}
+
+/// Removes records not used for [`MAX_AGE_DAYS`] and, beyond
+/// [`MAX_RECORDS`], the least recently used.
+fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error> {
+    let r = db.begin_read()?;
+    let t = r.open_table(RECORDS)?;
+    let count = t.len()?;
+    let mut days: Vec<((u64, u64), u32)> = Vec::new();
+    let mut old = Vec::new();
+    for item in t.iter()? {
+        let (k, v) = item?;
+        let key = k.value();
+        let seen = record::seen_day(v.value()).unwrap_or(0);
+        if seen.saturating_add(MAX_AGE_DAYS) < today {
+            old.push(key);
+        } else if count > MAX_RECORDS {
+            days.push((key, seen));
+        }
+    }
+    drop(t);
+    drop(r);
+    let live = count - old.len() as u64;
+    if live > MAX_RECORDS {
+        days.sort_by_key(|&(_, d)| d);
+        let extra = (live - MAX_RECORDS) as usize;
+        old.extend(days.iter().take(extra).map(|&(k, _)| k));
+    }
+    if old.is_empty() {
+        return Ok(());
+    }
+    let w = db.begin_write()?;
+    {
+        let mut t = w.open_table(RECORDS)?;
+        for k in &old {
+            t.remove(*k)?;
+        }
+    }
+    w.commit()?;
+    log::info!(
+        "index database: {} records of old or vanished files collected",
+        old.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+
+    fn root_of(p: &Path) -> OwnedFd {
+        place::open_given_dir(p).unwrap()
+    }
+
+    fn state(ino: u64, size: u64) -> FileState {
+        FileState {
+            dev: 1,
+            ino,
+            size,
+            mtime: (1000, 5),
+            ctime: (1000, 7),
+        }
+    }
+
+    fn text_index(n: usize) -> OffsetIndex {
+        let mut disk = Vec::new();
+        for _ in 0..n {
+            let mut unit = [0u8; 8];
+            let n = cutf8::encode_disk(0x800, &mut unit).unwrap(); // grows by one
+            disk.extend_from_slice(&unit[..n]);
+            disk.resize(disk.len() + 5000, b'a');
+        }
+        OffsetIndex::from_bytes(&disk)
+    }
+
+    fn stored(dir: &Path, st: &FileState, index: &OffsetIndex) {
+        let db = IndexDb::open(root_of(dir).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        db.put(st, now(), index);
+        db.close();
+    }
+
+    #[test]
+    fn a_record_is_served_only_for_the_exact_state() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(3);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &st, &index);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(db.get(&st), Some(index.clone()));
+        let mut other = st;
+        other.ctime.1 += 1;
+        assert_eq!(db.get(&other), None);
+        let mut other = st;
+        other.mtime.0 -= 1;
+        assert_eq!(db.get(&other), None);
+        let mut other = st;
+        other.size += 1;
+        assert_eq!(db.get(&other), None);
+        let mut other = st;
+        other.dev = 2;
+        assert_eq!(db.get(&other), None);
+    }
+
+    #[test]
+    fn a_scan_too_close_to_the_last_change_is_not_stored() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(1);
+        let mut st = state(9, 8 + index.disk_len());
+        st.ctime = now();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        db.put(&st, now(), &index);
+        db.close();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(db.get(&st), None);
+        assert!(settled((100, 0), (102, 100_000_001)));
+        assert!(!settled((100, 0), (102, 100_000_000)));
+        assert!(
+            !settled((100, 0), (50, 0)),
+            "a clock set back stores nothing"
+        );
+    }
+
+    #[test]
+    fn garbage_in_the_file_is_rebuilt_and_a_foreign_database_emptied() {
+        let _ = env_logger::builder()
+            .is_test(true)
+            .filter_level(log::LevelFilter::Debug)
+            .try_init();
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(2);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &st, &index);
+        let file = d.path().join(DIR).join(place::FILE);
+        // Another BACKING's database.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::create_dir(other.path().join(DIR)).unwrap();
+        std::fs::set_permissions(
+            other.path().join(DIR),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        std::fs::copy(&file, other.path().join(DIR).join(place::FILE)).unwrap();
+        let db = IndexDb::open(root_of(other.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+        drop(db);
+        // Garbage, then a cut.
+        let len = std::fs::metadata(&file).unwrap().len();
+        std::fs::write(&file, vec![0x5a; len as usize]).unwrap();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+        db.put(&st, now(), &index);
+        drop(db);
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(len / 3).unwrap();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+    }
+
+    #[test]
+    fn a_second_opener_gets_no_database_and_the_first_keeps_working() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(1);
+        let st = state(5, 8 + index.disk_len());
+        let first = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        let second = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(first.is_open());
+        assert!(!second.is_open());
+        first.put(&st, now(), &index);
+        drop(first);
+        drop(second);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(db.get(&st), Some(index));
+    }
+
+    #[test]
+    fn a_symlink_or_a_shared_directory_is_not_used() {
+        let d = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(target.path(), d.path().join(DIR)).unwrap();
+        assert!(place::open_dir(root_of(d.path()).as_fd(), Path::new(DIR), true, None).is_err());
+        std::fs::remove_file(d.path().join(DIR)).unwrap();
+        std::fs::create_dir(d.path().join(DIR)).unwrap();
+        std::fs::set_permissions(
+            d.path().join(DIR),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        assert!(place::open_dir(root_of(d.path()).as_fd(), Path::new(DIR), true, None).is_err());
+        // A symlink at the file's name is never followed.
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(target.path().join("x"), dir.path().join("f")).unwrap();
+        let dfd = root_of(dir.path());
+        assert!(place::open_file(dfd.as_fd(), Path::new("f")).is_err());
+        assert!(!target.path().join("x").exists());
+    }
+
+    #[test]
+    fn old_records_are_collected() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(1);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &st, &index);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        let open = db.inner.as_ref().unwrap();
+        collect(&open.db, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        assert_eq!(db.get(&st), None);
+    }
+}
