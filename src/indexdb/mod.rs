@@ -93,11 +93,12 @@ mod place;
 mod record;
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -154,18 +155,25 @@ enum Op {
     Put((u64, u64), Vec<u8>),
 }
 
-struct Open {
-    db: Arc<redb::Database>,
+/// What lookups and the writer share.
+struct Shared {
+    /// The database, once open (at mount, or by the writer when the first
+    /// record creates it).
+    db: OnceLock<Arc<redb::Database>>,
     /// Where it is, for messages.
-    path: PathBuf,
-    tx: Mutex<Option<SyncSender<Op>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    /// Set once a panic or an error turned the database off.
-    off: std::sync::atomic::AtomicBool,
+    path: Mutex<PathBuf>,
+    /// Set once a panic turned the database off.
+    off: AtomicBool,
 }
 
-/// The index database of one mount (or one migrate run); see the module
-/// doc. Every method is infallible: without a database they do nothing.
+struct Open {
+    shared: Arc<Shared>,
+    tx: Mutex<Option<SyncSender<Op>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The index database of one mount; see the module doc. Every method is
+/// infallible: without a database they do nothing.
 pub struct IndexDb {
     inner: Option<Open>,
 }
@@ -189,8 +197,136 @@ pub fn settled(ctime: (i64, i64), started: (i64, i64)) -> bool {
     to_ns(started) - to_ns(ctime) > RACY_MARGIN.as_nanos() as i128
 }
 
+thread_local! {
+    /// How many [`quiet`] calls this thread is inside.
+    static QUIET: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs database code, catching a panic (redb asserts on some damaged
+/// files): the caller turns it into "no database". Such a panic is logged
+/// at debug level only; the caller logs the one line that matters.
 fn quiet<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
-    catch_unwind(AssertUnwindSafe(f))
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.with(|q| q.get()) > 0 {
+                log::debug!("index database code failed: {info}");
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    QUIET.with(|q| q.set(q.get() + 1));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(q.get() - 1));
+    r
+}
+
+/// Where the database of one BACKING is to be found.
+struct Finder {
+    root: OwnedFd,
+    root_dev: u64,
+    root_id: (u64, u64),
+    /// BACKING's path when the mount started (messages, cache file name).
+    backing: PathBuf,
+    loc: Location,
+    read_only: bool,
+}
+
+enum Found {
+    Here(File, PathBuf),
+    /// BACKING has no database yet: created with the first record.
+    Later,
+    Nothing,
+}
+
+impl Finder {
+    fn find(&self, create: bool) -> Found {
+        let here = self.backing.join(DIR);
+        let why = match &self.loc {
+            Location::None => return Found::Nothing,
+            Location::File(p) => {
+                let dir = p.parent().unwrap_or(Path::new(""));
+                let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
+                let r = match place::open_given_dir(dir) {
+                    Ok(d) => place::open_file(d.as_fd(), name),
+                    Err(e) => Err(format!("its directory cannot be opened ({e})")),
+                };
+                return match r {
+                    Ok(f) => Found::Here(f, p.clone()),
+                    Err(why) => {
+                        log::warn!(
+                            "index database {}: {why}; indexes kept in memory only. Give \
+                             -o index_db= a file of the daemon's user in a directory only \
+                             it can write",
+                            p.display()
+                        );
+                        Found::Nothing
+                    }
+                };
+            }
+            Location::Default if self.read_only => None,
+            Location::Default => {
+                let dir = place::open_dir(
+                    self.root.as_fd(),
+                    Path::new(DIR),
+                    create,
+                    Some(self.root_dev),
+                );
+                match dir {
+                    Ok(d) => match place::open_file(d.as_fd(), Path::new(place::FILE)) {
+                        Ok(f) => return Found::Here(f, here.join(place::FILE)),
+                        Err(why) => Some(format!("{}: {why}", place::FILE)),
+                    },
+                    Err(place::Refused::Missing) if place::writable(self.root.as_fd()) => {
+                        return Found::Later
+                    }
+                    Err(place::Refused::Missing) => None,
+                    Err(place::Refused::Bad(why)) => Some(why),
+                }
+            }
+        };
+        match place::cache_dir() {
+            Some(dir) => {
+                let r = place::open_cache_dir(&dir).and_then(|fd| {
+                    let name = place::cache_file_name(&self.backing);
+                    place::open_file(fd.as_fd(), &name).map(|f| (f, dir.join(name)))
+                });
+                match (r, why) {
+                    (Ok((f, p)), None) => {
+                        log::info!(
+                            "BACKING is read-only or not the daemon's to write: index \
+                             database kept in {}",
+                            p.display()
+                        );
+                        Found::Here(f, p)
+                    }
+                    (Ok((f, p)), Some(why)) => {
+                        log::warn!(
+                            "index database {}: {why}; not used (remove it to let the mount \
+                             create its own), kept in {} instead",
+                            here.display(),
+                            p.display()
+                        );
+                        Found::Here(f, p)
+                    }
+                    (Err(e), _) => {
+                        log::warn!(
+                            "index database: cache directory {}: {e}; indexes kept in memory \
+                             only",
+                            dir.display()
+                        );
+                        Found::Nothing
+                    }
+                }
+            }
+            None => {
+                log::warn!("index database: no cache directory (HOME is not set); memory only");
+                Found::Nothing
+            }
+        }
+    }
 }
 
 impl IndexDb {
@@ -203,262 +339,108 @@ impl IndexDb {
     /// `loc`. Never fails: whatever goes wrong is logged in one line and
     /// the mount goes on without (or with a fresh) database.
     pub fn open(root: BorrowedFd<'_>, loc: &Location, read_only: bool) -> IndexDb {
-        let backing = std::fs::read_link(format!(
-            "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&root)
-        ))
-        .unwrap_or_else(|_| PathBuf::from("BACKING"));
-        let Ok(root_st) = nix::sys::stat::fstat(root) else {
+        if *loc == Location::None {
+            log::info!("index database: none (-o index_db=none); indexes kept in memory only");
+            return IndexDb::none();
+        }
+        let (Ok(root_st), Ok(root)) = (nix::sys::stat::fstat(root), root.try_clone_to_owned())
+        else {
             return IndexDb::none();
         };
-        let root_id = (root_st.st_dev, root_st.st_ino);
-        let fs_ro = nix::sys::statvfs::fstatvfs(root)
+        let backing = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd()))
+            .unwrap_or_else(|_| PathBuf::from("BACKING"));
+        let fs_ro = nix::sys::statvfs::fstatvfs(&root)
             .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
             .unwrap_or(false);
-        let opened = match loc {
-            Location::None => {
-                log::info!("index database: none (-o index_db=none); indexes kept in memory only");
-                return IndexDb::none();
-            }
-            Location::File(p) => {
-                let dir = p.parent().unwrap_or(Path::new(""));
-                let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
-                match place::open_given_dir(dir) {
-                    Ok(d) => place::open_file(d.as_fd(), name).map(|f| (f, p.clone())),
-                    Err(e) => Err(format!("its directory cannot be opened ({e})")),
-                }
-            }
-            Location::Default if read_only || fs_ro => Err(String::new()),
-            Location::Default => place::open_dir(root, Path::new(DIR), true, Some(root_st.st_dev))
-                .and_then(|d| place::open_file(d.as_fd(), Path::new(place::FILE)))
-                .map(|f| (f, backing.join(DIR).join(place::FILE))),
+        let finder = Finder {
+            root,
+            root_dev: root_st.st_dev,
+            root_id: (root_st.st_dev, root_st.st_ino),
+            backing,
+            loc: loc.clone(),
+            read_only: read_only || fs_ro,
         };
-        let (file, path) = match (opened, loc) {
-            (Ok(fp), _) => fp,
-            (Err(why), Location::File(p)) => {
-                log::warn!(
-                    "index database {}: {why}; indexes kept in memory only. Give -o index_db= \
-                     a file of the daemon's user in a directory only it can write",
-                    p.display()
-                );
-                return IndexDb::none();
-            }
-            (Err(why), _) => {
-                let here = backing.join(DIR);
-                match Self::cache_file(&backing) {
-                    Ok(fp) => {
-                        if why.is_empty() {
-                            log::info!(
-                                "BACKING is read-only: index database kept in {}",
-                                fp.1.display()
-                            );
-                        } else {
-                            log::warn!(
-                                "index database {}: {why}; not used (remove it to let the \
-                                 mount create its own), kept in {} instead",
-                                here.display(),
-                                fp.1.display()
-                            );
-                        }
-                        fp
+        let shared = Arc::new(Shared {
+            db: OnceLock::new(),
+            path: Mutex::new(finder.backing.join(DIR).join(place::FILE)),
+            off: AtomicBool::new(false),
+        });
+        let lazy = match finder.find(false) {
+            Found::Here(file, path) => {
+                let db = start_db(file, &path, finder.root_id);
+                *shared.path.lock() = path;
+                match db {
+                    Some(db) => {
+                        let _ = shared.db.set(Arc::new(db));
+                        None
                     }
-                    Err(e) => {
-                        log::warn!("index database: {e}; indexes kept in memory only");
-                        return IndexDb::none();
-                    }
+                    None => return IndexDb::none(),
                 }
             }
+            Found::Later => Some(finder),
+            Found::Nothing => return IndexDb::none(),
         };
-        match quiet(|| Self::start(file, &path, root_id)) {
-            Ok(Some(open)) => IndexDb { inner: Some(open) },
-            Ok(None) => IndexDb::none(),
-            Err(_) => {
-                log::warn!(
-                    "index database {}: its code panicked while opening it; indexes kept \
-                     in memory only",
-                    path.display()
-                );
-                IndexDb::none()
-            }
-        }
-    }
-
-    fn cache_file(backing: &Path) -> Result<(File, PathBuf), String> {
-        let dir = place::cache_dir().ok_or("no cache directory (HOME is not set)")?;
-        let fd = place::open_cache_dir(&dir).map_err(|w| format!("{}: {w}", dir.display()))?;
-        let name = place::cache_file_name(backing);
-        let path = dir.join(&name);
-        let file =
-            place::open_file(fd.as_fd(), &name).map_err(|w| format!("{}: {w}", path.display()))?;
-        Ok((file, path))
-    }
-
-    /// Opens the database in `file` (rebuilding it when damaged or
-    /// foreign) and starts its writer.
-    fn start(file: File, path: &Path, root_id: (u64, u64)) -> Option<Open> {
-        // Our own lock on the open file, held while redb opens (redb's
-        // flock on a dup of it shares it), so that emptying a damaged file
-        // can never hit a database another mount is using.
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            log::warn!(
-                "index database {} is in use by another mount or migrate; this mount \
-                 keeps its indexes in memory only",
-                path.display()
-            );
-            return None;
-        }
-        let create = |f: &File| -> Result<redb::Database, String> {
-            let dup = f.try_clone().map_err(|e| e.to_string())?;
-            match quiet(|| redb::Builder::new().create_file(dup)) {
-                Ok(r) => r.map_err(|e| e.to_string()),
-                Err(_) => Err("redb panicked reading it".into()),
-            }
-        };
-        let db = match create(&file) {
-            Ok(db) => match Self::check_root(&db, root_id) {
-                Ok(true) => db,
-                Ok(false) => {
-                    log::warn!(
-                        "index database {} belongs to another BACKING (or BACKING moved to \
-                         another device); starting it afresh",
-                        path.display()
-                    );
-                    Self::clear(&db, root_id).ok()?;
-                    db
-                }
-                Err(e) => {
-                    drop(db);
-                    Self::rebuild(&file, path, &e, &create, root_id)?
-                }
-            },
-            Err(e) => Self::rebuild(&file, path, &e, &create, root_id)?,
-        };
-        let db = Arc::new(db);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let wdb = db.clone();
-        let wpath = path.to_owned();
+        let w = shared.clone();
         let writer = std::thread::Builder::new()
             .name("index-db".into())
             .spawn(move || {
-                if quiet(|| writer(&wdb, rx, &wpath)).is_err() {
+                if quiet(|| writer(&w, rx, lazy)).is_err() {
+                    w.off.store(true, Ordering::Relaxed);
                     log::warn!(
-                        "index database {}: its writer panicked; no more records are stored",
-                        wpath.display()
+                        "index database {}: its writer failed an internal check; not used \
+                         for the rest of this mount",
+                        w.path.lock().display()
                     );
                 }
-            })
-            .ok()?;
-        // `file` (our lock's descriptor) closes here; redb's dup holds it.
-        Some(Open {
-            db,
-            path: path.to_owned(),
-            tx: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
-            off: std::sync::atomic::AtomicBool::new(false),
-        })
+            });
+        let Ok(writer) = writer else {
+            return IndexDb::none();
+        };
+        IndexDb {
+            inner: Some(Open {
+                shared,
+                tx: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(writer)),
+            }),
+        }
     }
 
-    fn rebuild(
-        file: &File,
-        path: &Path,
-        why: &str,
-        create: &dyn Fn(&File) -> Result<redb::Database, String>,
-        root_id: (u64, u64),
-    ) -> Option<redb::Database> {
-        log::warn!(
-            "index database {} is damaged ({why}); rebuilding it (sizes are learned again \
-             by reading the files)",
-            path.display()
-        );
-        if let Err(e) = file.set_len(0) {
-            log::warn!(
-                "index database {}: cannot empty it ({e}); indexes kept in memory only",
-                path.display()
-            );
+    fn db(&self) -> Option<(&Shared, &Arc<redb::Database>)> {
+        let s = &self.inner.as_ref()?.shared;
+        if s.off.load(Ordering::Relaxed) {
             return None;
         }
-        match create(file).and_then(|db| Self::clear(&db, root_id).map(|()| db)) {
-            Ok(db) => Some(db),
-            Err(e) => {
-                log::warn!(
-                    "index database {}: cannot create it ({e}); indexes kept in memory only",
-                    path.display()
-                );
-                None
-            }
-        }
+        Some((s, s.db.get()?))
     }
 
-    /// Whether the database is BACKING's (an empty one becomes so).
-    fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> {
-        let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
-            let r = db.begin_read()?;
-            let t = match r.open_table(META) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            Ok(t.get(ROOT)?.map(|v| v.value()))
-        })
-        .map_err(|_| "redb panicked reading it".to_owned())?
-        .map_err(|e| e.to_string())?;
-        match found {
-            Some(id) => Ok(id == root_id),
-            None => Self::clear(db, root_id).map(|()| true),
-        }
-    }
-
-    /// Empties the records and makes the database BACKING's.
-    fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
-        quiet(|| -> Result<(), redb::Error> {
-            let w = db.begin_write()?;
-            w.delete_table(RECORDS)?;
-            w.open_table(RECORDS)?;
-            w.open_table(META)?.insert(ROOT, root_id)?;
-            w.commit()?;
-            Ok(())
-        })
-        .map_err(|_| "redb panicked writing it".to_owned())?
-        .map_err(|e| e.to_string())
-    }
-
-    fn turn_off(open: &Open, what: &str) {
-        if !open.off.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            log::warn!(
-                "index database {}: {what}; not used for the rest of this mount",
-                open.path.display()
-            );
-        }
-    }
-
-    fn on(&self) -> Option<&Open> {
-        let open = self.inner.as_ref()?;
-        (!open.off.load(std::sync::atomic::Ordering::Relaxed)).then_some(open)
-    }
-
-    /// Whether a database is in use.
+    /// Whether a database is open now (not only to be created).
     pub fn is_open(&self) -> bool {
-        self.on().is_some()
+        self.db().is_some()
     }
 
     /// The index stored for exactly `state`, if any.
     pub fn get(&self, state: &FileState) -> Option<OffsetIndex> {
-        let open = self.on()?;
+        let (shared, db) = self.db()?;
         let key = (state.dev, state.ino);
         let bytes = match quiet(|| -> Result<Option<Vec<u8>>, redb::Error> {
-            let r = open.db.begin_read()?;
+            let r = db.begin_read()?;
             let t = r.open_table(RECORDS)?;
             Ok(t.get(key)?.map(|v| v.value().to_vec()))
         }) {
             Ok(Ok(b)) => b?,
             Ok(Err(e)) => {
-                log::debug!("index database {}: lookup failed: {e}", open.path.display());
+                log::debug!("index database: lookup failed: {e}");
                 return None;
             }
             Err(_) => {
-                Self::turn_off(open, "its code panicked on a lookup");
+                if !shared.off.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "index database {}: redb failed an internal check on a lookup; \
+                         not used for the rest of this mount",
+                        shared.path.lock().display()
+                    );
+                }
                 return None;
             }
         };
@@ -479,7 +461,7 @@ impl IndexDb {
     /// `started` (after which the file's state was checked unchanged).
     /// Not stored when the scan was too close to the file's last change.
     pub fn put(&self, state: &FileState, started: (i64, i64), index: &OffsetIndex) {
-        if self.on().is_none() || !settled(state.ctime, started) {
+        if !settled(state.ctime, started) {
             return;
         }
         let today = day_of(now());
@@ -487,7 +469,12 @@ impl IndexDb {
     }
 
     fn send(&self, key: (u64, u64), bytes: Vec<u8>) {
-        let Some(open) = self.on() else { return };
+        let Some(open) = self.inner.as_ref() else {
+            return;
+        };
+        if open.shared.off.load(Ordering::Relaxed) {
+            return;
+        }
         if let Some(tx) = open.tx.lock().as_ref() {
             match tx.try_send(Op::Put(key, bytes)) {
                 Ok(()) | Err(TrySendError::Disconnected(_)) => {}
@@ -496,7 +483,7 @@ impl IndexDb {
         }
     }
 
-    /// Waits until every record stored so far is committed.
+    /// Commits every record stored so far; stores no more.
     pub fn close(&self) {
         let Some(open) = self.inner.as_ref() else {
             return;
@@ -508,20 +495,139 @@ impl IndexDb {
     }
 }
 
+/// Opens the database in `file` (rebuilding it when damaged or foreign).
+fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Database> {
+    // Our own lock on the open file, held while redb opens (redb's flock
+    // on a dup of it shares it), so that emptying a damaged file can never
+    // hit a database another mount is using.
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        log::warn!(
+            "index database {} is in use by another mount or migrate; this mount keeps \
+             its indexes in memory only",
+            path.display()
+        );
+        return None;
+    }
+    let create = |f: &File| -> Result<redb::Database, String> {
+        let dup = f.try_clone().map_err(|e| e.to_string())?;
+        match quiet(|| redb::Builder::new().create_file(dup)) {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("redb failed an internal check reading it".into()),
+        }
+    };
+    // `file` (our lock's descriptor) closes on return; redb's dup holds
+    // the lock from then on.
+    match create(&file) {
+        Ok(db) => match check_root(&db, root_id) {
+            Ok(true) => Some(db),
+            Ok(false) => {
+                log::warn!(
+                    "index database {} belongs to another BACKING (or BACKING moved to \
+                     another device); starting it afresh",
+                    path.display()
+                );
+                match clear(&db, root_id) {
+                    Ok(()) => Some(db),
+                    Err(e) => {
+                        drop(db);
+                        rebuild(&file, path, &e, &create, root_id)
+                    }
+                }
+            }
+            Err(e) => {
+                drop(db);
+                rebuild(&file, path, &e, &create, root_id)
+            }
+        },
+        Err(e) => rebuild(&file, path, &e, &create, root_id),
+    }
+}
+
+fn rebuild(
+    file: &File,
+    path: &Path,
+    why: &str,
+    create: &dyn Fn(&File) -> Result<redb::Database, String>,
+    root_id: (u64, u64),
+) -> Option<redb::Database> {
+    log::warn!(
+        "index database {} is damaged ({why}); rebuilding it (sizes are learned again by \
+         reading the files)",
+        path.display()
+    );
+    if let Err(e) = file.set_len(0) {
+        log::warn!(
+            "index database {}: cannot empty it ({e}); indexes kept in memory only",
+            path.display()
+        );
+        return None;
+    }
+    match create(file).and_then(|db| clear(&db, root_id).map(|()| db)) {
+        Ok(db) => Some(db),
+        Err(e) => {
+            log::warn!(
+                "index database {}: cannot create it ({e}); indexes kept in memory only",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Whether the database is BACKING's (an empty one becomes so).
+fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> {
+    let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
+        let r = db.begin_read()?;
+        let t = match r.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(t.get(ROOT)?.map(|v| v.value()))
+    })
+    .map_err(|_| "redb failed an internal check reading it".to_owned())?
+    .map_err(|e| e.to_string())?;
+    match found {
+        Some(id) => Ok(id == root_id),
+        None => clear(db, root_id).map(|()| true),
+    }
+}
+
+/// Empties the records and makes the database BACKING's.
+fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
+    quiet(|| -> Result<(), redb::Error> {
+        let w = db.begin_write()?;
+        w.delete_table(RECORDS)?;
+        w.open_table(RECORDS)?;
+        w.open_table(META)?.insert(ROOT, root_id)?;
+        w.commit()?;
+        Ok(())
+    })
+    .map_err(|_| "redb failed an internal check writing it".to_owned())?
+    .map_err(|e| e.to_string())
+}
+
 impl Drop for IndexDb {
     fn drop(&mut self) {
         self.close();
     }
 }
 
-/// The writer thread: collects garbage once, then commits queued records
-/// in batches until the queue closes.
-fn writer(db: &redb::Database, rx: Receiver<Op>, path: &Path) {
-    if let Err(e) = collect(db, day_of(now())) {
-        log::warn!(
-            "index database {}: collecting old records failed: {e}",
-            path.display()
-        );
+/// The writer thread: opens (creates) the database when the first record
+/// comes if it was not there at mount, collects garbage once, then commits
+/// queued records in batches until the queue closes.
+fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
+    let collected = |db: &redb::Database| {
+        if let Err(e) = collect(db, day_of(now())) {
+            log::warn!(
+                "index database {}: collecting old records failed: {e}",
+                shared.path.lock().display()
+            );
+        }
+    };
+    if let Some(db) = shared.db.get() {
+        collected(db);
     }
     let mut batch = Vec::new();
     let mut failed = false;
@@ -540,6 +646,19 @@ fn writer(db: &redb::Database, rx: Receiver<Op>, path: &Path) {
                 }
             }
         }
+        if let Some(finder) = lazy.take() {
+            if let Found::Here(file, path) = finder.find(true) {
+                let db = start_db(file, &path, finder.root_id);
+                *shared.path.lock() = path;
+                if let Some(db) = db {
+                    let _ = shared.db.set(Arc::new(db));
+                }
+            }
+        }
+        let Some(db) = shared.db.get() else {
+            batch.clear();
+            continue;
+        };
         let r = (|| -> Result<(), redb::Error> {
             let w = db.begin_write()?;
             {
@@ -556,7 +675,7 @@ fn writer(db: &redb::Database, rx: Receiver<Op>, path: &Path) {
             if !failed {
                 log::warn!(
                     "index database {}: cannot store records: {e}",
-                    path.display()
+                    shared.path.lock().display()
                 );
                 failed = true;
             }
@@ -614,7 +733,6 @@ fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::OwnedFd;
 
     fn root_of(p: &Path) -> OwnedFd {
         place::open_given_dir(p).unwrap()
@@ -643,9 +761,9 @@ mod tests {
 
     fn stored(dir: &Path, st: &FileState, index: &OffsetIndex) {
         let db = IndexDb::open(root_of(dir).as_fd(), &Location::Default, false);
-        assert!(db.is_open());
         db.put(st, now(), index);
         db.close();
+        assert!(dir.join(DIR).join(place::FILE).exists());
     }
 
     #[test]
@@ -679,7 +797,13 @@ mod tests {
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         db.put(&st, now(), &index);
         db.close();
+        assert!(
+            !d.path().join(DIR).exists(),
+            "nothing stored, nothing created"
+        );
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
         assert_eq!(db.get(&st), None);
         assert!(settled((100, 0), (102, 100_000_001)));
         assert!(!settled((100, 0), (102, 100_000_000)));
@@ -733,6 +857,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let index = text_index(1);
         let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
         let first = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         let second = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(first.is_open());
@@ -773,8 +898,7 @@ mod tests {
         let st = state(5, 8 + index.disk_len());
         stored(d.path(), &st, &index);
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
-        let open = db.inner.as_ref().unwrap();
-        collect(&open.db, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        collect(db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
         assert_eq!(db.get(&st), None);
     }
 }

@@ -59,6 +59,24 @@ fn distrust(st: &FileStat, want: SFlag) -> Option<String> {
     None
 }
 
+/// Why a directory is not used.
+#[derive(Debug)]
+pub enum Refused {
+    /// It does not exist (and was not to be created).
+    Missing,
+    /// It is not trusted, or cannot be opened: why.
+    Bad(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Missing => f.write_str("does not exist"),
+            Refused::Bad(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Opens (creating it, mode 0700, when `create`) and checks the directory
 /// `name` under `parent`. `same_dev`: it must be on this device.
 pub fn open_dir(
@@ -66,30 +84,44 @@ pub fn open_dir(
     name: &Path,
     create: bool,
     same_dev: Option<u64>,
-) -> Result<OwnedFd, String> {
+) -> Result<OwnedFd, Refused> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = match openat(parent, name, flags, Mode::empty()) {
-        Err(Errno::ENOENT) if create => {
+        Err(Errno::ENOENT) if !create => return Err(Refused::Missing),
+        Err(Errno::ENOENT) => {
             match mkdirat(parent, name, Mode::S_IRWXU) {
                 Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(format!("cannot be created ({e})")),
+                Err(e) => return Err(Refused::Bad(format!("cannot be created ({e})"))),
             }
             openat(parent, name, flags, Mode::empty())
         }
         r => r,
     }
-    .map_err(|e| match e {
-        Errno::ENOTDIR | Errno::ELOOP => "is not a directory (or is a symlink)".to_owned(),
-        e => format!("cannot be opened ({e})"),
+    .map_err(|e| {
+        Refused::Bad(match e {
+            Errno::ENOTDIR | Errno::ELOOP => "is not a directory (or is a symlink)".to_owned(),
+            e => format!("cannot be opened ({e})"),
+        })
     })?;
-    let st = fstat(&fd).map_err(|e| format!("cannot be checked ({e})"))?;
+    let st = fstat(&fd).map_err(|e| Refused::Bad(format!("cannot be checked ({e})")))?;
     if let Some(why) = distrust(&st, SFlag::S_IFDIR) {
-        return Err(why);
+        return Err(Refused::Bad(why));
     }
     if same_dev.is_some_and(|d| d != st.st_dev) {
-        return Err("is not on BACKING's filesystem".into());
+        return Err(Refused::Bad("is not on BACKING's filesystem".into()));
     }
     Ok(fd)
+}
+
+/// Whether the daemon may create entries in the directory `dir`.
+pub fn writable(dir: BorrowedFd<'_>) -> bool {
+    nix::unistd::faccessat(
+        dir,
+        ".",
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+        nix::fcntl::AtFlags::AT_EACCESS,
+    )
+    .is_ok()
 }
 
 /// Opens (creating it, mode 0600) and checks the database file `name` in
@@ -175,5 +207,5 @@ pub fn open_cache_dir(dir: &Path) -> Result<OwnedFd, String> {
     }
     let pfd = open_given_dir(parent).map_err(|e| format!("cannot be opened ({e})"))?;
     let name = dir.file_name().map(Path::new).unwrap_or(Path::new("."));
-    open_dir(pfd.as_fd(), name, true, None)
+    open_dir(pfd.as_fd(), name, true, None).map_err(|r| r.to_string())
 }
