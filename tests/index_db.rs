@@ -593,3 +593,49 @@ fn index_db_none_creates_nothing_and_index_db_path_is_used() {
         "-o index_db=PATH was not used ({read} bytes read)"
     );
 }
+
+#[test]
+fn the_first_mount_after_cutf8_migrate_is_already_warm() {
+    let env = Env::new();
+    let names = ["a.txt", "b.txt", "sub/c.txt"];
+    fs::create_dir(env.b("sub")).unwrap();
+    for (i, n) in names.iter().enumerate() {
+        let text = "ࠀ𐀀 text\n".repeat(20_000 + i);
+        fs::write(env.b(n), text).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+        .args(["migrate", "--no-progress"])
+        .arg(&env.backing)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for n in names {
+        assert!(
+            cutf8::has_magic(&fs::read(env.b(n)).unwrap()),
+            "{n} not migrated"
+        );
+    }
+    assert!(env.b(DB_FILE).exists(), "migrate recorded nothing");
+    // Small files only: nothing recorded, nothing created.
+    let small = Env::new();
+    fs::write(small.b("s.txt"), "ࠀ small\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+        .args(["migrate", "--no-progress"])
+        .arg(&small.backing)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(cutf8::has_magic(&fs::read(small.b("s.txt")).unwrap()));
+    assert!(!small.b(DB_DIR).exists());
+    let d = env.mount(&[]);
+    let read = stat_all(&d, &names);
+    assert!(
+        read < 100_000,
+        "the first mount after migrate read {read} bytes"
+    );
+    check_sizes(&d, &env.backing, &names, true);
+}

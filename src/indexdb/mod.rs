@@ -118,6 +118,9 @@ pub const MAX_AGE_DAYS: u32 = 90;
 /// At most this many records; beyond, the least recently used go.
 pub const MAX_RECORDS: u64 = 4 << 20;
 
+/// `cutf8 migrate` records written files at least this large.
+pub const MIGRATE_MIN: u64 = 64 << 10;
+
 /// Records waiting for the writer thread.
 const QUEUE: usize = 8192;
 /// Longest wait before a batch is committed.
@@ -606,6 +609,74 @@ fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
     })
     .map_err(|_| "redb failed an internal check writing it".to_owned())?
     .map_err(|e| e.to_string())
+}
+
+/// Records the corrected files `cutf8 migrate` just wrote under `root`
+/// (one of its tree roots, taken as a BACKING's root), so that the first
+/// mount afterwards is warm. Each file is scanned once more after its
+/// ctime has settled ([`RACY_MARGIN`]; at most one wait for the whole
+/// list): what migrate wrote may have been changed since by someone else
+/// within the same timestamp tick, so only a scan made after the tick is
+/// trusted — just-written files are usually still in the page cache.
+/// Files under [`MIGRATE_MIN`] are left out (a mount reads one page of
+/// them to learn they are corrected, which is most of a scan; so a run on
+/// small files waits for nothing and creates nothing). Returns how many were
+/// recorded; nothing when the database is busy (a mount of `root` holds it)
+/// or cannot be opened.
+pub fn record_written(root: &Path, files: &[&Path]) -> usize {
+    use std::os::unix::fs::OpenOptionsExt;
+    if files.is_empty() {
+        return 0;
+    }
+    let Ok(rootfd) = place::open_given_dir(root) else {
+        return 0;
+    };
+    let db = IndexDb::open(rootfd.as_fd(), &Location::Default, false);
+    if db.inner.is_none() {
+        return 0;
+    }
+    let mut done = 0;
+    for path in files {
+        let Ok(file) = File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+        else {
+            continue;
+        };
+        let state = |f: &File| -> Option<FileState> {
+            let st = nix::sys::stat::fstat(f).ok()?;
+            (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(FileState {
+                dev: st.st_dev,
+                ino: st.st_ino,
+                size: st.st_size as u64,
+                mtime: (st.st_mtime, st.st_mtime_nsec),
+                ctime: (st.st_ctime, st.st_ctime_nsec),
+            })
+        };
+        let Some(before) = state(&file).filter(|s| s.size >= MIGRATE_MIN) else {
+            continue;
+        };
+        let mut head = [0u8; 8];
+        if std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).is_err()
+            || head != cutf8::MAGIC
+        {
+            continue;
+        }
+        while !settled(before.ctime, now()) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let started = now();
+        let Ok(index) = OffsetIndex::build_file(&file, head.len() as u64, u64::MAX) else {
+            continue;
+        };
+        if state(&file) == Some(before) && index.disk_len() + 8 == before.size {
+            db.put(&before, started, &index);
+            done += 1;
+        }
+    }
+    db.close();
+    done
 }
 
 impl Drop for IndexDb {
