@@ -7,6 +7,7 @@
 //!   [`migrate`] (in-place conversion of whole trees).
 //! * `cutf8fs` (the FUSE mount, `src/bin/cutf8fs.rs`) parses arguments and
 //!   calls [`fs`], which serves corrected files through an offset [`index`]
+//!   (kept across mounts in the [`indexdb`])
 //!   and writes to them through [`edit`] (in-place patches, and a crash
 //!   [`journal`] for rewrites that shift text).
 //! * Everything above stands on [`codec`]: pure conversion between Corrected

@@ -191,7 +191,7 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "index_db=PATH|none",
         "BACKING/.cutf8fs-index",
         "file of the persistent index database; none: memory only",
-        "a file name, or none",
+        "an absolute file name, or none",
     ),
     (
         "attr_timeout=SECS",
@@ -460,6 +460,18 @@ mod tests {
         assert!(o.read_only());
         assert_eq!(o.allow_other, Some(true));
         assert_eq!(o.index_cache, 16 << 20);
+        let db = parse(&["index_db=/var/lib/a.redb"]).unwrap();
+        assert_eq!(
+            db.index_db,
+            crate::indexdb::Location::File("/var/lib/a.redb".into())
+        );
+        assert_eq!(
+            parse(&["index_db=none"]).unwrap().index_db,
+            crate::indexdb::Location::None
+        );
+        assert!(parse(&["index_db=rel.redb"])
+            .unwrap_err()
+            .contains("index_db=rel.redb"));
         assert_eq!(o.attr_timeout, Duration::from_millis(500));
         assert_eq!(o.newfiles, NewFiles::Raw);
         assert_eq!(o.fsname.as_deref(), Some("/srv/a"));

@@ -144,12 +144,15 @@ pub enum Location {
 }
 
 impl Location {
-    /// Parses the value of `-o index_db=`.
+    /// Parses the value of `-o index_db=`: `none` or an absolute path (the
+    /// daemon may change directory before it opens it).
     pub fn parse(v: &str) -> Option<Location> {
         match v {
-            "" => None,
             "none" => Some(Location::None),
-            p => Some(Location::File(PathBuf::from(p))),
+            p if Path::new(p).is_absolute() && !p.ends_with('/') => {
+                Some(Location::File(PathBuf::from(p)))
+            }
+            _ => None,
         }
     }
 }
