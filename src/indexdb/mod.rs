@@ -80,7 +80,7 @@
 //! bounded queue to one writer thread, which commits them in batches (one
 //! fsync per batch); a full queue drops the record (costs only speed). A
 //! record is rewritten with today's date when first used on a new day
-//! (at most weekly); at open, records unused for [`MAX_AGE_DAYS`] are
+//! (at most weekly); at unmount, records unused for [`MAX_AGE_DAYS`] are
 //! collected, and beyond [`MAX_RECORDS`] the least recently used go, so
 //! the file stays bounded however many files come and go. One record per
 //! inode: a file that changes replaces its record.
@@ -113,13 +113,16 @@ pub use record::FileState;
 /// its result to be stored: more than any filesystem's timestamp tick
 /// (FAT's 2 s is the coarsest in use).
 pub const RACY_MARGIN: Duration = Duration::from_millis(2100);
-/// Records unused for this long are collected at open.
+/// Records unused for this long are collected at unmount.
 pub const MAX_AGE_DAYS: u32 = 90;
 /// At most this many records; beyond, the least recently used go.
 pub const MAX_RECORDS: u64 = 4 << 20;
 
 /// `cutf8 migrate` records written files at least this large.
 pub const MIGRATE_MIN: u64 = 64 << 10;
+
+/// Tries (50 ms apart) to lock a database another process holds.
+const LOCK_TRIES: u32 = 40;
 
 /// Records waiting for the writer thread.
 const QUEUE: usize = 8192;
@@ -506,14 +509,28 @@ fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Databa
     // Our own lock on the open file, held while redb opens (redb's flock
     // on a dup of it shares it), so that emptying a damaged file can never
     // hit a database another mount is using.
+    // A mount just unmounted may still be committing its last records:
+    // wait for it a little.
+    let mut tries = 0;
     // SAFETY: flock on a descriptor we own; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        tries += 1;
+        if tries < LOCK_TRIES {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         log::warn!(
             "index database {} is in use by another mount or migrate; this mount keeps \
              its indexes in memory only",
             path.display()
         );
         return None;
+    }
+    // Lookups of a cold mount touch most pages: one sequential read-ahead
+    // instead of a random read each (small databases only).
+    if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
+        // SAFETY: posix_fadvise on a descriptor we own; only a hint.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
     }
     let create = |f: &File| -> Result<redb::Database, String> {
         let dup = f.try_clone().map_err(|e| e.to_string())?;
@@ -689,8 +706,8 @@ impl Drop for IndexDb {
 }
 
 /// The writer thread: opens (creates) the database when the first record
-/// comes if it was not there at mount, collects garbage once, then commits
-/// queued records in batches until the queue closes.
+/// comes if it was not there at mount, commits queued records in batches
+/// until the queue closes, then collects garbage.
 fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
     let collected = |db: &redb::Database| {
         if let Err(e) = collect(db, day_of(now())) {
@@ -700,9 +717,6 @@ fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
             );
         }
     };
-    if let Some(db) = shared.db.get() {
-        collected(db);
-    }
     let mut batch = Vec::new();
     let mut failed = false;
     while let Ok(first) = rx.recv() {
@@ -757,6 +771,11 @@ fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
         if closed {
             break;
         }
+    }
+    // At the end (the unmount), not at the start, where it would compete
+    // with the first lookups of a cold mount for the disk.
+    if let Some(db) = shared.db.get() {
+        collected(db);
     }
 }
 
