@@ -639,3 +639,34 @@ fn the_first_mount_after_cutf8_migrate_is_already_warm() {
     );
     check_sizes(&d, &env.backing, &names, true);
 }
+
+#[test]
+fn migrate_of_a_subdirectory_records_into_the_archives_database() {
+    let env = Env::new();
+    fs::write(env.b("top.txt"), "ࠀ top\n".repeat(20_000)).unwrap();
+    fs::create_dir(env.b("sub")).unwrap();
+    let run = |dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cutf8"))
+            .args(["migrate", "--no-progress"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&env.backing);
+    assert!(env.b(DB_FILE).exists());
+    fs::write(env.b("sub/later.txt"), "𐀀 later\n".repeat(20_000)).unwrap();
+    run(&env.b("sub"));
+    assert!(
+        !env.b("sub").join(DB_DIR).exists(),
+        "a second database in sub/"
+    );
+    let d = env.mount(&[]);
+    let read = stat_all(&d, &["top.txt", "sub/later.txt"]);
+    assert!(read < 100_000, "the first mount read {read} bytes");
+    check_sizes(&d, &env.backing, &["top.txt", "sub/later.txt"], true);
+}

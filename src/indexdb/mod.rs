@@ -631,6 +631,27 @@ fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// The nearest directory at or above `dir`, on its filesystem, that holds
+/// an index database directory; `dir` itself when none does.
+fn archive_root(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(start) = std::fs::canonicalize(dir) else {
+        return dir.to_owned();
+    };
+    let Ok(dev) = std::fs::metadata(&start).map(|m| m.dev()) else {
+        return start;
+    };
+    for up in start.ancestors() {
+        if std::fs::metadata(up).map_or(true, |m| m.dev() != dev) {
+            break;
+        }
+        if std::fs::symlink_metadata(up.join(DIR)).is_ok_and(|m| m.is_dir()) {
+            return up.to_owned();
+        }
+    }
+    start
+}
+
 /// Records the corrected files `cutf8 migrate` just wrote under `root`
 /// (one of its tree roots, taken as a BACKING's root), so that the first
 /// mount afterwards is warm. Each file is scanned once more after its
@@ -648,7 +669,10 @@ pub fn record_written(root: &Path, files: &[&Path]) -> usize {
     if files.is_empty() {
         return 0;
     }
-    let Ok(rootfd) = place::open_given_dir(root) else {
+    // A tree inside an archive that already has a database (it was
+    // mounted, or migrated, before) records into that one.
+    let root = archive_root(root);
+    let Ok(rootfd) = place::open_given_dir(&root) else {
         return 0;
     };
     let db = IndexDb::open(rootfd.as_fd(), &Location::Default, false);
