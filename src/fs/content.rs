@@ -27,6 +27,8 @@
 //! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
+//!   Behind it, the persistent index database (`crate::indexdb`) answers
+//!   for files scanned by an earlier mount or written by `cutf8 migrate`.
 //!
 //! The index itself (view offset → disk offset) and the conversion are the
 //! `index` and `codec` modules'; this one knows files and stamps, not bytes.

@@ -3,9 +3,11 @@
 //! kept across mounts so that a cold `ls -l`, `stat` or `find -size` does
 //! not read every byte of every file again (issue 11).
 //!
-//! Called by `fs` (looked up when the in-memory index cache misses, stored
-//! after a scan) and opened once when the mount starts. Knows files only by
-//! their [`FileState`] and descriptors, nothing of FUSE.
+//! Called by `fs` (looked up when the in-memory index cache misses — before
+//! the file is even opened — and stored after a scan; opened once when the
+//! mount starts) and by `migrate` ([`record_written`]: the files it just
+//! converted, so the first mount after a migration is warm). Knows files
+//! only by their [`FileState`] and descriptors, nothing of FUSE.
 //!
 //! # Never stale
 //!
@@ -65,12 +67,14 @@
 //! resolve again and again. redb also builds without a C compiler. Its cost:
 //! one process at a time holds the file (an exclusive `flock`), so a second
 //! mount of the same BACKING (or a `cutf8 migrate` while it is mounted)
-//! finds it busy and keeps its indexes in memory only, with one log line;
-//! the file is never written by two at once.
+//! finds it busy (after waiting up to 2 s for a mount that is still
+//! exiting) and keeps its indexes in memory only, with one log line; the
+//! file is never written by two at once.
 //!
 //! # Never worse than without it
 //!
-//! Missing: created. Truncated, damaged, or a record that does not decode:
+//! Missing: created with the first record (a mount that learns nothing
+//! leaves BACKING as it was). Truncated, damaged, or a record that does not decode:
 //! one log line, the file is emptied and rebuilt (records that do not
 //! decode are skipped). Busy, or not trusted: one log line, memory only or
 //! the cache directory. No failure here fails a mount or a request; a panic
@@ -79,8 +83,7 @@
 //! Writes never wait on the disk in a request: stored records go through a
 //! bounded queue to one writer thread, which commits them in batches (one
 //! fsync per batch); a full queue drops the record (costs only speed). A
-//! record is rewritten with today's date when first used on a new day
-//! (at most weekly); at unmount, records unused for [`MAX_AGE_DAYS`] are
+//! record used a week or more after it was last dated is dated again; at unmount, records unused for [`MAX_AGE_DAYS`] are
 //! collected, and beyond [`MAX_RECORDS`] the least recently used go, so
 //! the file stays bounded however many files come and go. One record per
 //! inode: a file that changes replaces its record.
