@@ -439,8 +439,9 @@ fn a_read_only_backing_keeps_its_database_in_the_cache_directory() {
     );
     let d = env.mount(&["ro"]);
     let read = stat_all(&d, &["f"]);
-    let log = d.log_text();
+    let log_file = d.log.clone();
     drop(d);
+    let log = fs::read_to_string(log_file).unwrap();
     let cache = log
         .lines()
         .find_map(|l| l.split("index database kept in ").nth(1))
@@ -557,8 +558,9 @@ fn a_hostile_backing_owner_cannot_plant_or_redirect_the_database() {
         run(case);
         let d = env.mount(&[]);
         check_sizes(&d, &env.backing, &["f"], true);
-        let log = d.log_text();
+        let log_file = d.log.clone();
         drop(d);
+        let log = fs::read_to_string(log_file).unwrap();
         assert!(log.contains("not used"), "{case}: nothing logged:\n{log}");
         if let Some(p) = log
             .lines()

@@ -300,6 +300,17 @@ impl Finder {
             }
         };
         match place::cache_dir() {
+            // Created with the first record, like the default place: a
+            // mount that stores nothing leaves no file behind.
+            Some(dir)
+                if !create
+                    && std::fs::symlink_metadata(
+                        dir.join(place::cache_file_name(&self.backing)),
+                    )
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                Found::Later
+            }
             Some(dir) => {
                 let r = place::open_cache_dir(&dir).and_then(|fd| {
                     let name = place::cache_file_name(&self.backing);
