@@ -11,7 +11,17 @@
 #   grep   grep -r over a tree of BENCH_FILES (2000) files
 #   stat   stat of every file of that tree (find -printf %s)
 # and prints a table with the cutf8fs/bindfs time ratios (< 1: cutf8fs is
-# faster). Needs root (to drop caches and mount), bindfs (installed with
+# faster). Then the index database part (issue 11), on BENCH_INDEX_FILES
+# (10000) files of ~BENCH_INDEX_MB (1024) MiB in all plus one file of that
+# size, medians of 3 cold runs (caches dropped, all remounted):
+#   lsR    ls -lR of the tree          statall  stat of every file (find)
+#   cat    sequential read of the big file
+#   find   find -size +1k | wc -l
+# for native, bindfs, cutf8fs with its index database (the tree was
+# converted by `cutf8 migrate`, which records what it writes) and cutf8fs
+# with -o index_db=none (every size learned by reading the file), and
+# `ls -lR` right after a fresh `cutf8 migrate` of the tree (one run).
+# BENCH_PARTS="read index" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
 # apt-get if missing), cc and python3. Usage:
 #   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
 # WORKDIR must be on a disk filesystem (not tmpfs) for cold numbers to mean
@@ -24,6 +34,7 @@ W=${1:-${BENCH_DIR:-/var/tmp/cutf8fs-bench}}
 SIZE_MB=${BENCH_SIZE_MB:-256}
 FILES=${BENCH_FILES:-2000}
 PREADS=${BENCH_PREADS:-20000}
+PARTS=${BENCH_PARTS:-read index}
 
 [ "$(id -u)" -eq 0 ] || { echo "bench-mount: run as root (drops caches, mounts)" >&2; exit 1; }
 command -v bindfs >/dev/null || {
@@ -48,7 +59,7 @@ umount_all
 
 # --- data -------------------------------------------------------------------
 STAMP="$SIZE_MB-$FILES-v2"
-if [ "$(cat "$W/.data" 2>/dev/null)" != "$STAMP" ]; then
+if [[ " $PARTS " == *" read "* ]] && [ "$(cat "$W/.data" 2>/dev/null)" != "$STAMP" ]; then
     echo "bench-mount: generating $SIZE_MB MiB and $FILES files in $W ..." >&2
     rm -rf "${NAT:?}"/* "${CORR:?}"/*
     python3 - "$NAT" "$SIZE_MB" "$FILES" <<'PY'
@@ -158,7 +169,9 @@ run_rand() { "$PREAD" "$1/big.txt" "$PREADS"; }
 run_grep() { grep -rc "no such words here" "$1/tree"; }
 run_stat() { find "$1/tree" -type f -printf '%s\n'; }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 declare -A T
+if [[ " $PARTS " == *" read "* ]]; then
 for test in seq rand grep stat; do
     for target in native bindfs cutf8fs; do
         case $target in
@@ -172,8 +185,6 @@ for test in seq rand grep stat; do
         echo "bench-mount: $test $target cold ${T[$test,$target,cold]} s, warm ${T[$test,$target,warm]} s" >&2
     done
 done
-
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 big_mb=$(( $(stat -c %s "$NAT/big.txt") >> 20 ))
 view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
@@ -193,3 +204,102 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
             "$(ratio "${T[$test,cutf8fs,warm]}" "${T[$test,bindfs,warm]}")"
     done
 } | tee "$W/results.md"
+fi
+
+# --- index database (issue 11) ---------------------------------------------
+[[ " $PARTS " == *" index "* ]] || exit 0
+umount_all
+IFILES=${BENCH_INDEX_FILES:-10000}
+IMB=${BENCH_INDEX_MB:-1024}
+INAT=$W/index-native ICORR=$W/index-corrected MN=$W/mnt-nodb
+mkdir -p "$INAT" "$MN"
+ISTAMP="$IMB-$IFILES-v1"
+if [ "$(cat "$W/.index-data" 2>/dev/null)" != "$ISTAMP" ]; then
+    echo "bench-mount: generating $IFILES files ($IMB MiB) and a $IMB MiB file in $INAT ..." >&2
+    rm -rf "${INAT:?}"/* "$ICORR"
+    python3 - "$INAT" "$IMB" "$IFILES" <<'PY'
+import os, random, sys
+nat, mb, files = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(2)
+words = ["the", "archive", "letter", "Straße", "naïve", "café", "λόγος", "привет",
+         "日本語", "漢字", "한국어", "emoji😀", "données", "über", "año"]
+rare = ["\u0800", "\u0840", "\U00010330", "\U0001109f"]
+def line():
+    ws = [rnd.choice(words) for _ in range(rnd.randint(4, 16))]
+    if rnd.random() < 0.05:
+        ws.insert(0, rnd.choice(rare))
+    return " ".join(ws) + "\n"
+block = "".join(line() for _ in range(60000)).encode()   # ~4 MiB
+def write(path, size):
+    with open(path, "wb") as f:
+        while size > 0:
+            part = block[:size]
+            f.write(part); size -= len(part)
+write(os.path.join(nat, "big.txt"), mb << 20)
+avg = (mb << 20) // files
+for i in range(files):
+    d = os.path.join(nat, "tree", "d%02d" % (i % 100))
+    os.makedirs(d, exist_ok=True)
+    write(os.path.join(d, "f%05d.txt" % i), rnd.randint(avg // 2, avg * 3 // 2))
+PY
+    echo "$ISTAMP" > "$W/.index-data"
+fi
+fresh_migrated() { # $1: a fresh converted copy of the tree, recorded by migrate
+    rm -rf "$1"
+    cp -a "$INAT" "$1"
+    "$CUTF8" migrate --no-progress -q "$1" >/dev/null
+}
+[ -d "$ICORR" ] || fresh_migrated "$ICORR"
+
+imount() {
+    "$CUTF8FS" "$ICORR" "$MC"
+    "$CUTF8FS" -o index_db=none "$ICORR" "$MN"
+    bindfs "$INAT" "$MB"
+}
+iumount() {
+    for m in "$MC" "$MN" "$MB"; do
+        if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
+    done
+}
+trap iumount EXIT
+icold() { iumount; sync; echo 3 > /proc/sys/vm/drop_caches; imount; }
+median3() { sort -g | sed -n 2p; }
+run_lsR() { ls -lR "$1/tree"; }
+run_statall() { find "$1/tree" -type f -printf '%s\n'; }
+run_cat() { cat "$1/big.txt"; }
+run_find() { find "$1/tree" -size +1k | wc -l; }
+declare -A I
+for test in lsR statall cat find; do
+    for target in native bindfs cutf8fs nodb; do
+        case $target in
+            native) dir=$INAT ;; bindfs) dir=$MB ;; cutf8fs) dir=$MC ;; nodb) dir=$MN ;;
+        esac
+        I[$test,$target]=$(for _ in 1 2 3; do icold >&2; secs "run_$test" "$dir"; echo; done | median3)
+        echo "bench-mount: index $test $target ${I[$test,$target]} s" >&2
+    done
+done
+iumount
+# Right after a migration: a fresh copy, migrated, caches dropped, mounted.
+fresh_migrated "$W/index-fresh"
+sync; echo 3 > /proc/sys/vm/drop_caches
+"$CUTF8FS" "$W/index-fresh" "$MC"
+after_migrate=$(secs run_lsR "$MC")
+fusermount3 -u "$MC"
+rm -rf "$W/index-fresh"
+tree_mb=$(( $(du -sm "$INAT/tree" | cut -f1) ))
+{
+    echo "cutf8fs index database benchmark ($(date -u +%Y-%m-%d), $(uname -r), $(nproc) CPUs)"
+    echo "tree: $IFILES files, $tree_mb MiB on disk; big.txt: $IMB MiB; medians of 3 cold runs (s)"
+    echo "ratio = cutf8fs (with its index database) / bindfs; nodb = cutf8fs -o index_db=none"
+    echo
+    echo "| test | native | bindfs | cutf8fs | nodb | ratio | ratio to native |"
+    echo "|---|---|---|---|---|---|---|"
+    for test in lsR statall cat find; do
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$test" \
+            "${I[$test,native]}" "${I[$test,bindfs]}" "${I[$test,cutf8fs]}" "${I[$test,nodb]}" \
+            "$(ratio "${I[$test,cutf8fs]}" "${I[$test,bindfs]}")" \
+            "$(ratio "${I[$test,cutf8fs]}" "${I[$test,native]}")"
+    done
+    echo
+    echo "ls -lR right after cutf8 migrate of the tree (cold, one run): $after_migrate s"
+} | tee "$W/results-index.md"

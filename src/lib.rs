@@ -35,7 +35,9 @@
 //!   index, which disk bytes a read needs, what a write does — in place,
 //!   extension, tail rewrite, or content that cannot be stored) and executes
 //!   the plans with [`io`], the only code that reads and writes backing file
-//!   contents (tail rewrites go through the crash [`journal`]).
+//!   contents (tail rewrites go through the crash [`journal`]). What a scan
+//!   learns (view length, offset index) is kept across mounts in the
+//!   [`indexdb`], used only for a file whose stamp matches exactly.
 //! * [`sys`] is the only place that makes system calls `std` lacks;
 //!   `mountinfo` reads `/proc/self/mountinfo`.
 
@@ -44,6 +46,7 @@
 pub mod check;
 pub mod convert;
 pub mod fs;
+pub mod indexdb;
 pub mod io;
 pub mod journal;
 pub mod migrate;

@@ -128,6 +128,7 @@ fn snapshot(root: &Path) -> Snapshot {
     while let Some(p) = stack.pop() {
         let md = fs::symlink_metadata(&p).unwrap();
         let t = md.file_type();
+        let mut internal_dirs = 0;
         let (kind, content) = if t.is_symlink() {
             (
                 "symlink",
@@ -135,7 +136,14 @@ fn snapshot(root: &Path) -> Snapshot {
             )
         } else if t.is_dir() {
             for e in fs::read_dir(&p).unwrap() {
-                stack.push(e.unwrap().path());
+                let e = e.unwrap();
+                // The index database migrate records into (issue 11) is
+                // the mount's, not part of the archive.
+                if !e.file_name().as_bytes().starts_with(b".cutf8fs-") {
+                    stack.push(e.path());
+                } else if e.file_type().unwrap().is_dir() {
+                    internal_dirs += 1;
+                }
             }
             ("dir", Vec::new())
         } else if t.is_file() {
@@ -158,7 +166,7 @@ fn snapshot(root: &Path) -> Snapshot {
                 gid: md.gid(),
                 mtime: (md.mtime(), md.mtime_nsec()),
                 ino: md.ino(),
-                nlink: md.nlink(),
+                nlink: md.nlink() - internal_dirs,
                 content,
                 xattrs: if kind == "symlink" {
                     BTreeMap::new()

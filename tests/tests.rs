@@ -30,6 +30,7 @@ mod first_hour_mount;
 mod fsx;
 mod full_disk;
 mod gconv;
+mod index_db;
 mod man_page;
 mod migrate;
 mod mount;

@@ -27,6 +27,8 @@
 //! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
+//!   Behind it, the persistent index database (`crate::indexdb`) answers
+//!   for files scanned by an earlier mount or written by `cutf8 migrate`.
 //!
 //! The index itself (view offset → disk offset) is `crate::view`'s, and
 //! reading bytes is `crate::io`'s; this module knows files and stamps, not
@@ -284,6 +286,17 @@ impl FileState {
         if let Some(c) = self.known_class(&stamp) {
             return Ok(Some(c));
         }
+        // An index learned from exactly this stamp (in memory, or in the
+        // index database) proves the content, magic number included: the
+        // file is not even opened.
+        if let Some(index) = cache.get(&stamp) {
+            let class = Class::Corrected {
+                view_len: index.view_len(),
+                lossless: index.lossless(),
+            };
+            self.remember_class(stamp, class);
+            return Ok(Some(class));
+        }
         let file = open().map_err(io)?;
         // One page for the head, not a readahead window: the read must not
         // bring more of the file (unwritten extents) into the page cache.
@@ -385,22 +398,40 @@ struct CacheInner {
     tick: u64,
 }
 
-/// Indexes of files by stamp, within a memory bound.
+/// Indexes of files by stamp, within a memory bound; behind it, the
+/// persistent index database (`crate::indexdb`).
 pub struct IndexCache {
     limit: usize,
     inner: Mutex<CacheInner>,
+    pub db: crate::indexdb::IndexDb,
 }
 
 impl IndexCache {
+    #[cfg(test)]
     pub fn new(limit: usize) -> IndexCache {
+        IndexCache::with_db(limit, crate::indexdb::IndexDb::none())
+    }
+
+    pub fn with_db(limit: usize, db: crate::indexdb::IndexDb) -> IndexCache {
         IndexCache {
             limit,
             inner: Mutex::new(CacheInner::default()),
+            db,
         }
     }
 
-    /// The cached index for this stamp (marked as recently used).
+    /// The index for this stamp: cached (marked as recently used), or from
+    /// the index database (then cached).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+        if let Some(index) = self.get_cached(stamp) {
+            return Some(index);
+        }
+        let index = Arc::new(self.db.get(&stamp.state())?);
+        self.put(*stamp, index.clone());
+        Some(index)
+    }
+
+    fn get_cached(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
         let mut c = self.inner.lock();
         c.tick += 1;
         let tick = c.tick;
@@ -446,10 +477,12 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
     if let Some(index) = cache.get(&stamp) {
         return Ok(index);
     }
+    let started = crate::indexdb::now();
     let index = Arc::new(build_index(file).map_err(io)?);
     let after = super::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
     if Stamp::of(&after) == stamp {
         cache.put(stamp, index.clone());
+        cache.db.put(&stamp.state(), started, &index);
     }
     Ok(index)
 }

@@ -158,6 +158,12 @@ impl CutFs {
         // and replays what a killed daemon left half done, or refuses.
         let journal =
             crate::journal::Journal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
+        // What earlier mounts learned of file sizes (never fails the mount).
+        let db = crate::indexdb::IndexDb::open(
+            std::os::fd::AsFd::as_fd(&root),
+            &opts.index_db,
+            opts.read_only(),
+        );
         Ok(CutFs {
             noatime: opts.atime() == options::Atime::No,
             nodiratime: opts.nodiratime(),
@@ -167,7 +173,7 @@ impl CutFs {
             raw: rawnew::RawPolicy::new(&opts.rawdirs),
             inodes: Arc::new(InodeTable::new(root)?),
             handles: Arc::new(HandleTable::default()),
-            cache: Arc::new(IndexCache::new(opts.index_cache)),
+            cache: Arc::new(IndexCache::with_db(opts.index_cache, db)),
             scans: content::ScanPool::new(SCAN_THREADS)?,
             attr_ttl: opts.attr_timeout,
             entry_ttl: opts.entry_timeout,
@@ -250,6 +256,11 @@ fn empty(r: Result<()>, reply: ReplyEmpty) {
 }
 
 impl Filesystem for CutFs {
+    fn destroy(&mut self) {
+        // Commit the index database's last records before the daemon exits.
+        self.cache.db.close();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Not FUSE_ATOMIC_O_TRUNC: with it the daemon would truncate at open,
         // before the kernel's own checks (ETXTBSY for a running program).

@@ -3,7 +3,7 @@
 //! Parsing only validates; nothing here touches the system. The result says
 //! what to pass to the kernel (mount flags, `allow_other`, `max_read`), how
 //! the mount shows in the mount table (`fsname`), and how the daemon serves
-//! (`index_cache=`, `attr_timeout=`, `entry_timeout=`, `newfiles=`,
+//! (`index_cache=`, `index_db=`, `attr_timeout=`, `entry_timeout=`, `newfiles=`,
 //! `threads=`). Options that only mean something to mount(8), fstab or
 //! libfuse-based programs (`defaults`, `nofail`, `_netdev`, `auto`,
 //! `user`, `x-*`, `kernel_cache`, …) are accepted and ignored, so an fstab
@@ -38,6 +38,8 @@ pub struct Options {
     pub max_read: Option<u32>,
     /// Memory bound of the index cache in bytes (default 64 MiB).
     pub index_cache: usize,
+    /// Where the persistent index database is (`index_db=PATH|none`).
+    pub index_db: crate::indexdb::Location,
     /// How long the kernel may cache attributes (default 1 s).
     pub attr_timeout: Duration,
     /// How long the kernel may cache names (default 1 s).
@@ -68,6 +70,7 @@ impl Default for Options {
             fsname: None,
             max_read: None,
             index_cache: 64 << 20,
+            index_db: crate::indexdb::Location::Default,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
             newfiles: NewFiles::Auto,
@@ -183,6 +186,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "64M",
         "memory for offset indexes",
         "a size such as 64M (units k, M, G, T)",
+    ),
+    (
+        "index_db=PATH|none",
+        "BACKING/.cutf8fs-index",
+        "file of the persistent index database; none: memory only",
+        "an absolute file name, or none",
     ),
     (
         "attr_timeout=SECS",
@@ -393,6 +402,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         }
         ("max_read", Some(v)) => o.max_read = Some(v.parse().map_err(|_| bad())?),
         ("index_cache", Some(v)) => o.index_cache = parse_size(v).ok_or_else(bad)?,
+        ("index_db", Some(v)) => o.index_db = crate::indexdb::Location::parse(v).ok_or_else(bad)?,
         ("attr_timeout", Some(v)) => o.attr_timeout = parse_secs(v).ok_or_else(bad)?,
         ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
@@ -450,6 +460,18 @@ mod tests {
         assert!(o.read_only());
         assert_eq!(o.allow_other, Some(true));
         assert_eq!(o.index_cache, 16 << 20);
+        let db = parse(&["index_db=/var/lib/a.redb"]).unwrap();
+        assert_eq!(
+            db.index_db,
+            crate::indexdb::Location::File("/var/lib/a.redb".into())
+        );
+        assert_eq!(
+            parse(&["index_db=none"]).unwrap().index_db,
+            crate::indexdb::Location::None
+        );
+        assert!(parse(&["index_db=rel.redb"])
+            .unwrap_err()
+            .contains("index_db=rel.redb"));
         assert_eq!(o.attr_timeout, Duration::from_millis(500));
         assert_eq!(o.newfiles, NewFiles::Raw);
         assert_eq!(o.fsname.as_deref(), Some("/srv/a"));

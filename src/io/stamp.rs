@@ -31,4 +31,15 @@ impl Stamp {
     pub fn now(file: &File) -> io::Result<Stamp> {
         Ok(Stamp::of(&nix::sys::stat::fstat(file)?))
     }
+
+    /// The same state, as the index database keys it.
+    pub fn state(&self) -> crate::indexdb::FileState {
+        crate::indexdb::FileState {
+            dev: self.dev,
+            ino: self.ino,
+            size: self.size,
+            mtime: self.mtime,
+            ctime: self.ctime,
+        }
+    }
 }

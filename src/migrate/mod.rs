@@ -160,6 +160,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
     let (close_tx, close_rx) = mpsc::sync_channel::<File>(CLOSE_QUEUE);
     let close_rx = parking_lot::Mutex::new(close_rx);
     let mut sync_errors = Vec::new();
+    let mut written = Vec::new();
     std::thread::scope(|s| {
         for _ in 0..CLOSERS {
             let close_rx = &close_rx;
@@ -203,6 +204,9 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         drop(close_tx);
         for (i, outcome) in rx {
             let entry = &files[i];
+            if matches!(outcome, Outcome::Converted { .. }) {
+                written.push(i);
+            }
             summary.add(&outcome, true);
             observer.event(&Event {
                 path: &entry.path,
@@ -229,6 +233,9 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
             }
         }
     });
+    if opts.direction == transcode::Direction::Encode && !opts.dry_run {
+        record_in_index_db(opts, &files, &written);
+    }
     for e in sync_errors {
         let outcome = Outcome::Failed(format!("cannot sync the filesystem after renaming: {e}"));
         summary.add(&outcome, true);
@@ -240,6 +247,19 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         });
     }
     summary
+}
+
+/// Records the files just converted in each tree root's index database
+/// (`crate::indexdb`), so that the first mount of that root is warm.
+fn record_in_index_db(opts: &Options, files: &[walk::Entry], written: &[usize]) {
+    for root in &opts.paths {
+        let under: Vec<&Path> = written
+            .iter()
+            .map(|&i| files[i].path.as_path())
+            .filter(|p| p.starts_with(root))
+            .collect();
+        crate::indexdb::record_written(root, &under);
+    }
 }
 
 /// Threads that close replaced originals (see `file::Batch`).

@@ -134,6 +134,38 @@ impl OffsetIndex {
         }
     }
 
+    /// What the index holds, for `indexdb` to store: disk length, growing
+    /// units, exempt units, steps.
+    pub fn parts(&self) -> (u64, u64, u64, &[(u64, u64)]) {
+        (self.disk_len, self.growth, self.exempt, &self.steps)
+    }
+
+    /// An index from stored [`parts`](Self::parts); None unless its
+    /// invariants hold (steps strictly increasing, each within the file and
+    /// the growth), so a damaged record can never make a read panic.
+    pub fn from_parts(
+        disk_len: u64,
+        growth: u64,
+        exempt: u64,
+        steps: Vec<(u64, u64)>,
+    ) -> Option<OffsetIndex> {
+        let last_block = disk_len / BLOCK + 1;
+        let mut prev = (0u64, 0u64);
+        for &(k, g) in &steps {
+            if k <= prev.0 || g <= prev.1 || k > last_block || g > growth {
+                return None;
+            }
+            prev = (k, g);
+        }
+        let ok = growth <= disk_len && exempt <= disk_len && prev.1 == growth;
+        ok.then_some(OffsetIndex {
+            disk_len,
+            growth,
+            exempt,
+            steps,
+        })
+    }
+
     /// Length of the view (without the magic number).
     pub fn view_len(&self) -> u64 {
         self.disk_len + self.growth

@@ -1,0 +1,1032 @@
+//! The persistent index database: what a scan of a corrected file learned
+//! (its offset index, hence its view length and whether it is lossless),
+//! kept across mounts so that a cold `ls -l`, `stat` or `find -size` does
+//! not read every byte of every file again (issue 11).
+//!
+//! Called by `fs` (looked up when the in-memory index cache misses — before
+//! the file is even opened — and stored after a scan; opened once when the
+//! mount starts) and by `migrate` ([`record_written`]: the files it just
+//! converted, so the first mount after a migration is warm). Knows files
+//! only by their [`FileState`] and descriptors, nothing of FUSE.
+//!
+//! # Never stale
+//!
+//! A record is keyed by `(st_dev, st_ino)` and holds the exact state it was
+//! learned from: size, mtime and ctime to the nanosecond. It is used only
+//! when a fresh `fstat` gives that state exactly. It is stored only when the
+//! scan started more than [`RACY_MARGIN`] after the file's ctime (git's
+//! "racy timestamp" rule): the kernel stamps a change with a coarse clock
+//! (a tick of a few ms, 1–2 s on some filesystems), so a write landing in
+//! the same tick as the state the scan saw would leave size, mtime and
+//! ctime unchanged; once the tick of the recorded ctime is past, any change
+//! to content or metadata sets ctime to a later value, which no user can
+//! choose (only mtime and atime can be set). Hence:
+//!
+//! * rewrite in place, same size, even within the same second, or followed
+//!   by `touch -r` restoring the mtime: ctime moves, the record no longer
+//!   matches;
+//! * rename, link, unlink of another name: each sets the file's ctime;
+//!   the record follows the inode, not a name, so every hard link shares
+//!   it and a file renamed over another is a different inode;
+//! * delete and re-create with the inode number reused: the new file's
+//!   ctime is its creation time, after the scan, so later than the
+//!   recorded one (which was older than the scan by the margin);
+//! * restore from a backup (tar, rsync) with identical sizes and mtimes:
+//!   the restored files have new ctimes (and usually new inodes);
+//! * a clock stepped back: a record is only stored when the scan's clock
+//!   is past ctime by the margin, so a clock that was wrong only delays
+//!   storing. A stale match needs the clock set back and a rewrite of the
+//!   same size landing on the recorded ctime to the nanosecond — the same
+//!   exposure the in-memory cache (and git, and rsync) have.
+//! * a database from another BACKING (copied, or `-o index_db=` pointing
+//!   at it): the database records BACKING root's `(st_dev, st_ino)`; a
+//!   different one empties it, with one log line.
+//!
+//! # Where, and who may write it
+//!
+//! By default `BACKING/.cutf8fs-index/index.redb`, so every machine that
+//! mounts the archive benefits; the directory is hidden by the mount and
+//! skipped by migrate (`journal::is_internal`). It is opened like the
+//! journal ([`place`]): relative to BACKING's root descriptor, `O_NOFOLLOW`,
+//! owned by the daemon's user, not writable by group or others, on BACKING's
+//! filesystem; the file ours, regular, one link. When BACKING is read-only
+//! (`-o ro` too) or that place fails a check (say BACKING's owner planted a
+//! symlink or a directory of theirs there), the database lives in a cache
+//! directory instead (`/var/cache/cutf8fs` for root, else
+//! `$XDG_CACHE_HOME/cutf8fs` or `~/.cache/cutf8fs`), one file per BACKING.
+//! `-o index_db=PATH` names the file, `-o index_db=none` keeps indexes in
+//! memory only.
+//!
+//! # Why redb
+//!
+//! redb (pure Rust, copy-on-write B-trees, checksummed commits) over SQLite
+//! (`rusqlite`): redb runs on a file we opened and checked ourselves
+//! ([`redb::Builder::create_file`]) and writes nothing else, while SQLite
+//! opens its database, `-journal`, `-wal` and `-shm` files by path, next to
+//! each other — names in a tree the daemon does not trust, which it would
+//! resolve again and again. redb also builds without a C compiler. Its cost:
+//! one process at a time holds the file (an exclusive `flock`), so a second
+//! mount of the same BACKING (or a `cutf8 migrate` while it is mounted)
+//! finds it busy (after waiting up to 2 s for a mount that is still
+//! exiting) and keeps its indexes in memory only, with one log line; the
+//! file is never written by two at once.
+//!
+//! # Never worse than without it
+//!
+//! Missing: created with the first record (a mount that learns nothing
+//! leaves BACKING as it was). Truncated, damaged, or a record that does not decode:
+//! one log line, the file is emptied and rebuilt (records that do not
+//! decode are skipped). Busy, or not trusted: one log line, memory only or
+//! the cache directory. No failure here fails a mount or a request; a panic
+//! inside the database code is caught and turns the database off.
+//!
+//! Writes never wait on the disk in a request: stored records go through a
+//! bounded queue to one writer thread, which commits them in batches (one
+//! fsync per batch); a full queue drops the record (costs only speed). A
+//! record used a week or more after it was last dated is dated again; at unmount, records unused for [`MAX_AGE_DAYS`] are
+//! collected, and beyond [`MAX_RECORDS`] the least recently used go, so
+//! the file stays bounded however many files come and go. One record per
+//! inode: a file that changes replaces its record.
+
+// redb's error type is large; it travels only on the rare failure path,
+// where it is logged once.
+#![allow(clippy::result_large_err)]
+
+mod place;
+mod record;
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::view::OffsetIndex;
+pub use place::DIR;
+pub use record::FileState;
+
+/// A scan must start this long after the file's last change (ctime) for
+/// its result to be stored: more than any filesystem's timestamp tick
+/// (FAT's 2 s is the coarsest in use).
+pub const RACY_MARGIN: Duration = Duration::from_millis(2100);
+/// Records unused for this long are collected at unmount.
+pub const MAX_AGE_DAYS: u32 = 90;
+/// At most this many records; beyond, the least recently used go.
+pub const MAX_RECORDS: u64 = 4 << 20;
+
+/// `cutf8 migrate` records written files at least this large.
+pub const MIGRATE_MIN: u64 = 64 << 10;
+
+/// Tries (50 ms apart) to lock a database another process holds.
+const LOCK_TRIES: u32 = 40;
+
+/// Records waiting for the writer thread.
+const QUEUE: usize = 8192;
+/// Longest wait before a batch is committed.
+const BATCH_WAIT: Duration = Duration::from_millis(300);
+
+const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
+const META: TableDefinition<&str, (u64, u64)> = TableDefinition::new("meta");
+/// META key: BACKING root's `(st_dev, st_ino)`.
+const ROOT: &str = "root";
+
+/// Where the database is, from `-o index_db=`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Location {
+    /// `BACKING/.cutf8fs-index/`, or the cache directory.
+    #[default]
+    Default,
+    /// `none`: memory only.
+    None,
+    /// `PATH`: this file.
+    File(PathBuf),
+}
+
+impl Location {
+    /// Parses the value of `-o index_db=`: `none` or an absolute path (the
+    /// daemon may change directory before it opens it).
+    pub fn parse(v: &str) -> Option<Location> {
+        match v {
+            "none" => Some(Location::None),
+            p if Path::new(p).is_absolute() && !p.ends_with('/') => {
+                Some(Location::File(PathBuf::from(p)))
+            }
+            _ => None,
+        }
+    }
+}
+
+enum Op {
+    Put((u64, u64), Vec<u8>),
+}
+
+/// What lookups and the writer share.
+struct Shared {
+    /// The database, once open (at mount, or by the writer when the first
+    /// record creates it).
+    db: OnceLock<Arc<redb::Database>>,
+    /// Where it is, for messages.
+    path: Mutex<PathBuf>,
+    /// Set once a panic turned the database off.
+    off: AtomicBool,
+}
+
+struct Open {
+    shared: Arc<Shared>,
+    tx: Mutex<Option<SyncSender<Op>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The index database of one mount; see the module doc. Every method is
+/// infallible: without a database they do nothing.
+pub struct IndexDb {
+    inner: Option<Open>,
+}
+
+/// Seconds and nanoseconds since the epoch, now.
+pub fn now() -> (i64, i64) {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+        Err(_) => (0, 0),
+    }
+}
+
+fn day_of(t: (i64, i64)) -> u32 {
+    u32::try_from(t.0.max(0) / 86_400).unwrap_or(u32::MAX)
+}
+
+/// Whether a scan that started at `started` may be stored for a file whose
+/// ctime is `ctime` (see "Never stale").
+pub fn settled(ctime: (i64, i64), started: (i64, i64)) -> bool {
+    let to_ns = |t: (i64, i64)| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
+    to_ns(started) - to_ns(ctime) > RACY_MARGIN.as_nanos() as i128
+}
+
+thread_local! {
+    /// How many [`quiet`] calls this thread is inside.
+    static QUIET: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs database code, catching a panic (redb asserts on some damaged
+/// files): the caller turns it into "no database". Such a panic is logged
+/// at debug level only; the caller logs the one line that matters.
+fn quiet<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.with(|q| q.get()) > 0 {
+                log::debug!("index database code failed: {info}");
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    QUIET.with(|q| q.set(q.get() + 1));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(q.get() - 1));
+    r
+}
+
+/// Where the database of one BACKING is to be found.
+struct Finder {
+    root: OwnedFd,
+    root_dev: u64,
+    root_id: (u64, u64),
+    /// BACKING's path when the mount started (messages, cache file name).
+    backing: PathBuf,
+    loc: Location,
+    read_only: bool,
+}
+
+enum Found {
+    Here(File, PathBuf),
+    /// BACKING has no database yet: created with the first record.
+    Later,
+    Nothing,
+}
+
+impl Finder {
+    fn find(&self, create: bool) -> Found {
+        let here = self.backing.join(DIR);
+        let why = match &self.loc {
+            Location::None => return Found::Nothing,
+            Location::File(p) => {
+                let dir = p.parent().unwrap_or(Path::new(""));
+                let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
+                let r = match place::open_given_dir(dir) {
+                    Ok(d) => place::open_file(d.as_fd(), name),
+                    Err(e) => Err(format!("its directory cannot be opened ({e})")),
+                };
+                return match r {
+                    Ok(f) => Found::Here(f, p.clone()),
+                    Err(why) => {
+                        log::warn!(
+                            "index database {}: {why}; indexes kept in memory only. Give \
+                             -o index_db= a file of the daemon's user in a directory only \
+                             it can write",
+                            p.display()
+                        );
+                        Found::Nothing
+                    }
+                };
+            }
+            Location::Default if self.read_only => None,
+            Location::Default => {
+                let dir = place::open_dir(
+                    self.root.as_fd(),
+                    Path::new(DIR),
+                    create,
+                    Some(self.root_dev),
+                );
+                match dir {
+                    Ok(d) => match place::open_file(d.as_fd(), Path::new(place::FILE)) {
+                        Ok(f) => return Found::Here(f, here.join(place::FILE)),
+                        Err(why) => Some(format!("{}: {why}", place::FILE)),
+                    },
+                    Err(place::Refused::Missing) if place::writable(self.root.as_fd()) => {
+                        return Found::Later
+                    }
+                    Err(place::Refused::Missing) => None,
+                    Err(place::Refused::Bad(why)) => Some(why),
+                }
+            }
+        };
+        match place::cache_dir() {
+            // Created with the first record, like the default place: a
+            // mount that stores nothing leaves no file behind.
+            Some(dir)
+                if !create
+                    && std::fs::symlink_metadata(
+                        dir.join(place::cache_file_name(&self.backing)),
+                    )
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                Found::Later
+            }
+            Some(dir) => {
+                let r = place::open_cache_dir(&dir).and_then(|fd| {
+                    let name = place::cache_file_name(&self.backing);
+                    place::open_file(fd.as_fd(), &name).map(|f| (f, dir.join(name)))
+                });
+                match (r, why) {
+                    (Ok((f, p)), None) => {
+                        log::info!(
+                            "BACKING is read-only or not the daemon's to write: index \
+                             database kept in {}",
+                            p.display()
+                        );
+                        Found::Here(f, p)
+                    }
+                    (Ok((f, p)), Some(why)) => {
+                        log::warn!(
+                            "index database {}: {why}; not used (remove it to let the mount \
+                             create its own), kept in {} instead",
+                            here.display(),
+                            p.display()
+                        );
+                        Found::Here(f, p)
+                    }
+                    (Err(e), _) => {
+                        log::warn!(
+                            "index database: cache directory {}: {e}; indexes kept in memory \
+                             only",
+                            dir.display()
+                        );
+                        Found::Nothing
+                    }
+                }
+            }
+            None => {
+                log::warn!("index database: no cache directory (HOME is not set); memory only");
+                Found::Nothing
+            }
+        }
+    }
+}
+
+impl IndexDb {
+    /// No database: indexes live in memory only.
+    pub fn none() -> IndexDb {
+        IndexDb { inner: None }
+    }
+
+    /// The database of the BACKING whose root descriptor is `root`, at
+    /// `loc`. Never fails: whatever goes wrong is logged in one line and
+    /// the mount goes on without (or with a fresh) database.
+    pub fn open(root: BorrowedFd<'_>, loc: &Location, read_only: bool) -> IndexDb {
+        if *loc == Location::None {
+            log::info!("index database: none (-o index_db=none); indexes kept in memory only");
+            return IndexDb::none();
+        }
+        let (Ok(root_st), Ok(root)) = (nix::sys::stat::fstat(root), root.try_clone_to_owned())
+        else {
+            return IndexDb::none();
+        };
+        let backing = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd()))
+            .unwrap_or_else(|_| PathBuf::from("BACKING"));
+        let fs_ro = nix::sys::statvfs::fstatvfs(&root)
+            .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+            .unwrap_or(false);
+        let finder = Finder {
+            root,
+            root_dev: root_st.st_dev,
+            root_id: (root_st.st_dev, root_st.st_ino),
+            backing,
+            loc: loc.clone(),
+            read_only: read_only || fs_ro,
+        };
+        let shared = Arc::new(Shared {
+            db: OnceLock::new(),
+            path: Mutex::new(finder.backing.join(DIR).join(place::FILE)),
+            off: AtomicBool::new(false),
+        });
+        let lazy = match finder.find(false) {
+            Found::Here(file, path) => {
+                let db = start_db(file, &path, finder.root_id);
+                *shared.path.lock() = path;
+                match db {
+                    Some(db) => {
+                        let _ = shared.db.set(Arc::new(db));
+                        None
+                    }
+                    None => return IndexDb::none(),
+                }
+            }
+            Found::Later => Some(finder),
+            Found::Nothing => return IndexDb::none(),
+        };
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let w = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("index-db".into())
+            .spawn(move || {
+                if quiet(|| writer(&w, rx, lazy)).is_err() {
+                    w.off.store(true, Ordering::Relaxed);
+                    log::warn!(
+                        "index database {}: its writer failed an internal check; not used \
+                         for the rest of this mount",
+                        w.path.lock().display()
+                    );
+                }
+            });
+        let Ok(writer) = writer else {
+            return IndexDb::none();
+        };
+        IndexDb {
+            inner: Some(Open {
+                shared,
+                tx: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(writer)),
+            }),
+        }
+    }
+
+    fn db(&self) -> Option<(&Shared, &Arc<redb::Database>)> {
+        let s = &self.inner.as_ref()?.shared;
+        if s.off.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some((s, s.db.get()?))
+    }
+
+    /// Whether a database is open now (not only to be created).
+    pub fn is_open(&self) -> bool {
+        self.db().is_some()
+    }
+
+    /// The index stored for exactly `state`, if any.
+    pub fn get(&self, state: &FileState) -> Option<OffsetIndex> {
+        let (shared, db) = self.db()?;
+        let key = (state.dev, state.ino);
+        let bytes = match quiet(|| -> Result<Option<Vec<u8>>, redb::Error> {
+            let r = db.begin_read()?;
+            let t = r.open_table(RECORDS)?;
+            Ok(t.get(key)?.map(|v| v.value().to_vec()))
+        }) {
+            Ok(Ok(b)) => b?,
+            Ok(Err(e)) => {
+                log::debug!("index database: lookup failed: {e}");
+                return None;
+            }
+            Err(_) => {
+                if !shared.off.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "index database {}: redb failed an internal check on a lookup; \
+                         not used for the rest of this mount",
+                        shared.path.lock().display()
+                    );
+                }
+                return None;
+            }
+        };
+        let rec = record::decode(state.dev, state.ino, &bytes)?;
+        if rec.state != *state
+            || rec.index.disk_len() != state.size.checked_sub(cutf8::MAGIC.len() as u64)?
+        {
+            return None;
+        }
+        let today = day_of(now());
+        if rec.seen_day.saturating_add(7) <= today {
+            self.send(key, record::encode(state, today, &rec.index));
+        }
+        Some(rec.index)
+    }
+
+    /// Stores `index`, learned for `state` by a scan that started at
+    /// `started` (after which the file's state was checked unchanged).
+    /// Not stored when the scan was too close to the file's last change.
+    pub fn put(&self, state: &FileState, started: (i64, i64), index: &OffsetIndex) {
+        if !settled(state.ctime, started) {
+            return;
+        }
+        let today = day_of(now());
+        self.send((state.dev, state.ino), record::encode(state, today, index));
+    }
+
+    fn send(&self, key: (u64, u64), bytes: Vec<u8>) {
+        let Some(open) = self.inner.as_ref() else {
+            return;
+        };
+        if open.shared.off.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(tx) = open.tx.lock().as_ref() {
+            match tx.try_send(Op::Put(key, bytes)) {
+                Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+                Err(TrySendError::Full(_)) => log::debug!("index database queue full"),
+            }
+        }
+    }
+
+    /// Commits every record stored so far; stores no more.
+    pub fn close(&self) {
+        let Some(open) = self.inner.as_ref() else {
+            return;
+        };
+        drop(open.tx.lock().take());
+        if let Some(w) = open.writer.lock().take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Opens the database in `file` (rebuilding it when damaged or foreign).
+fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Database> {
+    // Our own lock on the open file, held while redb opens (redb's flock
+    // on a dup of it shares it), so that emptying a damaged file can never
+    // hit a database another mount is using.
+    // A mount just unmounted may still be committing its last records:
+    // wait for it a little.
+    let mut tries = 0;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        tries += 1;
+        if tries < LOCK_TRIES {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        log::warn!(
+            "index database {} is in use by another mount or migrate; this mount keeps \
+             its indexes in memory only",
+            path.display()
+        );
+        return None;
+    }
+    // Lookups of a cold mount touch most pages: one sequential read-ahead
+    // instead of a random read each (small databases only).
+    if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
+        // SAFETY: posix_fadvise on a descriptor we own; only a hint.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+    }
+    let create = |f: &File| -> Result<redb::Database, String> {
+        let dup = f.try_clone().map_err(|e| e.to_string())?;
+        match quiet(|| redb::Builder::new().create_file(dup)) {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("redb failed an internal check reading it".into()),
+        }
+    };
+    // `file` (our lock's descriptor) closes on return; redb's dup holds
+    // the lock from then on.
+    match create(&file) {
+        Ok(db) => match check_root(&db, root_id) {
+            Ok(true) => Some(db),
+            Ok(false) => {
+                log::warn!(
+                    "index database {} belongs to another BACKING (or BACKING moved to \
+                     another device); starting it afresh",
+                    path.display()
+                );
+                match clear(&db, root_id) {
+                    Ok(()) => Some(db),
+                    Err(e) => {
+                        drop(db);
+                        rebuild(&file, path, &e, &create, root_id)
+                    }
+                }
+            }
+            Err(e) => {
+                drop(db);
+                rebuild(&file, path, &e, &create, root_id)
+            }
+        },
+        Err(e) => rebuild(&file, path, &e, &create, root_id),
+    }
+}
+
+fn rebuild(
+    file: &File,
+    path: &Path,
+    why: &str,
+    create: &dyn Fn(&File) -> Result<redb::Database, String>,
+    root_id: (u64, u64),
+) -> Option<redb::Database> {
+    log::warn!(
+        "index database {} is damaged ({why}); rebuilding it (sizes are learned again by \
+         reading the files)",
+        path.display()
+    );
+    if let Err(e) = file.set_len(0) {
+        log::warn!(
+            "index database {}: cannot empty it ({e}); indexes kept in memory only",
+            path.display()
+        );
+        return None;
+    }
+    match create(file).and_then(|db| clear(&db, root_id).map(|()| db)) {
+        Ok(db) => Some(db),
+        Err(e) => {
+            log::warn!(
+                "index database {}: cannot create it ({e}); indexes kept in memory only",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Whether the database is BACKING's (an empty one becomes so).
+fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> {
+    let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
+        let r = db.begin_read()?;
+        let t = match r.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(t.get(ROOT)?.map(|v| v.value()))
+    })
+    .map_err(|_| "redb failed an internal check reading it".to_owned())?
+    .map_err(|e| e.to_string())?;
+    match found {
+        Some(id) => Ok(id == root_id),
+        None => clear(db, root_id).map(|()| true),
+    }
+}
+
+/// Empties the records and makes the database BACKING's.
+fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
+    quiet(|| -> Result<(), redb::Error> {
+        let w = db.begin_write()?;
+        w.delete_table(RECORDS)?;
+        w.open_table(RECORDS)?;
+        w.open_table(META)?.insert(ROOT, root_id)?;
+        w.commit()?;
+        Ok(())
+    })
+    .map_err(|_| "redb failed an internal check writing it".to_owned())?
+    .map_err(|e| e.to_string())
+}
+
+/// The nearest directory at or above `dir`, on its filesystem, that holds
+/// an index database directory; `dir` itself when none does.
+fn archive_root(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(start) = std::fs::canonicalize(dir) else {
+        return dir.to_owned();
+    };
+    let Ok(dev) = std::fs::metadata(&start).map(|m| m.dev()) else {
+        return start;
+    };
+    for up in start.ancestors() {
+        if std::fs::metadata(up).map_or(true, |m| m.dev() != dev) {
+            break;
+        }
+        if std::fs::symlink_metadata(up.join(DIR)).is_ok_and(|m| m.is_dir()) {
+            return up.to_owned();
+        }
+    }
+    start
+}
+
+/// Records the corrected files `cutf8 migrate` just wrote under `root`
+/// (one of its tree roots, taken as a BACKING's root), so that the first
+/// mount afterwards is warm. Each file is scanned once more after its
+/// ctime has settled ([`RACY_MARGIN`]; at most one wait for the whole
+/// list): what migrate wrote may have been changed since by someone else
+/// within the same timestamp tick, so only a scan made after the tick is
+/// trusted — just-written files are usually still in the page cache.
+/// Files under [`MIGRATE_MIN`] are left out (a mount reads one page of
+/// them to learn they are corrected, which is most of a scan; so a run on
+/// small files waits for nothing and creates nothing). Returns how many were
+/// recorded; nothing when the database is busy (a mount of `root` holds it)
+/// or cannot be opened.
+pub fn record_written(root: &Path, files: &[&Path]) -> usize {
+    use std::os::unix::fs::OpenOptionsExt;
+    if files.is_empty() {
+        return 0;
+    }
+    // A tree inside an archive that already has a database (it was
+    // mounted, or migrated, before) records into that one.
+    let root = archive_root(root);
+    let Ok(rootfd) = place::open_given_dir(&root) else {
+        return 0;
+    };
+    let db = IndexDb::open(rootfd.as_fd(), &Location::Default, false);
+    if db.inner.is_none() {
+        return 0;
+    }
+    let mut done = 0;
+    for path in files {
+        let Ok(file) = File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+        else {
+            continue;
+        };
+        let state = |f: &File| -> Option<FileState> {
+            let st = nix::sys::stat::fstat(f).ok()?;
+            (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(FileState {
+                dev: st.st_dev,
+                ino: st.st_ino,
+                size: st.st_size as u64,
+                mtime: (st.st_mtime, st.st_mtime_nsec),
+                ctime: (st.st_ctime, st.st_ctime_nsec),
+            })
+        };
+        let Some(before) = state(&file).filter(|s| s.size >= MIGRATE_MIN) else {
+            continue;
+        };
+        if !crate::io::has_magic(&file).unwrap_or(false) {
+            continue;
+        }
+        while !settled(before.ctime, now()) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let started = now();
+        let Ok(index) = crate::io::build_index(&file) else {
+            continue;
+        };
+        if state(&file) == Some(before) && index.disk_len() + 8 == before.size {
+            db.put(&before, started, &index);
+            done += 1;
+        }
+    }
+    db.close();
+    done
+}
+
+impl Drop for IndexDb {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The writer thread: opens (creates) the database when the first record
+/// comes if it was not there at mount, commits queued records in batches
+/// until the queue closes, then collects garbage.
+fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
+    let collected = |db: &redb::Database| {
+        if let Err(e) = collect(db, day_of(now())) {
+            log::warn!(
+                "index database {}: collecting old records failed: {e}",
+                shared.path.lock().display()
+            );
+        }
+    };
+    let mut batch = Vec::new();
+    let mut failed = false;
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        let until = std::time::Instant::now() + BATCH_WAIT;
+        let mut closed = false;
+        while batch.len() < 4096 {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(op) => batch.push(op),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if let Some(finder) = lazy.take() {
+            if let Found::Here(file, path) = finder.find(true) {
+                let db = start_db(file, &path, finder.root_id);
+                *shared.path.lock() = path;
+                if let Some(db) = db {
+                    let _ = shared.db.set(Arc::new(db));
+                }
+            }
+        }
+        let Some(db) = shared.db.get() else {
+            batch.clear();
+            continue;
+        };
+        let r = (|| -> Result<(), redb::Error> {
+            let w = db.begin_write()?;
+            {
+                let mut t = w.open_table(RECORDS)?;
+                for Op::Put(key, bytes) in batch.drain(..) {
+                    t.insert(key, bytes.as_slice())?;
+                }
+            }
+            w.commit()?;
+            Ok(())
+        })();
+        batch.clear();
+        if let Err(e) = r {
+            if !failed {
+                log::warn!(
+                    "index database {}: cannot store records: {e}",
+                    shared.path.lock().display()
+                );
+                failed = true;
+            }
+        }
+        if closed {
+            break;
+        }
+    }
+    // At the end (the unmount), not at the start, where it would compete
+    // with the first lookups of a cold mount for the disk.
+    if let Some(db) = shared.db.get() {
+        collected(db);
+    }
+}
+
+/// Removes records not used for [`MAX_AGE_DAYS`] and, beyond
+/// [`MAX_RECORDS`], the least recently used.
+fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error> {
+    let r = db.begin_read()?;
+    let t = r.open_table(RECORDS)?;
+    let count = t.len()?;
+    let mut days: Vec<((u64, u64), u32)> = Vec::new();
+    let mut old = Vec::new();
+    for item in t.iter()? {
+        let (k, v) = item?;
+        let key = k.value();
+        let seen = record::seen_day(v.value()).unwrap_or(0);
+        if seen.saturating_add(MAX_AGE_DAYS) < today {
+            old.push(key);
+        } else if count > MAX_RECORDS {
+            days.push((key, seen));
+        }
+    }
+    drop(t);
+    drop(r);
+    let live = count - old.len() as u64;
+    if live > MAX_RECORDS {
+        days.sort_by_key(|&(_, d)| d);
+        let extra = (live - MAX_RECORDS) as usize;
+        old.extend(days.iter().take(extra).map(|&(k, _)| k));
+    }
+    if old.is_empty() {
+        return Ok(());
+    }
+    let w = db.begin_write()?;
+    {
+        let mut t = w.open_table(RECORDS)?;
+        for k in &old {
+            t.remove(*k)?;
+        }
+    }
+    w.commit()?;
+    log::info!(
+        "index database: {} records of old or vanished files collected",
+        old.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root_of(p: &Path) -> OwnedFd {
+        place::open_given_dir(p).unwrap()
+    }
+
+    fn state(ino: u64, size: u64) -> FileState {
+        FileState {
+            dev: 1,
+            ino,
+            size,
+            mtime: (1000, 5),
+            ctime: (1000, 7),
+        }
+    }
+
+    fn text_index(n: usize) -> OffsetIndex {
+        let mut disk = Vec::new();
+        for _ in 0..n {
+            let mut unit = [0u8; 8];
+            let n = cutf8::unit::encode_disk(0x800, &mut unit).unwrap(); // grows by one
+            disk.extend_from_slice(&unit[..n]);
+            disk.resize(disk.len() + 5000, b'a');
+        }
+        OffsetIndex::from_bytes(&disk)
+    }
+
+    fn stored(dir: &Path, st: &FileState, index: &OffsetIndex) {
+        let db = IndexDb::open(root_of(dir).as_fd(), &Location::Default, false);
+        db.put(st, now(), index);
+        db.close();
+        assert!(dir.join(DIR).join(place::FILE).exists());
+    }
+
+    #[test]
+    fn a_record_is_served_only_for_the_exact_state() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(3);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &st, &index);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(db.get(&st), Some(index.clone()));
+        let mut other = st;
+        other.ctime.1 += 1;
+        assert_eq!(db.get(&other), None);
+        let mut other = st;
+        other.mtime.0 -= 1;
+        assert_eq!(db.get(&other), None);
+        let mut other = st;
+        other.size += 1;
+        assert_eq!(db.get(&other), None);
+        let mut other = st;
+        other.dev = 2;
+        assert_eq!(db.get(&other), None);
+    }
+
+    #[test]
+    fn a_scan_too_close_to_the_last_change_is_not_stored() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(1);
+        let mut st = state(9, 8 + index.disk_len());
+        st.ctime = now();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        db.put(&st, now(), &index);
+        db.close();
+        assert!(
+            !d.path().join(DIR).exists(),
+            "nothing stored, nothing created"
+        );
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+        assert!(settled((100, 0), (102, 100_000_001)));
+        assert!(!settled((100, 0), (102, 100_000_000)));
+        assert!(
+            !settled((100, 0), (50, 0)),
+            "a clock set back stores nothing"
+        );
+    }
+
+    #[test]
+    fn garbage_in_the_file_is_rebuilt_and_a_foreign_database_emptied() {
+        let _ = env_logger::builder()
+            .is_test(true)
+            .filter_level(log::LevelFilter::Debug)
+            .try_init();
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(2);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &st, &index);
+        let file = d.path().join(DIR).join(place::FILE);
+        // Another BACKING's database.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::create_dir(other.path().join(DIR)).unwrap();
+        std::fs::set_permissions(
+            other.path().join(DIR),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        std::fs::copy(&file, other.path().join(DIR).join(place::FILE)).unwrap();
+        let db = IndexDb::open(root_of(other.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+        drop(db);
+        // Garbage, then a cut.
+        let len = std::fs::metadata(&file).unwrap().len();
+        std::fs::write(&file, vec![0x5a; len as usize]).unwrap();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+        db.put(&st, now(), &index);
+        drop(db);
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(len / 3).unwrap();
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
+        assert_eq!(db.get(&st), None);
+    }
+
+    #[test]
+    fn a_second_opener_gets_no_database_and_the_first_keeps_working() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(1);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
+        let first = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        let second = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(first.is_open());
+        assert!(!second.is_open());
+        first.put(&st, now(), &index);
+        drop(first);
+        drop(second);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(db.get(&st), Some(index));
+    }
+
+    #[test]
+    fn a_symlink_or_a_shared_directory_is_not_used() {
+        let d = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(target.path(), d.path().join(DIR)).unwrap();
+        assert!(place::open_dir(root_of(d.path()).as_fd(), Path::new(DIR), true, None).is_err());
+        std::fs::remove_file(d.path().join(DIR)).unwrap();
+        std::fs::create_dir(d.path().join(DIR)).unwrap();
+        std::fs::set_permissions(
+            d.path().join(DIR),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        assert!(place::open_dir(root_of(d.path()).as_fd(), Path::new(DIR), true, None).is_err());
+        // A symlink at the file's name is never followed.
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(target.path().join("x"), dir.path().join("f")).unwrap();
+        let dfd = root_of(dir.path());
+        assert!(place::open_file(dfd.as_fd(), Path::new("f")).is_err());
+        assert!(!target.path().join("x").exists());
+    }
+
+    #[test]
+    fn old_records_are_collected() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(1);
+        let st = state(5, 8 + index.disk_len());
+        stored(d.path(), &st, &index);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        collect(db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        assert_eq!(db.get(&st), None);
+    }
+}

@@ -1,0 +1,581 @@
+//! The persistent index database. A mount learns a corrected
+//! file's view length by reading it once; the next mount of the same
+//! BACKING takes it from the database instead — but never for a file that
+//! changed since, however the change hid itself (same size, same mtime,
+//! rename, tar restore, inode reuse), and never from a database that is
+//! damaged, foreign, busy or planted by BACKING's owner.
+//!
+//! Every check runs through a fresh mount of the same BACKING (the kernel
+//! caches nothing across mounts). Whether the database was used is read
+//! from the daemon's own `/proc/PID/io` (`rchar`, bytes its read calls
+//! returned): a file served from the database is not read.
+
+use std::fs::{self, File};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::mount::{enc, expected_view, Mount};
+use crate::support::users::{sh_as, user};
+
+const DB_DIR: &str = ".cutf8fs-index";
+const DB_FILE: &str = ".cutf8fs-index/index.redb";
+
+/// Longer than the daemon's racy margin (2.1 s): a scan after this stores
+/// its result.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(2400));
+}
+
+/// `n` units that grow in the view (2 disk bytes, 3 view bytes each).
+fn growing(n: usize) -> Vec<u8> {
+    let mut v = cutf8::MAGIC.to_vec();
+    for i in 0..n {
+        v.extend(enc(0x800 + (i as u32 % 0xA0)));
+    }
+    v
+}
+
+/// Same disk size as `growing(n)`, a different view length.
+fn flat(n: usize) -> Vec<u8> {
+    let mut v = cutf8::MAGIC.to_vec();
+    v.resize(8 + 2 * n, b'x');
+    v
+}
+
+// ---------------------------------------------------------------- daemon
+
+/// The one mount guard of the harness.
+type Daemon = Mount;
+
+/// Bytes the daemon's read calls have returned so far.
+fn rchar(d: &Daemon) -> u64 {
+    let io = fs::read_to_string(format!("/proc/{}/io", d.pid())).expect("/proc/PID/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("rchar")
+}
+
+/// A BACKING that is mounted again and again, each time on a fresh
+/// mount point.
+struct Env {
+    dir: tempfile::TempDir,
+    backing: PathBuf,
+    n: std::cell::Cell<u32>,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::Builder::new()
+            .prefix("cutf8fs-idb-")
+            .tempdir()
+            .unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let backing = dir.path().join("backing");
+        fs::create_dir(&backing).unwrap();
+        Env {
+            dir,
+            backing,
+            n: std::cell::Cell::new(0),
+        }
+    }
+
+    fn b(&self, rel: &str) -> PathBuf {
+        self.backing.join(rel)
+    }
+
+    fn mount(&self, opts: &[&str]) -> Daemon {
+        self.mount_at(&self.backing, opts)
+    }
+
+    fn mount_at(&self, backing: &Path, opts: &[&str]) -> Daemon {
+        self.n.set(self.n.get() + 1);
+        let mnt = self.dir.path().join(format!("mnt{}", self.n.get()));
+        fs::create_dir(&mnt).unwrap();
+        let log = mnt.with_extension("log");
+        Mount::with(opts).on(backing, &mnt, &log)
+    }
+}
+
+/// Every name's size through the mount is its view's length, and (for
+/// `read`) its bytes are the view.
+fn check_sizes(d: &Daemon, backing: &Path, names: &[&str], read: bool) {
+    for name in names {
+        let disk = fs::read(backing.join(name)).unwrap();
+        let want = expected_view(&disk);
+        let size = fs::metadata(d.m(name)).unwrap().len();
+        assert_eq!(
+            size,
+            want.len() as u64,
+            "{name}: size through the mount is not its view's length"
+        );
+        if read {
+            assert!(fs::read(d.m(name)).unwrap() == want, "{name}: wrong bytes");
+        }
+    }
+}
+
+/// Stats `names` through a fresh mount; returns the bytes the daemon read.
+fn stat_all(d: &Daemon, names: &[&str]) -> u64 {
+    let before = rchar(d);
+    for name in names {
+        fs::metadata(d.m(name)).unwrap();
+    }
+    rchar(d) - before
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn the_next_mount_takes_sizes_from_the_database_and_reads_nothing() {
+    let env = Env::new();
+    let names = ["a", "b", "c", "d"];
+    for (i, n) in names.iter().enumerate() {
+        fs::write(env.b(n), growing(200_000 + i * 1000)).unwrap();
+    }
+    let total: u64 = names
+        .iter()
+        .map(|n| fs::metadata(env.b(n)).unwrap().len())
+        .sum();
+    settle();
+    {
+        let d = env.mount(&[]);
+        let read = stat_all(&d, &names);
+        assert!(
+            read >= total,
+            "the first mount reads every file ({read} bytes)"
+        );
+        check_sizes(&d, &env.backing, &names, false);
+        let listed: Vec<_> = fs::read_dir(&d.mnt)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            !listed
+                .iter()
+                .any(|n| n.to_string_lossy().starts_with(".cutf8fs-")),
+            "the database shows through the mount: {listed:?}"
+        );
+    }
+    let st = fs::symlink_metadata(env.b(DB_FILE)).expect("the database is in BACKING");
+    assert!(st.is_file() && st.mode() & 0o077 == 0 && st.uid() == 0);
+    let d = env.mount(&[]);
+    let read = stat_all(&d, &names);
+    assert!(
+        read < total / 8,
+        "the second mount read {read} bytes of {total} to size files the database knows"
+    );
+    check_sizes(&d, &env.backing, &names, true);
+}
+
+#[test]
+fn a_changed_file_is_never_served_with_its_old_size() {
+    let env = Env::new();
+    let n = 50_000;
+    let names = ["inplace", "touch_r", "renamed", "tar", "reused", "link1"];
+    for name in names {
+        fs::write(env.b(name), growing(n)).unwrap();
+    }
+    fs::hard_link(env.b("link1"), env.b("link2")).unwrap();
+    settle();
+    {
+        let d = env.mount(&[]);
+        check_sizes(&d, &env.backing, &names, false);
+    }
+    assert!(env.b(DB_FILE).exists());
+    let mtime = |name: &str| fs::metadata(env.b(name)).unwrap().modified().unwrap();
+    let set_mtime = |name: &str, t| {
+        File::options()
+            .write(true)
+            .open(env.b(name))
+            .unwrap()
+            .set_modified(t)
+            .unwrap()
+    };
+    // Rewritten in place: same size, within the same second.
+    fs::write(env.b("inplace"), flat(n)).unwrap();
+    // Rewritten, then the old mtime put back (touch -r).
+    let old = mtime("touch_r");
+    fs::write(env.b("touch_r"), flat(n)).unwrap();
+    set_mtime("touch_r", old);
+    assert_eq!(mtime("touch_r"), old);
+    // Replaced by rename, the new file given the old one's mtime.
+    let old = mtime("renamed");
+    fs::write(env.b("renamed.new"), flat(n)).unwrap();
+    set_mtime("renamed.new", old);
+    fs::rename(env.b("renamed.new"), env.b("renamed")).unwrap();
+    // Restored from a tar whose copy has the same size and mtime.
+    let stage = env.dir.path().join("stage");
+    fs::create_dir(&stage).unwrap();
+    fs::write(stage.join("tar"), flat(n)).unwrap();
+    File::options()
+        .write(true)
+        .open(stage.join("tar"))
+        .unwrap()
+        .set_modified(mtime("tar"))
+        .unwrap();
+    let tarball = env.dir.path().join("t.tar");
+    let ok = Command::new("tar")
+        .arg("--format=posix")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&stage)
+        .arg("tar")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let ok = Command::new("tar")
+        .arg("-xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&env.backing)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(
+        mtime("tar"),
+        fs::metadata(stage.join("tar")).unwrap().modified().unwrap()
+    );
+    // Deleted and created again (the inode number is often reused).
+    let old = mtime("reused");
+    fs::remove_file(env.b("reused")).unwrap();
+    fs::write(env.b("reused"), flat(n)).unwrap();
+    set_mtime("reused", old);
+    // Changed through its other hard link.
+    let old = mtime("link2");
+    fs::write(env.b("link2"), flat(n)).unwrap();
+    set_mtime("link2", old);
+    for name in names {
+        assert_eq!(fs::metadata(env.b(name)).unwrap().len(), 8 + 2 * n as u64);
+    }
+    let d = env.mount(&[]);
+    check_sizes(&d, &env.backing, &names, true);
+    check_sizes(&d, &env.backing, &["link2"], true);
+}
+
+#[test]
+fn a_damaged_database_costs_one_log_line_and_is_rebuilt() {
+    let env = Env::new();
+    let names = ["a", "b"];
+    fs::write(env.b("a"), growing(100_000)).unwrap();
+    fs::write(env.b("b"), growing(90_000)).unwrap();
+    settle();
+    check_sizes(&env.mount(&[]), &env.backing, &names, false);
+    let len = fs::metadata(env.b(DB_FILE)).unwrap().len();
+    // Garbage of the same length, then a database cut short.
+    for damage in ["garbage", "truncated"] {
+        match damage {
+            "garbage" => fs::write(env.b(DB_FILE), vec![0xA5u8; len as usize]).unwrap(),
+            _ => {
+                drop(env.mount(&[]).m("a").metadata());
+                let db_len = fs::metadata(env.b(DB_FILE)).unwrap().len();
+                File::options()
+                    .write(true)
+                    .open(env.b(DB_FILE))
+                    .unwrap()
+                    .set_len(db_len / 2)
+                    .unwrap();
+            }
+        }
+        let d = env.mount(&[]);
+        check_sizes(&d, &env.backing, &names, true);
+        drop(d);
+    }
+    // Rebuilt: the next mount reads nothing again.
+    let d = env.mount(&[]);
+    let read = stat_all(&d, &names);
+    assert!(
+        read < 100_000,
+        "the rebuilt database was not used ({read} bytes read)"
+    );
+    let logs: String = (1..=env.n.get())
+        .map(|i| fs::read_to_string(env.dir.path().join(format!("mnt{i}.log"))).unwrap())
+        .collect();
+    assert!(
+        logs.matches("is damaged").count() >= 1,
+        "no log line says the database was damaged:\n{logs}"
+    );
+}
+
+#[test]
+fn a_database_from_another_backing_is_emptied_not_trusted() {
+    let one = Env::new();
+    let two = Env::new();
+    // Same names, same sizes, different views.
+    fs::write(one.b("f"), growing(80_000)).unwrap();
+    fs::write(two.b("f"), flat(80_000)).unwrap();
+    settle();
+    drop(one.mount(&[]).m("f").metadata());
+    assert!(one.b(DB_FILE).exists());
+    fs::create_dir(two.b(DB_DIR)).unwrap();
+    fs::set_permissions(two.b(DB_DIR), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::copy(one.b(DB_FILE), two.b(DB_FILE)).unwrap();
+    let d = two.mount(&[]);
+    check_sizes(&d, &two.backing, &["f"], true);
+    assert!(
+        d.log_text().contains("belongs to another BACKING"),
+        "{}",
+        d.log_text()
+    );
+    drop(d);
+    // Through -o index_db= too: BACKING one's database, mounted on two.
+    let path = format!("index_db={}", one.b(DB_FILE).display());
+    let d = two.mount(&[&path]);
+    check_sizes(&d, &two.backing, &["f"], true);
+    drop(d);
+    let d = one.mount(&[]);
+    check_sizes(&d, &one.backing, &["f"], true);
+}
+
+#[test]
+fn a_read_only_backing_keeps_its_database_in_the_cache_directory() {
+    let env = Env::new();
+    fs::write(env.b("f"), growing(300_000)).unwrap();
+    settle();
+    let d = env.mount(&["ro"]);
+    check_sizes(&d, &env.backing, &["f"], false);
+    drop(d);
+    assert!(
+        !env.b(DB_DIR).exists(),
+        "a read-only mount wrote into BACKING"
+    );
+    let d = env.mount(&["ro"]);
+    let read = stat_all(&d, &["f"]);
+    let log_file = d.log.clone();
+    drop(d);
+    let log = fs::read_to_string(log_file).unwrap();
+    let cache = log
+        .lines()
+        .find_map(|l| l.split("index database kept in ").nth(1))
+        .map(|p| PathBuf::from(p.trim()))
+        .expect("the log names where the database is");
+    assert!(
+        cache.starts_with("/var/cache/cutf8fs"),
+        "{}",
+        cache.display()
+    );
+    let _ = fs::remove_file(&cache);
+    assert!(
+        read < 100_000,
+        "the cache directory's database was not used ({read} bytes read)"
+    );
+}
+
+#[test]
+fn two_mounts_at_once_never_corrupt_it() {
+    let env = Env::new();
+    let names: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+    let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    for (i, n) in names.iter().enumerate() {
+        fs::write(env.b(n), growing(10_000 + i)).unwrap();
+    }
+    settle();
+    let a = env.mount(&[]);
+    let b = env.mount(&[]);
+    std::thread::scope(|s| {
+        s.spawn(|| check_sizes(&a, &env.backing, &names, false));
+        s.spawn(|| check_sizes(&b, &env.backing, &names, false));
+    });
+    drop(a);
+    drop(b);
+    let d = env.mount(&[]);
+    check_sizes(&d, &env.backing, &names, true);
+    assert!(!d.log_text().contains("damaged"), "{}", d.log_text());
+    drop(d);
+    let read = stat_all(&env.mount(&[]), &names);
+    assert!(
+        read < 100_000,
+        "the database was not used ({read} bytes read)"
+    );
+}
+
+#[test]
+fn kill_9_while_the_database_is_written_then_the_next_mount_serves_right_sizes() {
+    let env = Env::new();
+    let names: Vec<String> = (0..400).map(|i| format!("f{i}")).collect();
+    let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    for (i, n) in names.iter().enumerate() {
+        fs::write(env.b(n), growing(2_000 + 7 * i)).unwrap();
+    }
+    settle();
+    for round in 0..3 {
+        let mut d = env.mount(&[]);
+        // Records are committed in batches while these stats go on.
+        for (i, n) in names.iter().enumerate() {
+            fs::metadata(d.m(n)).unwrap();
+            if i == 150 + 100 * round {
+                break;
+            }
+        }
+        d.kill9();
+        // Change some files behind its back.
+        for n in names.iter().skip(round).step_by(5) {
+            fs::write(env.b(n), flat(2_000)).unwrap();
+        }
+    }
+    let d = env.mount(&[]);
+    check_sizes(&d, &env.backing, &names, false);
+}
+
+#[test]
+fn a_hostile_backing_owner_cannot_plant_or_redirect_the_database() {
+    let a = user("cutf8t-a");
+    let env = Env::new();
+    fs::set_permissions(&env.backing, fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&env.backing, Some(a.uid), Some(a.gid)).unwrap();
+    fs::write(env.b("f"), growing(50_000)).unwrap();
+    // Root's files outside BACKING that a followed symlink would damage.
+    let victim_dir = env.dir.path().join("victim");
+    fs::create_dir(&victim_dir).unwrap();
+    fs::set_permissions(&victim_dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = env.dir.path().join("victim.txt");
+    fs::write(&victim, b"root's file\n").unwrap();
+    let run = |script: &str| {
+        let out = sh_as(
+            a,
+            &format!("set -e; cd \"$1\"; {script}"),
+            &[
+                env.backing.as_os_str(),
+                victim_dir.as_os_str(),
+                victim.as_os_str(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    settle();
+    let cases = [
+        // The directory is a symlink to a directory of root's.
+        "ln -s \"$2\" .cutf8fs-index",
+        // The directory is the owner's, its file a symlink to root's file.
+        "mkdir .cutf8fs-index && ln -s \"$3\" .cutf8fs-index/index.redb",
+        // The owner's directory, open to all, with a file of the owner's.
+        "mkdir -m 777 .cutf8fs-index && head -c 8192 /dev/urandom > .cutf8fs-index/index.redb",
+    ];
+    for case in cases {
+        run("rm -rf .cutf8fs-index");
+        run(case);
+        let d = env.mount(&[]);
+        check_sizes(&d, &env.backing, &["f"], true);
+        let log_file = d.log.clone();
+        drop(d);
+        let log = fs::read_to_string(log_file).unwrap();
+        assert!(log.contains("not used"), "{case}: nothing logged:\n{log}");
+        if let Some(p) = log
+            .lines()
+            .find_map(|l| l.split(" instead").next()?.split("kept in ").nth(1))
+        {
+            let _ = fs::remove_file(p.trim());
+        }
+        assert_eq!(fs::read(&victim).unwrap(), b"root's file\n", "{case}");
+        assert_eq!(fs::read_dir(&victim_dir).unwrap().count(), 0, "{case}");
+        let st = fs::symlink_metadata(env.b(DB_DIR)).unwrap();
+        assert_eq!(st.uid(), a.uid, "{case}: the planted entry was replaced");
+    }
+}
+
+#[test]
+fn index_db_none_creates_nothing_and_index_db_path_is_used() {
+    let env = Env::new();
+    fs::write(env.b("f"), growing(100_000)).unwrap();
+    settle();
+    let d = env.mount(&["index_db=none"]);
+    check_sizes(&d, &env.backing, &["f"], false);
+    drop(d);
+    assert!(!env.b(DB_DIR).exists());
+    let file = env.dir.path().join("my.redb");
+    let opt = format!("index_db={}", file.display());
+    drop(env.mount(&[&opt]).m("f").metadata());
+    let d = env.mount(&[&opt]);
+    let read = stat_all(&d, &["f"]);
+    assert!(file.exists() && !env.b(DB_DIR).exists());
+    assert!(
+        read < 50_000,
+        "-o index_db=PATH was not used ({read} bytes read)"
+    );
+}
+
+#[test]
+fn the_first_mount_after_cutf8_migrate_is_already_warm() {
+    let env = Env::new();
+    let names = ["a.txt", "b.txt", "sub/c.txt"];
+    fs::create_dir(env.b("sub")).unwrap();
+    for (i, n) in names.iter().enumerate() {
+        let text = "ࠀ𐀀 text\n".repeat(20_000 + i);
+        fs::write(env.b(n), text).unwrap();
+    }
+    let out = Command::new(crate::support::cli::BIN)
+        .args(["migrate", "--no-progress"])
+        .arg(&env.backing)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for n in names {
+        assert!(
+            cutf8::has_magic(&fs::read(env.b(n)).unwrap()),
+            "{n} not migrated"
+        );
+    }
+    assert!(env.b(DB_FILE).exists(), "migrate recorded nothing");
+    // Small files only: nothing recorded, nothing created.
+    let small = Env::new();
+    fs::write(small.b("s.txt"), "ࠀ small\n").unwrap();
+    let out = Command::new(crate::support::cli::BIN)
+        .args(["migrate", "--no-progress"])
+        .arg(&small.backing)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(cutf8::has_magic(&fs::read(small.b("s.txt")).unwrap()));
+    assert!(!small.b(DB_DIR).exists());
+    let d = env.mount(&[]);
+    let read = stat_all(&d, &names);
+    assert!(
+        read < 100_000,
+        "the first mount after migrate read {read} bytes"
+    );
+    check_sizes(&d, &env.backing, &names, true);
+}
+
+#[test]
+fn migrate_of_a_subdirectory_records_into_the_archives_database() {
+    let env = Env::new();
+    fs::write(env.b("top.txt"), "ࠀ top\n".repeat(20_000)).unwrap();
+    fs::create_dir(env.b("sub")).unwrap();
+    let run = |dir: &Path| {
+        let out = Command::new(crate::support::cli::BIN)
+            .args(["migrate", "--no-progress"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&env.backing);
+    assert!(env.b(DB_FILE).exists());
+    fs::write(env.b("sub/later.txt"), "𐀀 later\n".repeat(20_000)).unwrap();
+    run(&env.b("sub"));
+    assert!(
+        !env.b("sub").join(DB_DIR).exists(),
+        "a second database in sub/"
+    );
+    let d = env.mount(&[]);
+    let read = stat_all(&d, &["top.txt", "sub/later.txt"]);
+    assert!(read < 100_000, "the first mount read {read} bytes");
+    check_sizes(&d, &env.backing, &["top.txt", "sub/later.txt"], true);
+}
