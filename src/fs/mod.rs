@@ -45,6 +45,7 @@ mod inodes;
 mod mount;
 mod ops;
 pub mod options;
+mod passthrough;
 mod rawnew;
 mod sys;
 mod write;
@@ -93,6 +94,8 @@ pub struct CutFs {
     /// `-o strictatime`: every open reads BACKING (no kept page cache), so
     /// BACKING's strictatime mount sees the access.
     strictatime: bool,
+    /// Which opens the kernel serves itself (raw files read-only).
+    passthrough: Arc<passthrough::Passthrough>,
 }
 
 const GEN: Generation = Generation(0);
@@ -154,7 +157,12 @@ impl CutFs {
         // and replays what a killed daemon left half done, or refuses.
         let journal =
             crate::journal::Journal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
+        let passthrough = Arc::new(passthrough::Passthrough::new(
+            opts.passthrough,
+            std::os::fd::AsFd::as_fd(&root),
+        ));
         Ok(CutFs {
+            passthrough,
             noatime: opts.atime() == options::Atime::No,
             nodiratime: opts.nodiratime(),
             strictatime: opts.atime() == options::Atime::Strict,
@@ -238,6 +246,47 @@ impl CutFs {
     }
 }
 
+/// Answers an open of handle `fh`: through the kernel when `passthrough`
+/// says so (see there), else as the daemon's; a refused open loses its
+/// handle.
+fn reply_open(
+    passthrough: &passthrough::Passthrough,
+    handles: &HandleTable,
+    name: &dyn Fn() -> String,
+    fh: u64,
+    flags: fuser::FopenFlags,
+    reply: ReplyOpen,
+) {
+    let mode = match handles.file(fh) {
+        Ok(h) => match &*h {
+            handles::Handle::File(f) => {
+                let ask = passthrough::Ask {
+                    ino: f.inode.ino,
+                    fh,
+                    write: f.write,
+                    file: std::os::fd::AsFd::as_fd(&f.file),
+                    name,
+                };
+                passthrough.open(&ask, |fd| reply.open_backing(fd))
+            }
+            handles::Handle::Dir(_) => Err(fuser::Errno::EISDIR),
+        },
+        Err(e) => Err(e),
+    };
+    match mode {
+        Ok(passthrough::Mode::Daemon) => reply.opened(FileHandle(fh), flags),
+        Ok(passthrough::Mode::Kernel(id)) => {
+            // The kernel takes no caching flags with passthrough.
+            let flags = flags & fuser::FopenFlags::FOPEN_NOFLUSH;
+            reply.opened_passthrough(FileHandle(fh), flags, &id)
+        }
+        Err(e) => {
+            ops::release_handle(handles, fh);
+            reply.error(e)
+        }
+    }
+}
+
 fn empty(r: Result<()>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
@@ -270,6 +319,7 @@ impl Filesystem for CutFs {
         {
             log::warn!("kernel lacks {missing:?}: POSIX ACLs in BACKING are not honoured");
         }
+        self.passthrough.init(config);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())
@@ -455,10 +505,14 @@ impl Filesystem for CutFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.guard("open", ino.0, || CutFs::open(self, ino.0, flags.0)) {
-            Ok(ops::Opened::Now(fh, fl)) => reply.opened(FileHandle(fh), fl),
+            Ok(ops::Opened::Now(fh, fl)) => {
+                let name = || self.name_of_ino(ino.0);
+                reply_open(&self.passthrough, &self.handles, &name, fh, fl, reply)
+            }
             Ok(ops::Opened::Later(inode, pin, file)) => {
                 // A long scan first: on the scan threads, not on this worker.
                 let opener = self.opener();
+                let (passthrough, handles) = (self.passthrough.clone(), self.handles.clone());
                 self.scans.run(move || {
                     let named = inode.clone();
                     let r = error::guard(
@@ -467,7 +521,10 @@ impl Filesystem for CutFs {
                         || opener.finish(inode, pin, file, flags.0),
                     );
                     match r {
-                        Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
+                        Ok((fh, fl)) => {
+                            let name = || named.path();
+                            reply_open(&passthrough, &handles, &name, fh, fl, reply)
+                        }
                         Err(e) => reply.error(e),
                     }
                 });
@@ -535,6 +592,7 @@ impl Filesystem for CutFs {
     ) {
         let _ = self.guard("release", ino.0, || {
             CutFs::release(self, fh.0);
+            self.passthrough.release(fh.0);
             Ok(())
         });
         reply.ok();
@@ -737,7 +795,11 @@ impl Filesystem for CutFs {
         reply: ReplyCreate,
     ) {
         match self.guard("create", parent.0, || {
-            CutFs::create(self, req, parent.0, name, mode, umask, flags)
+            let (a, fh, fl) = CutFs::create(self, req, parent.0, name, mode, umask, flags)?;
+            self.passthrough
+                .daemon_handle(a.ino.0, fh)
+                .inspect_err(|_| CutFs::release(self, fh))?;
+            Ok((a, fh, fl))
         }) {
             Ok((a, fh, fl)) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(fh), fl),
             Err(e) => reply.error(e),

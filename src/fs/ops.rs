@@ -632,20 +632,7 @@ impl CutFs {
     }
 
     pub(super) fn release(&self, fh: u64) {
-        if let Some(h) = self.handles.remove(fh) {
-            if let Handle::File(h) = &*h {
-                let state = h.inode.state();
-                let mut content = state
-                    .content
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner);
-                content.open = content.open.saturating_sub(1);
-                if content.open == 0 {
-                    // The cache keeps it (within its bound) for the next open.
-                    content.view = None;
-                }
-            }
-        }
+        release_handle(&self.handles, fh)
     }
 
     pub(super) fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
@@ -1159,6 +1146,24 @@ impl CutFs {
 pub(super) enum XattrReply {
     Size(u32),
     Data(Vec<u8>),
+}
+
+/// Closes handle `fh` (release, or an open the kernel must not get).
+pub(super) fn release_handle(handles: &super::handles::HandleTable, fh: u64) {
+    if let Some(h) = handles.remove(fh) {
+        if let Handle::File(h) = &*h {
+            let state = h.inode.state();
+            let mut content = state
+                .content
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            content.open = content.open.saturating_sub(1);
+            if content.open == 0 {
+                // The cache keeps it (within its bound) for the next open.
+                content.view = None;
+            }
+        }
+    }
 }
 
 /// The result of `CutFs::open`.

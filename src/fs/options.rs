@@ -56,6 +56,9 @@ pub struct Options {
     pub auto_unmount: bool,
     /// `log=FILE`: log there (appended) instead of syslog or stderr.
     pub log: Option<std::path::PathBuf>,
+    /// `passthrough=on|off`: the kernel reads raw files opened read-only
+    /// straight from BACKING (`fs::passthrough`).
+    pub passthrough: bool,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             nonempty: false,
             auto_unmount: false,
             log: None,
+            passthrough: true,
         }
     }
 }
@@ -201,6 +205,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "auto",
         "what an empty file becomes on its first write",
         "auto, raw",
+    ),
+    (
+        "passthrough=on|off",
+        "on",
+        "the kernel reads raw files opened read-only directly from BACKING",
+        "on, off",
     ),
     (
         "rawdirs=NAME:...",
@@ -397,6 +407,8 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
+        ("passthrough", Some("on")) => o.passthrough = true,
+        ("passthrough", Some("off")) => o.passthrough = false,
         ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v

@@ -1,0 +1,264 @@
+//! FUSE passthrough (`FOPEN_PASSTHROUGH`, kernel 6.9+) for raw files: the
+//! kernel reads such a file straight from BACKING — `read`, `splice`,
+//! `mmap` — without a round trip through the daemon. This module decides,
+//! for each open, whether it is served that way, and keeps the kernel's
+//! backing-file ids. It knows nothing of the view; `mod.rs` asks it at
+//! every open, create and release.
+//!
+//! **What is served by the kernel, and why only that.** SPEC §3 keeps
+//! promises about *writes* that the daemon can only keep by seeing every
+//! write: a raw file must never gain the magic number at offset 0 (the
+//! write fails with EILSEQ), an empty file takes the encoding of its first
+//! write (text becomes corrected), and a file whose content W cannot store
+//! turns raw. A passthrough write reaches BACKING without the daemon, so
+//! none of these could hold. Reads change nothing, so:
+//!
+//! * An open **for reading only** of a file that is raw at the open, with
+//!   at least eight bytes (an empty or shorter file is cheap through the
+//!   daemon, and its encoding may still be decided by a write), is served
+//!   by the kernel. A corrected file never is (the kernel would show its
+//!   disk bytes, not the view).
+//! * An open **for writing** is never served by the kernel.
+//! * The kernel does not mix modes on one inode: while one open of a file
+//!   is in passthrough, every other open of it must be too (else the open
+//!   fails with EIO in the kernel), and while a daemon-served open exists,
+//!   a passthrough open fails. So the daemon counts, per inode, the open
+//!   handles of each kind. A read-only open of a file that daemon-served
+//!   handles have open is served by the daemon too. An open **for writing
+//!   of a file open in passthrough is refused with ETXTBSY** (as Linux
+//!   refuses to write a running program), with a warning naming the file:
+//!   serving it through the kernel would let its writes bypass the rules
+//!   above, and serving it through the daemon is what the kernel forbids.
+//!   `-o passthrough=off` serves everything through the daemon, so such
+//!   writers succeed. Truncation (setattr) still goes through the daemon
+//!   and is allowed: a raw file stays raw, and an emptied one cannot be
+//!   written until its passthrough readers close.
+//! * Attributes stay the daemon's: getattr reports the backing file's
+//!   stat as before (passthrough reads only invalidate the kernel's atime).
+//!
+//! The kernel keeps one backing file per inode while it is open in
+//! passthrough: all passthrough opens of an inode must name the same
+//! backing id, and the id must live until the kernel has attached it. So
+//! the id (`BackingId`, closed on drop) is kept here per inode, shared by
+//! its passthrough handles, and dropped at the last one's release.
+//!
+//! **Availability.** The kernel must offer `FUSE_PASSTHROUGH` at init and
+//! the daemon must hold CAP_SYS_ADMIN (root) to register backing files;
+//! BACKING's filesystem may refuse (a FUSE filesystem stacked too deep,
+//! one without `read_iter`). The first refusal turns passthrough off for
+//! the mount with one log line; every open then goes through the daemon
+//! as before. The stacking depth asked of the kernel is one more than
+//! BACKING's (overlayfs: 2, else 1), so a plain BACKING still lets this
+//! mount be a lower layer of an overlay.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use fuser::{BackingId, InitFlags, KernelConfig};
+use parking_lot::Mutex;
+
+use super::error::{Errno, Result};
+
+/// How one open is served.
+pub(super) enum Mode {
+    /// By the daemon (reads and writes are requests).
+    Daemon,
+    /// By the kernel, through this backing file.
+    Kernel(Arc<BackingId>),
+}
+
+/// What an open asks for, as the caller found the file.
+pub(super) struct Ask<'a> {
+    pub ino: u64,
+    pub fh: u64,
+    /// Open for writing.
+    pub write: bool,
+    /// The open descriptor (read-only when `write` is false).
+    pub file: BorrowedFd<'a>,
+    /// A name for the log.
+    pub name: &'a dyn Fn() -> String,
+}
+
+/// The opens of one inode.
+#[derive(Default)]
+struct Opens {
+    /// Handles served by the kernel (all through `id`).
+    kernel: usize,
+    /// Handles served by the daemon.
+    daemon: usize,
+    /// Set while `kernel > 0`.
+    id: Option<Arc<BackingId>>,
+}
+
+#[derive(Default)]
+struct Table {
+    by_ino: HashMap<u64, Opens>,
+    /// fh → (ino, served by the kernel).
+    by_fh: HashMap<u64, (u64, bool)>,
+}
+
+/// The mount's passthrough state (shared by every worker).
+pub(super) struct Passthrough {
+    /// Wanted (`-o passthrough`, default on) and not refused so far.
+    on: AtomicBool,
+    /// The stacking depth to ask the kernel for (1 + BACKING's).
+    depth: u32,
+    table: Mutex<Table>,
+}
+
+impl Passthrough {
+    /// `wanted`: `-o passthrough=on`; `backing` is BACKING's root.
+    pub(super) fn new(wanted: bool, backing: BorrowedFd<'_>) -> Passthrough {
+        use nix::sys::statfs::{fstatfs, OVERLAYFS_SUPER_MAGIC};
+        let stacked = fstatfs(backing).is_ok_and(|s| s.filesystem_type() == OVERLAYFS_SUPER_MAGIC);
+        Passthrough {
+            on: AtomicBool::new(wanted),
+            depth: if stacked { 2 } else { 1 },
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    /// Asks the kernel for passthrough at init (when wanted).
+    pub(super) fn init(&self, config: &mut KernelConfig) {
+        if !self.on.load(Ordering::Relaxed) {
+            log::info!("passthrough off (-o passthrough=off): every read goes through the daemon");
+            return;
+        }
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+            self.off(&format!(
+                "the kernel lacks {missing:?} (Linux 6.9 or newer has it)"
+            ));
+            return;
+        }
+        if let Err(max) = config.set_max_stack_depth(self.depth) {
+            self.off(&format!(
+                "BACKING is stacked deeper than the kernel allows ({max})"
+            ));
+            return;
+        }
+        log::info!("passthrough on: raw files opened for reading are read by the kernel directly");
+    }
+
+    /// Turns passthrough off for the mount, saying why, once.
+    fn off(&self, why: &str) {
+        if self.on.swap(false, Ordering::Relaxed) {
+            log::warn!(
+                "passthrough unavailable: {why}; raw files are read through the daemon \
+                 (-o passthrough=off silences this)"
+            );
+        }
+    }
+
+    /// Decides how the open `ask` (a new handle) is served, and records it
+    /// until `release`. `open_backing` registers a descriptor with the
+    /// kernel (the reply's `open_backing`). On error the caller releases
+    /// the handle and answers the errno.
+    pub(super) fn open(
+        &self,
+        ask: &Ask<'_>,
+        open_backing: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> Result<Mode> {
+        let mut t = self.table.lock();
+        let opens = t.by_ino.entry(ask.ino).or_default();
+        if let Some(id) = opens.id.clone() {
+            // The kernel allows only passthrough opens of this inode now.
+            if ask.write {
+                log::warn!(
+                    "{}: open for writing refused (ETXTBSY): the file is open for reading \
+                     through passthrough, whose readers the daemon cannot keep in step with \
+                     a writer; retry when they close, or mount with -o passthrough=off",
+                    (ask.name)()
+                );
+                return Err(Errno::ETXTBSY);
+            }
+            if !raw_at_least_magic_len(ask.file) {
+                log::warn!(
+                    "{}: open refused (EBUSY): the file became corrected in BACKING while open \
+                     for reading through passthrough; retry when those readers close",
+                    (ask.name)()
+                );
+                return Err(Errno::EBUSY);
+            }
+            opens.kernel += 1;
+            t.by_fh.insert(ask.fh, (ask.ino, true));
+            return Ok(Mode::Kernel(id));
+        }
+        if !ask.write
+            && opens.daemon == 0
+            && self.on.load(Ordering::Relaxed)
+            && raw_at_least_magic_len(ask.file)
+        {
+            match open_backing(ask.file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    opens.id = Some(id.clone());
+                    opens.kernel = 1;
+                    t.by_fh.insert(ask.fh, (ask.ino, true));
+                    return Ok(Mode::Kernel(id));
+                }
+                Err(e) => self.off(&format!(
+                    "registering {} with the kernel failed ({e}; the daemon needs root, \
+                     and BACKING's filesystem must allow it)",
+                    (ask.name)()
+                )),
+            }
+        }
+        opens.daemon += 1;
+        t.by_fh.insert(ask.fh, (ask.ino, false));
+        Ok(Mode::Daemon)
+    }
+
+    /// Records a handle the daemon serves (a create). Refused (ETXTBSY) when
+    /// the inode is open in passthrough: the kernel would fail the open.
+    pub(super) fn daemon_handle(&self, ino: u64, fh: u64) -> Result<()> {
+        let mut t = self.table.lock();
+        let opens = t.by_ino.entry(ino).or_default();
+        if opens.kernel > 0 {
+            return Err(Errno::ETXTBSY);
+        }
+        opens.daemon += 1;
+        t.by_fh.insert(fh, (ino, false));
+        Ok(())
+    }
+
+    /// Forgets handle `fh`; the last passthrough handle of an inode drops
+    /// its backing id (the kernel closes its backing file).
+    pub(super) fn release(&self, fh: u64) {
+        let mut t = self.table.lock();
+        let Some((ino, kernel)) = t.by_fh.remove(&fh) else {
+            return;
+        };
+        let Some(opens) = t.by_ino.get_mut(&ino) else {
+            return;
+        };
+        if kernel {
+            opens.kernel = opens.kernel.saturating_sub(1);
+            if opens.kernel == 0 {
+                opens.id = None;
+            }
+        } else {
+            opens.daemon = opens.daemon.saturating_sub(1);
+        }
+        if opens.kernel == 0 && opens.daemon == 0 {
+            t.by_ino.remove(&ino);
+        }
+    }
+}
+
+/// Whether the file behind `fd` is raw now and holds at least eight bytes
+/// (so its encoding is settled: it cannot be empty, and is not corrected).
+fn raw_at_least_magic_len(fd: BorrowedFd<'_>) -> bool {
+    let Ok(st) = super::sys::fstat(fd.as_fd()) else {
+        return false;
+    };
+    if (st.st_size as u64) < cutf8::MAGIC.len() as u64 {
+        return false;
+    }
+    let Ok(dup) = fd.try_clone_to_owned() else {
+        return false;
+    };
+    let file = std::fs::File::from(dup);
+    matches!(super::content::has_magic(&file), Ok(false))
+}
