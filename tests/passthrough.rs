@@ -400,3 +400,26 @@ impl Drop for Upper {
         self.stop();
     }
 }
+
+/// `cat f; echo x >> f`: the reader's close reaches the daemon after the
+/// close returned (RELEASE is sent in the background), so the writer's
+/// open may arrive first. It must not be refused for a reader that is
+/// already gone.
+#[test]
+fn writer_right_after_a_passthrough_reader_closed() {
+    let data = raw_bytes(20_000, 8);
+    let m = one_raw_file(&[], &data);
+    let mut want = data.clone();
+    for i in 0..300u32 {
+        let r = File::open(m.m("raw.bin")).unwrap();
+        assert_eq!(read_all(&r, 16).unwrap(), &data[..16]);
+        drop(r);
+        let w = OpenOptions::new()
+            .append(true)
+            .open(m.m("raw.bin"))
+            .unwrap_or_else(|e| panic!("open for appending, round {i}: {e}"));
+        (&w).write_all(&i.to_le_bytes()).unwrap();
+        want.extend_from_slice(&i.to_le_bytes());
+    }
+    assert!(fs::read(m.m("raw.bin")).unwrap() == want);
+}

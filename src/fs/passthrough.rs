@@ -33,6 +33,12 @@
 //!   writers succeed. Truncation (setattr) still goes through the daemon
 //!   and is allowed: a raw file stays raw, and an emptied one cannot be
 //!   written until its passthrough readers close.
+//! * A reader's close reaches the daemon after `close` has returned (the
+//!   kernel sends RELEASE in the background), so in `cat f; echo >> f` the
+//!   writer's open may come first. A writer therefore waits, up to
+//!   `RELEASE_WAIT`, for the passthrough handles of its file to be
+//!   released before it is refused: a refusal means a reader is really
+//!   still there.
 //! * Attributes stay the daemon's: getattr reports the backing file's
 //!   stat as before (passthrough reads only invalidate the kernel's atime).
 //!
@@ -57,7 +63,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fuser::{BackingId, InitFlags, KernelConfig};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::error::{Errno, Result};
 
@@ -106,7 +112,12 @@ pub(super) struct Passthrough {
     /// The stacking depth to ask the kernel for (1 + BACKING's).
     depth: u32,
     table: Mutex<Table>,
+    /// Signalled when an inode's last passthrough handle is released.
+    released: Condvar,
 }
+
+/// How long a writer waits for passthrough readers' releases in flight.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Passthrough {
     /// `wanted`: `-o passthrough=on`; `backing` is BACKING's root.
@@ -117,6 +128,7 @@ impl Passthrough {
             on: AtomicBool::new(wanted),
             depth: if stacked { 2 } else { 1 },
             table: Mutex::new(Table::default()),
+            released: Condvar::new(),
         }
     }
 
@@ -161,6 +173,9 @@ impl Passthrough {
         open_backing: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
     ) -> Result<Mode> {
         let mut t = self.table.lock();
+        if ask.write {
+            self.wait_for_release(&mut t, ask.ino);
+        }
         let opens = t.by_ino.entry(ask.ino).or_default();
         if let Some(id) = opens.id.clone() {
             // The kernel allows only passthrough opens of this inode now.
@@ -214,6 +229,7 @@ impl Passthrough {
     /// the inode is open in passthrough: the kernel would fail the open.
     pub(super) fn daemon_handle(&self, ino: u64, fh: u64) -> Result<()> {
         let mut t = self.table.lock();
+        self.wait_for_release(&mut t, ino);
         let opens = t.by_ino.entry(ino).or_default();
         if opens.kernel > 0 {
             return Err(Errno::ETXTBSY);
@@ -221,6 +237,17 @@ impl Passthrough {
         opens.daemon += 1;
         t.by_fh.insert(fh, (ino, false));
         Ok(())
+    }
+
+    /// Waits (at most `RELEASE_WAIT`) until `ino` has no passthrough
+    /// handle, for releases the kernel has sent but no worker has served.
+    fn wait_for_release(&self, t: &mut parking_lot::MutexGuard<'_, Table>, ino: u64) {
+        let end = std::time::Instant::now() + RELEASE_WAIT;
+        while t.by_ino.get(&ino).is_some_and(|o| o.kernel > 0) {
+            if self.released.wait_until(t, end).timed_out() {
+                return;
+            }
+        }
     }
 
     /// Forgets handle `fh`; the last passthrough handle of an inode drops
@@ -237,6 +264,7 @@ impl Passthrough {
             opens.kernel = opens.kernel.saturating_sub(1);
             if opens.kernel == 0 {
                 opens.id = None;
+                self.released.notify_all();
             }
         } else {
             opens.daemon = opens.daemon.saturating_sub(1);
