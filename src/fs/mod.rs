@@ -15,6 +15,9 @@
 //!   served), keeps the per-file state (content lock, offset index) and the
 //!   bounded index cache, and reads: raw bytes by `pread`, the view through
 //!   `crate::index` (view offset → disk offset) and `cutf8` (V).
+//! * `passthrough` decides which opens the kernel serves itself (FUSE
+//!   passthrough: raw files opened read-only, read straight from BACKING)
+//!   and keeps their backing ids; every other open is served as above.
 //! * `attr` turns a backing `stat` into FUSE attributes; `CutFs::attr` is
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
