@@ -197,7 +197,7 @@ impl Passthrough {
                 );
                 return Err(Errno::ETXTBSY);
             }
-            if raw_size(ask.file).is_none() {
+            if raw_size(ask.file, 0).is_none() {
                 log::warn!(
                     "{}: open refused (EBUSY): the file became corrected in BACKING while open \
                      for reading through passthrough; retry when those readers close",
@@ -212,7 +212,7 @@ impl Passthrough {
         if !ask.write
             && opens.daemon == 0
             && self.on.load(Ordering::Relaxed)
-            && raw_size(ask.file).is_some_and(|n| n >= MIN_SIZE)
+            && raw_size(ask.file, MIN_SIZE).is_some()
         {
             match open_backing(ask.file) {
                 Ok(id) => {
@@ -287,11 +287,12 @@ impl Passthrough {
 /// Files smaller than this are read through the daemon (module doc).
 const MIN_SIZE: u64 = 128 << 10;
 
-/// The size of the file behind `fd` if it is not corrected now (None when
-/// it is, or cannot be told).
-fn raw_size(fd: BorrowedFd<'_>) -> Option<u64> {
+/// The size of the file behind `fd` if it is not corrected now and holds at
+/// least `min` bytes (None otherwise, or when it cannot be told; the head
+/// is read only when the size is enough).
+fn raw_size(fd: BorrowedFd<'_>, min: u64) -> Option<u64> {
     let st = super::sys::fstat(fd.as_fd()).ok()?;
-    let size = u64::try_from(st.st_size).ok()?;
+    let size = u64::try_from(st.st_size).ok().filter(|&n| n >= min)?;
     if size < cutf8::MAGIC.len() as u64 {
         return Some(size);
     }
