@@ -147,6 +147,11 @@ impl Passthrough {
             log::info!("passthrough off (-o passthrough=off): every read goes through the daemon");
             return;
         }
+        if !nix::unistd::geteuid().is_root() {
+            // Registering backing files takes CAP_SYS_ADMIN.
+            self.off("the daemon does not run as root");
+            return;
+        }
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
             self.off(&format!(
                 "the kernel lacks {missing:?} (Linux 6.9 or newer has it)"
@@ -159,7 +164,11 @@ impl Passthrough {
             ));
             return;
         }
-        log::info!("passthrough on: raw files opened for reading are read by the kernel directly");
+        log::info!(
+            "passthrough on: raw files of {} KiB or more opened for reading only are read \
+             by the kernel directly",
+            MIN_SIZE >> 10
+        );
     }
 
     /// Turns passthrough off for the mount, saying why, once.
