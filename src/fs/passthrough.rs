@@ -48,6 +48,10 @@
 //!   `RELEASE_WAIT`, for the passthrough handles of its file to be
 //!   released before it is refused: a refusal means a reader is really
 //!   still there.
+//! * A file changed in BACKING into a corrected file while it is open
+//!   through passthrough cannot be opened again until those readers close
+//!   (EBUSY, logged): the kernel would serve the new open passthrough too,
+//!   showing disk bytes instead of the view.
 //! * Attributes stay the daemon's: getattr reports the backing file's
 //!   stat as before (passthrough reads only invalidate the kernel's atime).
 //!
