@@ -21,7 +21,11 @@
 # converted by `cutf8 migrate`, which records what it writes) and cutf8fs
 # with -o index_db=none (every size learned by reading the file), and
 # `ls -lR` right after a fresh `cutf8 migrate` of the tree (one run).
-# BENCH_PARTS="read index" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
+# Raw files (FUSE passthrough), on a raw (binary) file of BENCH_RAW_MB (1024)
+# MiB, median of 3 warm: rawseq (sequential read), rawrand (BENCH_PREADS random
+# 4 KiB preads), rawmmap (mmap, one byte read from every 4 KiB page), where
+# cutf8fs also runs with -o passthrough=off (column "no-pt"); BENCH_TESTS picks
+# the read part's tests. BENCH_PARTS="read index" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
 # apt-get if missing), cc and python3. Usage:
 #   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
 # WORKDIR must be on a disk filesystem (not tmpfs) for cold numbers to mean
@@ -35,6 +39,8 @@ SIZE_MB=${BENCH_SIZE_MB:-256}
 FILES=${BENCH_FILES:-2000}
 PREADS=${BENCH_PREADS:-20000}
 PARTS=${BENCH_PARTS:-read index}
+RAW_MB=${BENCH_RAW_MB:-1024}
+TESTS=${BENCH_TESTS:-seq rand grep stat rawseq rawrand rawmmap}
 
 [ "$(id -u)" -eq 0 ] || { echo "bench-mount: run as root (drops caches, mounts)" >&2; exit 1; }
 command -v bindfs >/dev/null || {
@@ -46,11 +52,11 @@ CUTF8FS=$REPO/target/release/cutf8fs
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
-NAT=$W/native CORR=$W/corrected MC=$W/mnt-cutf8fs MB=$W/mnt-bindfs
-mkdir -p "$NAT" "$CORR" "$MC" "$MB"
+NAT=$W/native CORR=$W/corrected MC=$W/mnt-cutf8fs MB=$W/mnt-bindfs MN=$W/mnt-cutf8fs-nopt
+mkdir -p "$NAT" "$CORR" "$MC" "$MB" "$MN"
 
 umount_all() {
-    for m in "$MC" "$MB"; do
+    for m in "$MC" "$MB" "$MN"; do
         if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
     done
 }
@@ -102,6 +108,13 @@ PY
     done
     echo "$STAMP" > "$W/.data"
 fi
+# The raw file: the same random bytes in both trees (no magic number, so
+# cutf8fs serves it raw), separate inodes so each has its own page cache.
+if [ "$(stat -c %s "$NAT/raw.bin" 2>/dev/null)" != $((RAW_MB << 20)) ]; then
+    echo "bench-mount: generating a $RAW_MB MiB raw file ..." >&2
+    head -c $((RAW_MB << 20)) /dev/urandom > "$NAT/raw.bin"
+    cp "$NAT/raw.bin" "$CORR/raw.bin"
+fi
 
 # --- tools ------------------------------------------------------------------
 PREAD=$W/pread4k
@@ -136,8 +149,35 @@ C
     cc -O2 -o "$PREAD" "$W/pread4k.c"
 fi
 
+MMAPREAD=$W/mmapread
+if [ ! -x "$MMAPREAD" ]; then
+    cat > "$W/mmapread.c" <<'C'
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+/* mmapread FILE: maps FILE and reads one byte of every 4 KiB page, in order. */
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    int fd = open(argv[1], O_RDONLY);
+    if (fd < 0) { perror("open"); return 1; }
+    struct stat st;
+    fstat(fd, &st);
+    const volatile unsigned char *p = mmap(0, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    unsigned long sum = 0;
+    for (off_t o = 0; o < st.st_size; o += 4096) sum += p[o];
+    printf("%lu\n", sum);
+    return 0;
+}
+C
+    cc -O2 -o "$MMAPREAD" "$W/mmapread.c"
+fi
+
 mount_all() {
     "$CUTF8FS" "$CORR" "$MC"
+    "$CUTF8FS" "$CORR" "$MN" -o passthrough=off
     bindfs "$NAT" "$MB"
 }
 mount_all
@@ -163,25 +203,37 @@ min3() { # best of three
     printf '%s\n%s\n%s\n' "$a" "$b" "$c" | sort -g | head -1
 }
 
+med3() { # median of three
+    local a b c
+    a=$(secs "$@"); b=$(secs "$@"); c=$(secs "$@")
+    printf '%s\n%s\n%s\n' "$a" "$b" "$c" | sort -g | sed -n 2p
+}
+
 export LC_ALL=C
 run_seq() { cat "$1/big.txt"; }
 run_rand() { "$PREAD" "$1/big.txt" "$PREADS"; }
 run_grep() { grep -rc "no such words here" "$1/tree"; }
 run_stat() { find "$1/tree" -type f -printf '%s\n'; }
+run_rawseq() { cat "$1/raw.bin"; }
+run_rawrand() { "$PREAD" "$1/raw.bin" "$PREADS"; }
+run_rawmmap() { "$MMAPREAD" "$1/raw.bin"; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 declare -A T
 if [[ " $PARTS " == *" read "* ]]; then
-for test in seq rand grep stat; do
-    for target in native bindfs cutf8fs; do
+for test in $TESTS; do
+    targets="native bindfs cutf8fs" warm=min3
+    case $test in raw*) targets="native bindfs cutf8fs no-pt" warm=med3 ;; esac
+    for target in $targets; do
         case $target in
             native) dir=$NAT ;;
             bindfs) dir=$MB ;;
             cutf8fs) dir=$MC ;;
+            no-pt) dir=$MN ;;
         esac
         cold
         T[$test,$target,cold]=$(secs "run_$test" "$dir")
-        T[$test,$target,warm]=$(min3 "run_$test" "$dir")
+        T[$test,$target,warm]=$($warm "run_$test" "$dir")
         echo "bench-mount: $test $target cold ${T[$test,$target,cold]} s, warm ${T[$test,$target,warm]} s" >&2
     done
 done
@@ -195,7 +247,8 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
     echo
     echo "| test | native cold | native warm | bindfs cold | bindfs warm | cutf8fs cold | cutf8fs warm | ratio cold | ratio warm |"
     echo "|---|---|---|---|---|---|---|---|---|"
-    for test in seq rand grep stat; do
+    for test in $TESTS; do
+        case $test in raw*) continue ;; esac
         printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$test" \
             "${T[$test,native,cold]}" "${T[$test,native,warm]}" \
             "${T[$test,bindfs,cold]}" "${T[$test,bindfs,warm]}" \
@@ -203,6 +256,26 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
             "$(ratio "${T[$test,cutf8fs,cold]}" "${T[$test,bindfs,cold]}")" \
             "$(ratio "${T[$test,cutf8fs,warm]}" "${T[$test,bindfs,warm]}")"
     done
+    case " $TESTS " in *" raw"*)
+        echo
+        echo "raw.bin: $RAW_MB MiB of random bytes; cutf8fs reads it by passthrough, no-pt is"
+        echo "cutf8fs -o passthrough=off; warm = median of 3; ratios = time / native time"
+        echo
+        echo "| test | native cold | native warm | bindfs cold | bindfs warm | cutf8fs cold | cutf8fs warm | no-pt cold | no-pt warm | cutf8fs/native cold | cutf8fs/native warm | no-pt/native warm | bindfs/native warm |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        for test in $TESTS; do
+            case $test in raw*) ;; *) continue ;; esac
+            printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$test" \
+                "${T[$test,native,cold]}" "${T[$test,native,warm]}" \
+                "${T[$test,bindfs,cold]}" "${T[$test,bindfs,warm]}" \
+                "${T[$test,cutf8fs,cold]}" "${T[$test,cutf8fs,warm]}" \
+                "${T[$test,no-pt,cold]}" "${T[$test,no-pt,warm]}" \
+                "$(ratio "${T[$test,cutf8fs,cold]}" "${T[$test,native,cold]}")" \
+                "$(ratio "${T[$test,cutf8fs,warm]}" "${T[$test,native,warm]}")" \
+                "$(ratio "${T[$test,no-pt,warm]}" "${T[$test,native,warm]}")" \
+                "$(ratio "${T[$test,bindfs,warm]}" "${T[$test,native,warm]}")"
+        done ;;
+    esac
 } | tee "$W/results.md"
 fi
 

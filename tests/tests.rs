@@ -35,6 +35,7 @@ mod man_page;
 mod migrate;
 mod mount;
 mod mount_write;
+mod passthrough;
 mod pjdfstest;
 mod robust_fds;
 mod robust_scan;

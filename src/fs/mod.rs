@@ -16,6 +16,9 @@
 //!   served), keeps the per-file state (content lock, offset index) and the
 //!   bounded index cache. Reads go through `crate::io` (raw bytes, or the
 //!   view as `crate::view` plans it: view offset → disk offset, then V).
+//! * `passthrough` decides which opens the kernel serves itself (FUSE
+//!   passthrough: raw files opened read-only, read straight from BACKING)
+//!   and keeps their backing ids; every other open is served as above.
 //! * `attr` turns a backing `stat` into FUSE attributes; `CutFs::attr` is
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
@@ -49,6 +52,7 @@ mod inodes;
 mod mount;
 mod ops;
 pub mod options;
+mod passthrough;
 mod rawnew;
 use crate::sys;
 mod write;
@@ -98,6 +102,8 @@ pub struct CutFs {
     /// `-o strictatime`: every open reads BACKING (no kept page cache), so
     /// BACKING's strictatime mount sees the access.
     strictatime: bool,
+    /// Which opens the kernel serves itself (raw files read-only).
+    passthrough: Arc<passthrough::Passthrough>,
 }
 
 const GEN: Generation = Generation(0);
@@ -164,7 +170,16 @@ impl CutFs {
             &opts.index_db,
             opts.read_only(),
         );
+        // By default only a read-only mount hands raw files to the kernel:
+        // there no writer can be refused for meeting a passthrough reader.
+        let backing_ro = sys::fstatvfs(std::os::fd::AsFd::as_fd(&root))
+            .is_ok_and(|v| v.f_flag & libc::ST_RDONLY != 0);
+        let passthrough = Arc::new(passthrough::Passthrough::new(
+            opts.passthrough.unwrap_or(opts.read_only() || backing_ro),
+            std::os::fd::AsFd::as_fd(&root),
+        ));
         Ok(CutFs {
+            passthrough,
             noatime: opts.atime() == options::Atime::No,
             nodiratime: opts.nodiratime(),
             strictatime: opts.atime() == options::Atime::Strict,
@@ -248,6 +263,47 @@ impl CutFs {
     }
 }
 
+/// Answers an open of handle `fh`: through the kernel when `passthrough`
+/// says so (see there), else as the daemon's; a refused open loses its
+/// handle.
+fn reply_open(
+    passthrough: &passthrough::Passthrough,
+    handles: &HandleTable,
+    name: &dyn Fn() -> String,
+    fh: u64,
+    flags: fuser::FopenFlags,
+    reply: ReplyOpen,
+) {
+    let mode = match handles.file(fh) {
+        Ok(h) => match &*h {
+            handles::Handle::File(f) => {
+                let ask = passthrough::Ask {
+                    ino: f.inode.ino,
+                    fh,
+                    write: f.write,
+                    file: std::os::fd::AsFd::as_fd(&f.file),
+                    name,
+                };
+                passthrough.open(&ask, |fd| reply.open_backing(fd))
+            }
+            handles::Handle::Dir(_) => Err(fuser::Errno::EISDIR),
+        },
+        Err(e) => Err(e),
+    };
+    match mode {
+        Ok(passthrough::Mode::Daemon) => reply.opened(FileHandle(fh), flags),
+        Ok(passthrough::Mode::Kernel(id)) => {
+            // The kernel takes no caching flags with passthrough.
+            let flags = flags & fuser::FopenFlags::FOPEN_NOFLUSH;
+            reply.opened_passthrough(FileHandle(fh), flags, &id)
+        }
+        Err(e) => {
+            ops::release_handle(handles, fh);
+            reply.error(e)
+        }
+    }
+}
+
 fn empty(r: Result<()>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
@@ -285,6 +341,7 @@ impl Filesystem for CutFs {
         {
             log::warn!("kernel lacks {missing:?}: POSIX ACLs in BACKING are not honoured");
         }
+        self.passthrough.init(config);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())
@@ -470,10 +527,14 @@ impl Filesystem for CutFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.guard("open", ino.0, || CutFs::open_handle(self, ino.0, flags.0)) {
-            Ok(ops::Opened::Now(fh, fl)) => reply.opened(FileHandle(fh), fl),
+            Ok(ops::Opened::Now(fh, fl)) => {
+                let name = || self.name_of_ino(ino.0);
+                reply_open(&self.passthrough, &self.handles, &name, fh, fl, reply)
+            }
             Ok(ops::Opened::Later(inode, pin, file)) => {
                 // A long scan first: on the scan threads, not on this worker.
                 let opener = self.opener();
+                let (passthrough, handles) = (self.passthrough.clone(), self.handles.clone());
                 self.scans.run(move || {
                     let named = inode.clone();
                     let r = error::guard(
@@ -482,7 +543,10 @@ impl Filesystem for CutFs {
                         || opener.finish(inode, pin, file, flags.0),
                     );
                     match r {
-                        Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
+                        Ok((fh, fl)) => {
+                            let name = || named.path();
+                            reply_open(&passthrough, &handles, &name, fh, fl, reply)
+                        }
                         Err(e) => reply.error(e),
                     }
                 });
@@ -554,6 +618,7 @@ impl Filesystem for CutFs {
     ) {
         let _ = self.guard("release", ino.0, || {
             CutFs::close_handle(self, fh.0);
+            self.passthrough.release(fh.0);
             Ok(())
         });
         reply.ok();
@@ -758,7 +823,11 @@ impl Filesystem for CutFs {
         reply: ReplyCreate,
     ) {
         match self.guard("create", parent.0, || {
-            CutFs::create_file(self, req, parent.0, name, mode, umask, flags)
+            let (a, fh, fl) = CutFs::create_file(self, req, parent.0, name, mode, umask, flags)?;
+            self.passthrough
+                .daemon_handle(a.ino.0, fh)
+                .inspect_err(|_| CutFs::close_handle(self, fh))?;
+            Ok((a, fh, fl))
         }) {
             Ok((a, fh, fl)) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(fh), fl),
             Err(e) => reply.error(e),

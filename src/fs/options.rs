@@ -58,6 +58,12 @@ pub struct Options {
     pub auto_unmount: bool,
     /// `log=FILE`: log there (appended) instead of syslog or stderr.
     pub log: Option<std::path::PathBuf>,
+    /// `passthrough=on|off`: the kernel reads raw files opened read-only
+    /// straight from BACKING (`fs::passthrough`). None (the default): on
+    /// when the mount is read-only (`-o ro` or a read-only BACKING), where
+    /// no writer can meet a passthrough reader; off otherwise, because then
+    /// an open for writing of a file being read that way fails (ETXTBSY).
+    pub passthrough: Option<bool>,
 }
 
 impl Default for Options {
@@ -80,6 +86,7 @@ impl Default for Options {
             nonempty: false,
             auto_unmount: false,
             log: None,
+            passthrough: None,
         }
     }
 }
@@ -210,6 +217,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "auto",
         "what an empty file becomes on its first write",
         "auto, raw",
+    ),
+    (
+        "passthrough=on|off",
+        "on if read-only",
+        "the kernel reads raw files opened read-only directly from BACKING",
+        "on, off",
     ),
     (
         "rawdirs=NAME:...",
@@ -407,6 +420,8 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
+        ("passthrough", Some("on")) => o.passthrough = Some(true),
+        ("passthrough", Some("off")) => o.passthrough = Some(false),
         ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v

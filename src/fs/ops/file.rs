@@ -213,17 +213,7 @@ impl CutFs {
     }
 
     pub(in crate::fs) fn close_handle(&self, fh: u64) {
-        if let Some(h) = self.handles.remove(fh) {
-            if let Handle::File(h) = &*h {
-                let state = h.inode.state();
-                let mut content = state.content.write();
-                content.open = content.open.saturating_sub(1);
-                if content.open == 0 {
-                    // The cache keeps it (within its bound) for the next open.
-                    content.view = None;
-                }
-            }
-        }
+        release_handle(&self.handles, fh)
     }
 
     pub(in crate::fs) fn sync_handle(&self, fh: u64, datasync: bool) -> Result<()> {
@@ -362,5 +352,21 @@ impl Opener {
             flags |= FopenFlags::FOPEN_NOFLUSH;
         }
         Ok((fh, flags))
+    }
+}
+
+/// Closes handle `fh` (release, or an open the kernel must not get; the
+/// scan threads call it too).
+pub(in crate::fs) fn release_handle(handles: &crate::fs::handles::HandleTable, fh: u64) {
+    if let Some(h) = handles.remove(fh) {
+        if let Handle::File(h) = &*h {
+            let state = h.inode.state();
+            let mut content = state.content.write();
+            content.open = content.open.saturating_sub(1);
+            if content.open == 0 {
+                // The cache keeps it (within its bound) for the next open.
+                content.view = None;
+            }
+        }
     }
 }
