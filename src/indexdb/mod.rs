@@ -526,8 +526,8 @@ fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Databa
     // A mount just unmounted may still be committing its last records:
     // wait for it a little.
     let mut tries = 0;
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    // An error (not EWOULDBLOCK) is treated as "busy": memory only.
+    while !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
         tries += 1;
         if tries < LOCK_TRIES {
             std::thread::sleep(Duration::from_millis(50));
@@ -543,8 +543,7 @@ fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Databa
     // Lookups of a cold mount touch most pages: one sequential read-ahead
     // instead of a random read each (small databases only).
     if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
-        // SAFETY: posix_fadvise on a descriptor we own; only a hint.
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+        crate::sys::fadvise(&file, libc::POSIX_FADV_WILLNEED);
     }
     let create = |f: &File| -> Result<redb::Database, String> {
         let dup = f.try_clone().map_err(|e| e.to_string())?;

@@ -337,6 +337,17 @@ pub fn lock_exclusive(f: &File) -> io::Result<()> {
     fcntl::flock(f.as_raw_fd(), fcntl::FlockArg::LockExclusive).map_err(from_nix)
 }
 
+/// `flock(fd, LOCK_EX | LOCK_NB)`: false when another open file holds a
+/// lock on it (EWOULDBLOCK); held like [`lock_exclusive`]'s.
+#[allow(deprecated)]
+pub fn try_lock_exclusive(f: &File) -> io::Result<bool> {
+    match fcntl::flock(f.as_raw_fd(), fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(from_nix(e)),
+    }
+}
+
 /// Sets O_NOATIME on an open descriptor (the daemon is root, or owns the
 /// file: permitted), so reads through it leave the access time alone.
 pub fn set_noatime(fd: BorrowedFd<'_>) -> io::Result<()> {
