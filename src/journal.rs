@@ -35,6 +35,11 @@
 //!   message naming the path and what to do. A committed entry on a
 //!   read-only mount also refuses the start (a half-rewritten file must not
 //!   be served): "mount read-write once to finish it".
+//!
+//! Size: about 900 lines before its tests, on purpose in one file: every
+//! check that makes the journal trustworthy (owner, mode, filesystem, entry
+//! identity) sits beside the one code path that reads entries back, so a
+//! reader sees the whole trust argument in one place.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

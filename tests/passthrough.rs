@@ -423,22 +423,24 @@ fn default_is_passthrough_only_on_read_only_mounts() {
     (&w).write_all(b"more\n").unwrap();
     let all = read_all(&reader, data.len() + 10).unwrap();
     assert_eq!(&all[data.len()..], b"more\n", "reads after writes");
-    let len = all.len();
-    let waited = while_stopped(
-        m.pid(),
-        Duration::from_secs(2),
-        move || read_all(&reader, len).unwrap(),
-        |late| assert_eq!(late.len(), len),
-    );
+    // (A stopped daemon cannot tell here: this mount keeps the page cache
+    // across opens, so the bytes just read come from it either way.)
     assert!(
-        waited.is_none(),
-        "a read-write mount reads through the daemon"
+        m.log_text()
+            .contains("passthrough off (the default on a read-write mount"),
+        "{}",
+        m.log_text()
     );
     drop(w);
     drop(m);
 
     let d = data.clone();
     let ro = Mount::new(&["ro"], move |b| fs::write(b.join("raw.bin"), &d).unwrap());
+    assert!(
+        ro.log_text().contains("passthrough on"),
+        "{}",
+        ro.log_text()
+    );
     let f = File::open(ro.m("raw.bin")).unwrap();
     let len = data.len();
     let got = while_stopped(

@@ -58,8 +58,9 @@ pub struct Options {
     pub auto_unmount: bool,
     /// `log=FILE`: log there (appended) instead of syslog or stderr.
     pub log: Option<std::path::PathBuf>,
-    /// `passthrough=on|off`: the kernel reads raw files opened read-only
-    /// straight from BACKING (`fs::passthrough`). None (the default): on
+    /// `passthrough=on|off|auto`: the kernel reads raw files opened
+    /// read-only straight from BACKING (`fs::passthrough`). None (`auto`,
+    /// the default): on
     /// when the mount is read-only (`-o ro` or a read-only BACKING), where
     /// no writer can meet a passthrough reader; off otherwise, because then
     /// an open for writing of a file being read that way fails (ETXTBSY).
@@ -219,10 +220,10 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "auto, raw",
     ),
     (
-        "passthrough=on|off",
-        "on if read-only",
-        "the kernel reads raw files opened read-only directly from BACKING",
-        "on, off",
+        "passthrough=on|off|auto",
+        "auto",
+        "the kernel reads raw files opened read-only directly from BACKING (auto: on if the mount is read-only)",
+        "on, off, auto",
     ),
     (
         "rawdirs=NAME:...",
@@ -422,6 +423,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
         ("passthrough", Some("on")) => o.passthrough = Some(true),
         ("passthrough", Some("off")) => o.passthrough = Some(false),
+        ("passthrough", Some("auto")) => o.passthrough = None,
         ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v

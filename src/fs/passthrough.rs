@@ -124,8 +124,11 @@ struct Table {
 
 /// The mount's passthrough state (shared by every worker).
 pub(super) struct Passthrough {
-    /// Wanted (`-o passthrough`, default on) and not refused so far.
+    /// Wanted (`-o passthrough`, by default on read-only mounts only) and
+    /// not refused so far.
     on: AtomicBool,
+    /// `-o passthrough=off` was given (for the log line).
+    asked_off: bool,
     /// The stacking depth to ask the kernel for (1 + BACKING's).
     depth: u32,
     table: Mutex<Table>,
@@ -137,12 +140,19 @@ pub(super) struct Passthrough {
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Passthrough {
-    /// `wanted`: `-o passthrough=on`; `backing` is BACKING's root.
-    pub(super) fn new(wanted: bool, backing: BorrowedFd<'_>) -> Passthrough {
+    /// `wanted`: `-o passthrough=on|off`, None for `auto` (on when the
+    /// mount is read-only: `read_only` says whether it is); `backing` is
+    /// BACKING's root.
+    pub(super) fn new(
+        wanted: Option<bool>,
+        read_only: bool,
+        backing: BorrowedFd<'_>,
+    ) -> Passthrough {
         use nix::sys::statfs::{fstatfs, OVERLAYFS_SUPER_MAGIC};
         let stacked = fstatfs(backing).is_ok_and(|s| s.filesystem_type() == OVERLAYFS_SUPER_MAGIC);
         Passthrough {
-            on: AtomicBool::new(wanted),
+            on: AtomicBool::new(wanted.unwrap_or(read_only)),
+            asked_off: wanted == Some(false),
             depth: if stacked { 2 } else { 1 },
             table: Mutex::new(Table::default()),
             released: Condvar::new(),
@@ -152,7 +162,12 @@ impl Passthrough {
     /// Asks the kernel for passthrough at init (when wanted).
     pub(super) fn init(&self, config: &mut KernelConfig) {
         if !self.on.load(Ordering::Relaxed) {
-            log::info!("passthrough off (-o passthrough=off): every read goes through the daemon");
+            let why = if self.asked_off {
+                "-o passthrough=off"
+            } else {
+                "the default on a read-write mount; -o passthrough=on asks for it"
+            };
+            log::info!("passthrough off ({why}): every read goes through the daemon");
             return;
         }
         if !nix::unistd::geteuid().is_root() {
