@@ -9,4 +9,8 @@ scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --release --workspace --all-targets
-cargo test --release --doc
+cargo test --release --workspace --doc
+# The codec crate stands alone: its docs build without a warning and it
+# packages as it would be published (crates/cutf8).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+cargo package -p cutf8 --allow-dirty

@@ -652,7 +652,7 @@ unsafe fn with_buffers(
 /// C entry for [`convert`] (called by shim/gconv.c).
 ///
 /// # Safety
-/// See [`with_buffers`].
+/// See `with_buffers`.
 #[no_mangle]
 pub unsafe extern "C" fn cutf8_gconv_convert(
     kind: c_int,
@@ -696,7 +696,7 @@ pub unsafe extern "C" fn cutf8_gconv_flush(
 /// C entry for [`prologue`] (called by shim/gconv.c).
 ///
 /// # Safety
-/// See [`with_buffers`]; `state` is valid.
+/// See `with_buffers`; `state` is valid.
 #[no_mangle]
 pub unsafe extern "C" fn cutf8_gconv_prologue(
     kind: c_int,

@@ -29,10 +29,7 @@ pub use write::{Patch, Resize, Way, ZeroPatch};
 /// Where the text starts in a corrected file.
 pub const DATA_START: u64 = MAGIC.len() as u64;
 
-/// A continuation byte (10xxxxxx), in either encoding.
-pub(crate) fn is_cont(b: u8) -> bool {
-    b & 0xC0 == 0x80
-}
+pub(crate) use cutf8::unit::is_cont;
 
 /// Why a change of a view cannot be made. `crate::fs::error` turns each
 /// into an errno; nothing else does.

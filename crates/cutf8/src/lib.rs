@@ -126,7 +126,7 @@ pub mod unit {
     //! assert_eq!(&view[..n], "Ï".as_bytes());
     //! ```
     pub use crate::scalar::{
-        decode_disk_unit, decode_view_unit, encode_disk, encode_view, DiskUnit, ViewUnit,
+        decode_disk_unit, decode_view_unit, encode_disk, encode_view, is_cont, DiskUnit, ViewUnit,
     };
 }
 

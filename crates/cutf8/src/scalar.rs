@@ -36,8 +36,10 @@ pub(crate) const fn lead_len(b: u8) -> usize {
     }
 }
 
+/// Whether `b` is a continuation byte (10xxxxxx), in either encoding: a
+/// unit never starts with one, so a reader that lands on one steps back.
 #[inline(always)]
-pub(crate) const fn is_cont(b: u8) -> bool {
+pub const fn is_cont(b: u8) -> bool {
     b & 0xC0 == 0x80
 }
 
