@@ -20,6 +20,32 @@
 #   app-big  the same on a SIZE_MIB file (cutf8fs should be flat in size)
 #   vim-open vim -es loading the VIM_MIB (100) MiB file and quitting
 #   vim-save vim -es loading it, adding a line and saving (:wq)
+# and the metadata-heavy cases of issue 12, on real data:
+#   tar-src  tar -x of a real source tree: whole crate directories of the Rust
+#            dependency sources (${CARGO_HOME:-~/.cargo}/registry/src/*/,
+#            every machine that built this project has them), taken in
+#            sorted order of their names until SRC_FILES (5000) files; the
+#            output's header says how many files and MiB (fails with a
+#            message if the registry holds fewer files)
+#   rsync    rsync -a of that same tree, extracted natively, into the target
+#   sqlite-rb  sqlite3 TARGET/db < SQL: a new database, SQL_ROWS (10000)
+#            inserts (one indexed table) in SQL_TXNS (100) transactions,
+#            PRAGMA journal_mode=DELETE (rollback journal), default synchronous
+#   sqlite-wal the same with PRAGMA journal_mode=WAL
+#   git-co   git checkout -q A then git checkout -q B (timed together), in a
+#            clone of GIT_REPO (default: this repository) whose work tree is
+#            in the target, checked out at B before the run: B = GIT_B
+#            (default the clone's HEAD), A = GIT_A (default the oldest commit
+#            that has crates/, else B~40 or the root if the history is
+#            shorter or shallow); the header names both and their diff size
+# The SQL, the tarball and the clone are made once, untimed, outside every
+# target. These cases are checked after every run, and a run whose result is
+# wrong shows as "fail", never as a time: tar-src and rsync by diff -r
+# against the native tree, sqlite by PRAGMA integrity_check, count(*) and
+# the journal mode, git-co by HEAD = B and an empty git status --porcelain.
+# git-co's setup (untimed): copy of the clone's .git, checkout of B, index
+# refreshed; then caches are dropped and the repository is read back (git
+# status, its pack) so the run measures the checkout's writes.
 # Before each timed run: sync, drop caches, then read the source back into
 # the page cache, so the run measures the target's write path and not the
 # source disk. The table gives the cutf8fs / faster-peer ratio (faster of
@@ -29,10 +55,13 @@
 # benchmark. (The cutf8fs daemon holds one descriptor per inode the kernel
 # remembers and lifts its soft open-file limit to the hard one at start, so
 # a 2000-file tar -x works under a login shell's `ulimit -Sn 1024`.)
-# Needs root (mounts, drops caches), bindfs, gocryptfs, vim, python3.
+# Needs root (mounts, drops caches), bindfs, gocryptfs, vim, python3, and
+# for the cases that use them tar, rsync, sqlite3, git.
 # Usage: scripts/bench-write.sh [WORKDIR_PARENT]   (default /var/tmp)
 # Env: SIZE_MIB (1024), VIM_MIB (100), FILES (2000), APPENDS (10000), REPS (3),
-#      TARGETS ("native bindfs gocryptfs cutf8fs"), CASES (all of the above).
+#      SRC_FILES (5000), SQL_ROWS (10000), SQL_TXNS (100), GIT_REPO, GIT_A,
+#      GIT_B, TARGETS ("native bindfs gocryptfs cutf8fs"), CASES (all of the
+#      above), e.g. CASES="tar-src rsync" SIZE_MIB=8 VIM_MIB=1 REPS=1.
 # The work directory (a fresh mktemp -d under WORKDIR_PARENT, which should be
 # a disk filesystem, not tmpfs) is unmounted and removed on exit.
 set -euo pipefail
@@ -46,11 +75,23 @@ FILES=${FILES:-2000}
 APPENDS=${APPENDS:-10000}
 REPS=${REPS:-3}
 TARGETS=${TARGETS:-native bindfs gocryptfs cutf8fs}
-CASES=${CASES:-cp dd tar app-1M app-big vim-open vim-save}
+SRC_FILES=${SRC_FILES:-5000}
+SQL_ROWS=${SQL_ROWS:-10000}
+SQL_TXNS=${SQL_TXNS:-100}
+GIT_REPO=${GIT_REPO:-$REPO}
+CASES=${CASES:-cp dd tar app-1M app-big vim-open vim-save tar-src rsync sqlite-rb sqlite-wal git-co}
+has_case() { local c; for c in "$@"; do [[ " $CASES " == *" $c "* ]] && return 0; done; return 1; }
 
 [ "$(id -u)" -eq 0 ] || { echo "bench-write: run as root (drops caches, mounts)" >&2; exit 1; }
 for t in bindfs gocryptfs vim python3 fusermount3; do
     command -v "$t" >/dev/null || { echo "bench-write: needs $t (apt-get install -y bindfs gocryptfs vim)" >&2; exit 1; }
+done
+for t in "tar tar-src" "rsync rsync" "sqlite3 sqlite-rb sqlite-wal" "git git-co"; do
+    read -r tool cases <<<"$t"
+    # shellcheck disable=SC2086 # the cases that need the tool, one word each
+    if has_case $cases; then
+        command -v "$tool" >/dev/null || { echo "bench-write: needs $tool for $cases (apt-get install -y $tool)" >&2; exit 1; }
+    fi
 done
 cargo build --release --bins --quiet
 CUTF8FS=$REPO/target/release/cutf8fs
@@ -126,6 +167,97 @@ for i in range(n):
         f.write(line)
 PY
 
+# A real source tree (tar-src, rsync): whole crate directories of the Rust
+# dependency sources, sorted by name (a crate in two registries counts once),
+# until SRC_FILES regular files.
+if has_case tar-src rsync; then
+    REG=${CARGO_HOME:-$HOME/.cargo}/registry/src
+    mkdir "$SRC/srctree"
+    n=0
+    while IFS=$'\t' read -r _ dir; do
+        [ "$n" -ge "$SRC_FILES" ] && break
+        cp -a "$dir" "$SRC/srctree/"
+        n=$(( n + $(find "$dir" -type f | wc -l) ))
+    done < <(for d in "$REG"/*/*/; do d=${d%/}; printf '%s\t%s\n' "${d##*/}" "$d"; done \
+             | LC_ALL=C sort -t$'\t' -k1,1 -u)
+    if [ "$n" -lt "$SRC_FILES" ]; then
+        echo "bench-write: tar-src/rsync need $SRC_FILES files of crate sources under $REG/*/, found $n (build this project with cargo first, or set SRC_FILES lower)" >&2
+        exit 1
+    fi
+    SRC_TREE_FILES=$n
+    SRC_TREE_DIRS=$(find "$SRC/srctree" -mindepth 1 -maxdepth 1 -type d | wc -l)
+    tar -cf "$SRC/srctree.tar" -C "$SRC" srctree
+    SRC_TREE_MIB=$(( $(stat -c %s "$SRC/srctree.tar") >> 20 ))
+    log "source tree: $SRC_TREE_FILES files of $SRC_TREE_DIRS crates, $SRC_TREE_MIB MiB tar"
+fi
+
+# SQL for sqlite-rb / sqlite-wal: one table with an index, SQL_ROWS rows in
+# SQL_TXNS transactions; only the journal mode differs.
+if has_case sqlite-rb sqlite-wal; then
+    python3 - "$SRC" "$SQL_ROWS" "$SQL_TXNS" <<'PY'
+import os, random, sys
+src, rows, txns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(5)
+words = ["the", "archive", "letter", "Straße", "naïve", "café", "λόγος", "привет",
+         "日本語", "漢字", "한국어", "emoji😀", "données", "über", "año", "value", "page"]
+body = ["CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT NOT NULL);",
+        "CREATE INDEX t_name ON t(name);"]
+for k in range(txns):
+    body.append("BEGIN;")
+    for i in range(k * rows // txns, (k + 1) * rows // txns):
+        name = "%s-%d" % (rnd.choice(words), rnd.randrange(1 << 30))
+        text = " ".join(rnd.choice(words) for _ in range(rnd.randint(5, 40)))
+        body.append("INSERT INTO t(id, name, body) VALUES (%d, '%s', '%s');" % (i + 1, name, text))
+    body.append("COMMIT;")
+for mode in ("DELETE", "WAL"):
+    with open(os.path.join(src, "sqlite-%s.sql" % mode.lower()), "w", encoding="utf-8") as f:
+        f.write("PRAGMA journal_mode=%s;\n" % mode)
+        f.write("\n".join(body) + "\n")
+PY
+fi
+
+# A clone of GIT_REPO (git-co), by the git transport so its objects are one
+# pack as in any fresh clone; A and B as the header comment says.
+if has_case git-co; then
+    git clone -q --no-checkout --no-local "$GIT_REPO" "$SRC/gitrepo"
+    G() { git -c core.quotePath=false -C "$SRC/gitrepo" "$@"; }
+    GIT_B=$(G rev-parse --verify -q "${GIT_B:-HEAD}^{commit}") || { echo "bench-write: git-co: no commit ${GIT_B:-HEAD} in a clone of $GIT_REPO" >&2; exit 1; }
+    if [ -n "${GIT_A:-}" ]; then
+        GIT_A=$(G rev-parse --verify -q "$GIT_A^{commit}") || { echo "bench-write: git-co: no commit $GIT_A in a clone of $GIT_REPO" >&2; exit 1; }
+        GIT_A_WHY="GIT_A"
+    else
+        GIT_A=$(G rev-list --reverse "$GIT_B" -- crates | head -1)
+        GIT_A_WHY="the oldest commit with crates/"
+        if [ -z "$GIT_A" ] || [ "$(G rev-list --count "$GIT_A..$GIT_B")" -lt 10 ]; then
+            GIT_A=$(G rev-list --max-count=41 "$GIT_B" | tail -1)
+            GIT_A_WHY="B~$(( $(G rev-list --count "$GIT_A..$GIT_B") ))"
+        fi
+    fi
+    [ "$GIT_A" != "$GIT_B" ] || { echo "bench-write: git-co: A = B = $GIT_B (history too short; set GIT_A)" >&2; exit 1; }
+    # Files that begin with the magic number (this repository's sample/ holds
+    # Corrected UTF-8 files as they are on disk) cannot be written through a
+    # cutf8fs mount: a new file whose first write starts with the magic is
+    # refused (EILSEQ, SPEC section 3), so git would fail there. Unless
+    # GIT_SKIP_MAGIC=0, a sparse checkout leaves them out, on every target.
+    GIT_SKIPPED=0
+    if [ "${GIT_SKIP_MAGIC:-1}" = 1 ]; then
+        MAGIC_HEX="efb79dedb2ae000a"
+        skip=()
+        while read -r _ _ obj path; do
+            [ "$(G cat-file blob "$obj" | head -c 8 | od -An -tx1 | tr -d ' \n')" = "$MAGIC_HEX" ] \
+                && skip+=("!/$path")
+        done < <({ G ls-tree -r "$GIT_A"; G ls-tree -r "$GIT_B"; } | awk '$2 == "blob"' | sort -u)
+        if [ "${#skip[@]}" -gt 0 ]; then
+            # by hand: `git sparse-checkout set` would check out files here
+            G config core.sparseCheckout true
+            printf '%s\n' '/*' "${skip[@]}" > "$SRC/gitrepo/.git/info/sparse-checkout"
+            GIT_SKIPPED=$(printf '%s\n' "${skip[@]}" | sort -u | wc -l)
+        fi
+    fi
+    GIT_DESC="A $(G rev-parse --short "$GIT_A") ($GIT_A_WHY, $(G ls-tree -r "$GIT_A" | wc -l) files), B $(G rev-parse --short "$GIT_B") ($(G ls-tree -r "$GIT_B" | wc -l) files), $(G rev-list --count "$GIT_A..$GIT_B") commits apart,$(G diff --shortstat "$GIT_A" "$GIT_B"); $GIT_SKIPPED paths left out (begin with the magic number)"
+    log "git-co: $GIT_DESC"
+fi
+
 # --- mounts -----------------------------------------------------------------
 gocryptfs -q -init -extpass 'echo pw' "$W/gocryptfs-cipher" >/dev/null
 mount_all() {
@@ -158,6 +290,36 @@ secs() { # run "$@" quietly, print elapsed seconds
 median() { # "fail" if any run failed
     case " $* " in *" fail "*) echo fail; return ;; esac
     printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+warm_tree() { # read a tree's files and metadata into the page cache
+    find "$1" -type f -exec cat {} + >/dev/null
+}
+# checked TIME CMD...: print TIME, or "fail" if it is one or CMD says the
+# result is wrong (a wrong result must not report a time)
+checked() {
+    local t=$1; shift
+    [ "$t" = fail ] && { echo fail; return 0; }
+    if ! "$@" >"$W/chk" 2>&1; then
+        echo "bench-write: wrong result, check failed: $* ($(head -3 "$W/chk" | tr '\n' ' '))" >&2
+        echo fail
+        return 0
+    fi
+    echo "$t"
+}
+sql_run() { sqlite3 -bail "$1" < "$2"; }
+sql_check() { # DB MODE: intact, SQL_ROWS rows, the journal mode asked for
+    local got
+    got=$(sqlite3 -bail "$1" 'PRAGMA integrity_check; SELECT count(*) FROM t; PRAGMA journal_mode;' | tr '\n' ' ')
+    [ "$got" = "ok $SQL_ROWS $2 " ] || { echo "got: $got, want: ok $SQL_ROWS $2"; return 1; }
+}
+git_co() { git -C "$1" checkout -q "$GIT_A" && git -C "$1" checkout -q "$GIT_B"; }
+git_check() { # REPO: at B, nothing changed, nothing untracked
+    local head st
+    head=$(git -C "$1" rev-parse HEAD) && st=$(git -C "$1" status --porcelain) || return 1
+    [ "$head" = "$GIT_B" ] || { echo "HEAD $head, want $GIT_B"; return 1; }
+    [ -z "$st" ] || { echo "git status: $st"; return 1; }
 }
 
 export LC_ALL=C.UTF-8
@@ -197,6 +359,31 @@ one_run() {
             [ -f "$d/vim.txt" ] || cp "$SRC/vim.txt" "$d/vim.txt"
             cold_src /usr/bin/vim.basic
             secs vim_save "$d/vim.txt" ;;
+        tar-src)
+            mkdir "$d/tarsrc$r"; cold_src "$SRC/srctree.tar"
+            checked "$(secs tar -xf "$SRC/srctree.tar" -C "$d/tarsrc$r")" \
+                diff -r "$SRC/srctree" "$d/tarsrc$r/srctree" ;;
+        rsync)
+            drop_caches; warm_tree "$SRC/srctree"; rsync --version >/dev/null
+            checked "$(secs rsync -a "$SRC/srctree/" "$d/rsync$r/")" \
+                diff -r "$SRC/srctree" "$d/rsync$r" ;;
+        sqlite-rb|sqlite-wal)
+            local mode=${c#sqlite-} db=$d/$c-$r.db
+            [ "$mode" = rb ] && mode=delete
+            rm -f "$db" "$db-journal" "$db-wal" "$db-shm"
+            cold_src "$SRC/sqlite-$mode.sql"; sqlite3 :memory: 'SELECT 1' >/dev/null
+            checked "$(secs sql_run "$db" "$SRC/sqlite-$mode.sql")" sql_check "$db" "$mode" ;;
+        git-co)
+            # Untimed: the clone's .git copied in, B checked out, the index
+            # refreshed (stat data of this filesystem); then caches dropped
+            # and the repository read back.
+            local g=$d/git$r
+            mkdir "$g" && cp -a "$SRC/gitrepo/.git" "$g/" \
+                && git -C "$g" checkout -q "$GIT_B" && git -C "$g" update-index -q --refresh \
+                || { log "git-co: setup failed in $g"; echo fail; return 0; }
+            drop_caches; cat "$(command -v git)" "$g"/.git/objects/pack/* >/dev/null
+            git -C "$g" status --porcelain >/dev/null
+            checked "$(secs git_co "$g")" git_check "$g" ;;
     esac
 }
 
@@ -217,7 +404,13 @@ for c in $CASES; do
             app-big) rm -f "$W/$t/app-big.txt" ;;
         esac
     done
-    [ "$c" = tar ] && for t in $TARGETS; do rm -rf "$W/$t"/tar[0-9]*; done
+    case $c in
+        tar) for t in $TARGETS; do rm -rf "$W/$t"/tar[0-9]*; done ;;
+        tar-src) for t in $TARGETS; do rm -rf "$W/$t"/tarsrc[0-9]*; done ;;
+        rsync) for t in $TARGETS; do rm -rf "$W/$t"/rsync[0-9]*; done ;;
+        sqlite-*) for t in $TARGETS; do rm -f "$W/$t/$c"-[0-9]*.db*; done ;;
+        git-co) for t in $TARGETS; do rm -rf "$W/$t"/git[0-9]*; done ;;
+    esac
 done
 ELAPSED=$(( $(date +%s) - START ))
 
@@ -251,6 +444,9 @@ faster() { # faster of bindfs and gocryptfs among the targets run
 {
     echo "cutf8fs write benchmark ($(date -u +%Y-%m-%d), $(uname -r), $(nproc) CPUs, $(bindfs --version | head -1), $(gocryptfs --version | cut -d';' -f1))"
     echo "big file $SIZE_MIB MiB, vim file $VIM_MIB MiB, tree $FILES files ($(( $(stat -c %s "$SRC/tree.tar") >> 20 )) MiB tar), $APPENDS appends; median of $REPS; ${ELAPSED} s in all"
+    has_case tar-src rsync && echo "tar-src, rsync: $SRC_TREE_FILES files of $SRC_TREE_DIRS crates from ${CARGO_HOME:-~/.cargo}/registry/src ($SRC_TREE_MIB MiB tar)"
+    has_case sqlite-rb sqlite-wal && echo "sqlite-rb, sqlite-wal: $SQL_ROWS inserts in $SQL_TXNS transactions, journal_mode DELETE resp. WAL, synchronous default ($(sqlite3 --version | cut -d' ' -f1))"
+    has_case git-co && echo "git-co: checkout A then B in a clone of $( [ "$GIT_REPO" = "$REPO" ] && echo 'this repository' || echo "$GIT_REPO"): $GIT_DESC"
     echo "times in seconds; ratio = cutf8fs / faster peer (below 1: cutf8fs is faster); ulimit -n $(ulimit -n)"
     [ -n "$CHECK" ] && echo "cutf8fs backing: $CHECK"
     echo
