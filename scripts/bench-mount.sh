@@ -10,6 +10,16 @@
 #   rand   BENCH_PREADS (20000) random 4 KiB preads in that file
 #   grep   grep -r over a tree of BENCH_FILES (2000) files
 #   stat   stat of every file of that tree (find -printf %s)
+#   tarc   tar -cf - of a mixed tree piped to wc -c (not to /dev/null: GNU
+#          tar then skips reading the files): that text tree (Corrected
+#          UTF-8 under cutf8fs) beside raw files: BENCH_MIXED_RAW_MB (192)
+#          MiB of random bytes in 400 small (1-64 KiB) and some large
+#          (1-16 MiB) files, a copy of this repository's .git/objects and the
+#          release binaries; >= 2000 files and >= 200 MiB at the defaults
+#          (the table's header line gives both). Also run on cutf8fs with
+#          -o passthrough=off (a line under the table), and checked once
+#          after timing (same archive size as native, diff -r equal; a wrong
+#          tree shows as "fail").
 # and prints a table with the cutf8fs/bindfs time ratios (< 1: cutf8fs is
 # faster). Then the index database part (issue 11), on BENCH_INDEX_FILES
 # (10000) files of ~BENCH_INDEX_MB (1024) MiB in all plus one file of that
@@ -40,7 +50,8 @@ FILES=${BENCH_FILES:-2000}
 PREADS=${BENCH_PREADS:-20000}
 PARTS=${BENCH_PARTS:-read index}
 RAW_MB=${BENCH_RAW_MB:-1024}
-TESTS=${BENCH_TESTS:-seq rand grep stat rawseq rawrand rawmmap}
+MIXED_RAW_MB=${BENCH_MIXED_RAW_MB:-192}
+TESTS=${BENCH_TESTS:-seq rand grep stat tarc rawseq rawrand rawmmap}
 
 [ "$(id -u)" -eq 0 ] || { echo "bench-mount: run as root (drops caches, mounts)" >&2; exit 1; }
 command -v bindfs >/dev/null || {
@@ -114,6 +125,44 @@ if [ "$(stat -c %s "$NAT/raw.bin" 2>/dev/null)" != $((RAW_MB << 20)) ]; then
     echo "bench-mount: generating a $RAW_MB MiB raw file ..." >&2
     head -c $((RAW_MB << 20)) /dev/urandom > "$NAT/raw.bin"
     cp "$NAT/raw.bin" "$CORR/raw.bin"
+fi
+
+# The mixed tree (tarc): the text tree, Corrected UTF-8 under CORR, beside
+# raw files that are the same bytes in both trees.
+MSTAMP="$STAMP-$MIXED_RAW_MB-v1"
+if [[ " $PARTS " == *" read "* && " $TESTS " == *" tarc "* ]] \
+        && [ "$(cat "$W/.mixed-data" 2>/dev/null)" != "$MSTAMP" ]; then
+    echo "bench-mount: generating the mixed tree ($MIXED_RAW_MB MiB of random bytes, .git objects, binaries) ..." >&2
+    rm -rf "$NAT/mixed" "$CORR/mixed"
+    mkdir -p "$NAT/mixed/raw" "$NAT/mixed/bin"
+    cp -a "$NAT/tree" "$NAT/mixed/text"
+    python3 - "$NAT/mixed/raw" "$MIXED_RAW_MB" <<'PY'
+import os, random, sys
+raw, mb = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(3)
+left = mb << 20
+os.makedirs(os.path.join(raw, "small"))
+os.makedirs(os.path.join(raw, "large"))
+for i in range(400):
+    n = min(left, rnd.randint(1 << 10, 64 << 10))
+    with open(os.path.join(raw, "small", "r%03d.bin" % i), "wb") as f:
+        f.write(rnd.randbytes(n))
+    left -= n
+i = 0
+while left > 0:
+    n = min(left, rnd.randint(1 << 20, 16 << 20))
+    with open(os.path.join(raw, "large", "r%03d.bin" % i), "wb") as f:
+        f.write(rnd.randbytes(n))
+    left -= n
+    i += 1
+PY
+    cp -a "$(git -C "$REPO" rev-parse --path-format=absolute --git-common-dir)/objects" "$NAT/mixed/git-objects"
+    cp -a "$CUTF8" "$CUTF8FS" "$NAT/mixed/bin/"
+    # CORR: the same raw files, the text tree as already encoded above.
+    mkdir -p "$CORR/mixed"
+    for d in raw bin git-objects; do cp -a "$NAT/mixed/$d" "$CORR/mixed/$d"; done
+    cp -a "$CORR/tree" "$CORR/mixed/text"
+    echo "$MSTAMP" > "$W/.mixed-data"
 fi
 
 # --- tools ------------------------------------------------------------------
@@ -216,16 +265,20 @@ run_seq() { cat "$1/big.txt"; }
 run_rand() { "$PREAD" "$1/big.txt" "$PREADS"; }
 run_grep() { grep -rc "no such words here" "$1/tree"; }
 run_stat() { find "$1/tree" -type f -printf '%s\n'; }
+run_tarc() { tar -cf - -C "$1" mixed | wc -c; }
 run_rawseq() { cat "$1/raw.bin"; }
 run_rawrand() { "$PREAD" "$1/raw.bin" "$PREADS"; }
 run_rawmmap() { "$MMAPREAD" "$1/raw.bin"; }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 declare -A T
 if [[ " $PARTS " == *" read "* ]]; then
 for test in $TESTS; do
     targets="native bindfs cutf8fs" warm=min3
-    case $test in raw*) targets="native bindfs cutf8fs no-pt" warm=med3 ;; esac
+    case $test in
+        raw*) targets="native bindfs cutf8fs no-pt" warm=med3 ;;
+        tarc) targets="native bindfs cutf8fs no-pt" ;;
+    esac
     for target in $targets; do
         case $target in
             native) dir=$NAT ;;
@@ -239,6 +292,24 @@ for test in $TESTS; do
         echo "bench-mount: $test $target cold ${T[$test,$target,cold]} s, warm ${T[$test,$target,warm]} s" >&2
     done
 done
+
+# tarc, checked once after timing: the archive from each mount is as long as
+# native's and the trees are equal; if not, that mount's times are "fail".
+TARC_NOTE=""
+if [[ " $TESTS " == *" tarc "* ]]; then
+    nat_bytes=$(run_tarc "$NAT")
+    TARC_NOTE="tarc: $(find "$NAT/mixed" -type f | wc -l) files, $(du -sm "$NAT/mixed" | cut -f1) MiB ($(find "$NAT/mixed/text" -type f | wc -l) text files, Corrected UTF-8 under cutf8fs; raw: $MIXED_RAW_MB MiB of random bytes, .git objects, binaries); archive $nat_bytes bytes"
+    for target in bindfs cutf8fs no-pt; do
+        case $target in bindfs) dir=$MB ;; cutf8fs) dir=$MC ;; no-pt) dir=$MN ;; esac
+        bytes=$(run_tarc "$dir" 2>/dev/null || echo "error")
+        if [ "$bytes" != "$nat_bytes" ] || ! diff -r "$NAT/mixed" "$dir/mixed" >/dev/null 2>&1; then
+            echo "bench-mount: tarc: $target gives a wrong tree (archive $bytes bytes, native $nat_bytes; or diff -r differs)" >&2
+            T[tarc,$target,cold]=fail T[tarc,$target,warm]=fail
+            TARC_NOTE+="; $target WRONG"
+        fi
+    done
+    [[ "$TARC_NOTE" == *WRONG* ]] || TARC_NOTE+=", the same from every mount, diff -r equal"
+fi
 
 big_mb=$(( $(stat -c %s "$NAT/big.txt") >> 20 ))
 view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
@@ -258,6 +329,11 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
             "$(ratio "${T[$test,cutf8fs,cold]}" "${T[$test,bindfs,cold]}")" \
             "$(ratio "${T[$test,cutf8fs,warm]}" "${T[$test,bindfs,warm]}")"
     done
+    if [ -n "$TARC_NOTE" ]; then
+        echo
+        echo "$TARC_NOTE"
+        echo "tarc cutf8fs -o passthrough=off: cold ${T[tarc,no-pt,cold]}, warm ${T[tarc,no-pt,warm]}; cutf8fs / native: cold $(ratio "${T[tarc,cutf8fs,cold]}" "${T[tarc,native,cold]}"), warm $(ratio "${T[tarc,cutf8fs,warm]}" "${T[tarc,native,warm]}")"
+    fi
     case " $TESTS " in *" raw"*)
         echo
         echo "raw.bin: $RAW_MB MiB of random bytes; cutf8fs reads it by passthrough, no-pt is"
