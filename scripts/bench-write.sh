@@ -384,9 +384,10 @@ one_run() {
             # refreshed (stat data of this filesystem); then caches dropped
             # and the repository read back.
             local g=$d/git$r
-            mkdir "$g" && cp -a "$SRC/gitrepo/.git" "$g/" \
-                && git -C "$g" checkout -q "$GIT_B" && git -C "$g" update-index -q --refresh \
-                || { log "git-co: setup failed in $g"; echo fail; return 0; }
+            if ! { mkdir "$g" && cp -a "$SRC/gitrepo/.git" "$g/" && git -C "$g" checkout -q "$GIT_B" \
+                    && git -C "$g" update-index -q --refresh; }; then
+                log "git-co: setup failed in $g"; echo fail; return 0
+            fi
             drop_caches; cat "$(command -v git)" "$g"/.git/objects/pack/* >/dev/null
             git -C "$g" status --porcelain >/dev/null
             checked "$(secs git_co "$g")" git_check "$g" ;;
