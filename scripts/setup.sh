@@ -14,7 +14,7 @@ SUDO=""
 need=()
 # libc6-dev (<gconv.h>), binutils (ar), file and less: the gconv module and its recipes.
 for pkg in fuse3 bindfs gocryptfs vim rsync attr acl git perl python3 util-linux psmisc gcc \
-    libc6-dev binutils file less e2fsprogs; do
+    libc6-dev binutils file less e2fsprogs libcap2-bin sqlite3; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

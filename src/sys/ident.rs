@@ -55,11 +55,26 @@ impl Identity {
 
 /// Whether process `pid` (with fsuid `uid`) has CAP_SYS_ADMIN in its
 /// effective set in the daemon's user namespace, which is what lets a
-/// process see `trusted.*` names natively. A process in another user
-/// namespace is capable only there: no. A process already gone (or a pid
-/// from another pid namespace, sent as 0): uid 0 decides.
+/// process see `trusted.*` names natively.
 pub fn has_sys_admin(pid: u32, uid: u32) -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
+    has_cap(pid, uid, CAP_SYS_ADMIN)
+}
+
+/// Whether process `pid` (with fsuid `uid`) has CAP_FSETID in its
+/// effective set in the daemon's user namespace: what keeps the set-id
+/// bits of a file it truncates natively (`crate::fs` kills them itself
+/// for callers without it).
+pub fn has_fsetid(pid: u32, uid: u32) -> bool {
+    const CAP_FSETID: u32 = 4;
+    has_cap(pid, uid, CAP_FSETID)
+}
+
+/// Whether process `pid` has capability `cap` in its effective set in the
+/// daemon's user namespace. A process in another user namespace is
+/// capable only there: no. A process already gone (or a pid from another
+/// pid namespace, sent as 0): uid 0 decides.
+fn has_cap(pid: u32, uid: u32, cap: u32) -> bool {
     let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).ok();
     if pid == 0 {
         return uid == 0;
@@ -72,7 +87,7 @@ pub fn has_sys_admin(pid: u32, uid: u32) -> bool {
         (None, _) => return uid == 0, // gone meanwhile
         _ => return false,
     }
-    u64::from_str_radix(&eff, 16).is_ok_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+    u64::from_str_radix(&eff, 16).is_ok_and(|caps| caps & (1 << cap) != 0)
 }
 
 /// While alive, this thread acts as an [`Identity`] (fsuid, fsgid and

@@ -204,11 +204,23 @@ impl CutFs {
         })
     }
 
-    pub(in crate::fs) fn write_handle(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    /// A write through a handle; `kill`: the request of a writer without
+    /// CAP_FSETID, so set-id bits and capabilities go first, as natively
+    /// (`kill_privs`).
+    pub(in crate::fs) fn write_handle(
+        &self,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill: Option<&Request>,
+    ) -> Result<u32> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
+        if let Some(req) = kill {
+            self.kill_privs(&h.inode, &h.file, req)?;
+        }
         self.write_file(h, offset, data)
     }
 

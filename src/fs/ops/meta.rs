@@ -16,6 +16,7 @@ impl CutFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         fh: Option<u64>,
+        kill: Option<&Request>,
     ) -> Result<FileAttr> {
         let inode = self.inodes.get(ino)?;
         if uid.is_some() || gid.is_some() || mode.is_some() {
@@ -38,7 +39,7 @@ impl CutFs {
             })?;
         }
         if let Some(size) = size {
-            self.truncate(&inode, size, fh)?;
+            self.truncate(&inode, size, fh, kill)?;
         }
         if atime.is_some() || mtime.is_some() {
             self.keeping_content(&inode, || {
@@ -53,19 +54,33 @@ impl CutFs {
         self.attr(&inode, &st)
     }
 
-    pub(in crate::fs) fn truncate(&self, inode: &Inode, size: u64, fh: Option<u64>) -> Result<()> {
+    /// truncate(2) and ftruncate(2); `kill`: the request of a caller
+    /// without CAP_FSETID, whose truncate takes set-id bits and
+    /// capabilities first, as natively.
+    pub(in crate::fs) fn truncate(
+        &self,
+        inode: &Inode,
+        size: u64,
+        fh: Option<u64>,
+        kill: Option<&Request>,
+    ) -> Result<()> {
         if !inode.is_reg() {
             return Err(not_a_file(inode));
         }
         let state = inode.state().clone();
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());
-        match handle.as_deref() {
-            Some(Handle::File(h)) if h.write => self.set_size(&state, &h.file, size),
+        let opened;
+        let file = match handle.as_deref() {
+            Some(Handle::File(h)) if h.write => &h.file,
             _ => {
-                let file = inode.open_quiet(libc::O_RDWR)?;
-                self.set_size(&state, &file, size)
+                opened = inode.open_quiet(libc::O_RDWR)?;
+                &opened
             }
+        };
+        if let Some(req) = kill {
+            self.kill_privs(inode, file, req)?;
         }
+        self.set_size(&state, file, size)
     }
 
     pub(in crate::fs) fn fs_stats(&self) -> Result<sys::StatVfs> {
@@ -92,6 +107,30 @@ impl CutFs {
             state.carry(&mut content, &self.cache, old, Stamp::of(&st));
         }
         Ok(r)
+    }
+
+    /// Removes from `file` what a write or truncate by a caller without
+    /// CAP_FSETID removes natively (`sys::privs`): the kernel leaves this
+    /// to the daemon (`FUSE_HANDLE_KILLPRIV_V2`, see `init`), whose own
+    /// writes as root would keep them. Nothing to remove costs two
+    /// syscalls; a removal keeps what is known of the content across the
+    /// ctime it moves.
+    pub(in crate::fs) fn kill_privs(
+        &self,
+        inode: &Inode,
+        file: &std::fs::File,
+        req: &Request,
+    ) -> Result<()> {
+        let in_group = |gid| caller(req).has_group(gid);
+        if sys::privs(file.as_fd(), in_group).map_err(io)?.is_none() {
+            return Ok(());
+        }
+        self.keeping_content(inode, || {
+            match sys::privs(file.as_fd(), in_group).map_err(io)? {
+                Some(p) => sys::kill(file.as_fd(), p).map_err(io),
+                None => Ok(()),
+            }
+        })
     }
 
     /// access(2) by mode bits. Never called in practice: with
