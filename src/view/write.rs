@@ -177,10 +177,17 @@ pub fn plan_write(
         data.first().is_some_and(|&b| is_cont(b)),
     );
     let p = end + after.len() as u64;
-    let mut window = left.view_bytes(u, view_off);
-    window.extend_from_slice(data);
-    window.extend_from_slice(&after);
-    let new = encode(&window, u)?;
+    let before = left.view_bytes(u, view_off);
+    let new = if before.is_empty() && after.is_empty() {
+        // The usual case (a write on unit boundaries, as every sequential
+        // one): `data` is the window, encoded without a copy.
+        encode(data, u)?
+    } else {
+        let mut window = before;
+        window.extend_from_slice(data);
+        window.extend_from_slice(&after);
+        encode(&window, u)?
+    };
     let (at, old_end) = disk_window(index, left, right, u, p)?;
     let way = way(index, old_end, old_end - at, new.len() as u64);
     Ok(Patch {
