@@ -40,7 +40,7 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// Runs fsx on `name` inside a fresh mount whose BACKING was filled by
 /// `setup`; panics with fsx's output and log if it fails.
-fn run_fsx(name: &str, setup: impl Fn(&Path)) {
+fn run_fsx(name: &str, opts: &[&str], setup: impl Fn(&Path)) {
     let fsx = crate::support::mount::find_tool("fsx");
     let ops = env_u64("FSX_OPS").unwrap_or(OPS);
     let fixed = env_u64("FSX_SEED");
@@ -80,7 +80,7 @@ fn run_fsx(name: &str, setup: impl Fn(&Path)) {
     // posix_fallocate, EINVAL natively too): a failure counts only if the
     // same seed passes on a native file; otherwise the next seed is tried.
     for attempt in 0.. {
-        let m = Mount::new(&[], &setup);
+        let m = Mount::new(opts, &setup);
         // fsx's artifacts (.fsxlog, .fsxgood) go outside the mount.
         let artifacts = tempfile::tempdir().unwrap();
         let t0 = Instant::now();
@@ -138,14 +138,25 @@ fn run_fsx(name: &str, setup: impl Fn(&Path)) {
 
 #[test]
 fn fsx_on_a_raw_file() {
-    run_fsx("raw.bin", |b| {
+    run_fsx("raw.bin", &[], |b| {
         fs::write(b.join("raw.bin"), b"raw content before fsx\n").unwrap();
+    });
+}
+
+/// The same with passthrough asked for on a read-write mount (issue 12),
+/// on a raw file past the passthrough threshold: fsx opens read-write, so
+/// the daemon keeps serving it, and its reopens, mmaps, truncates and
+/// fallocates must behave exactly as with passthrough off.
+#[test]
+fn fsx_on_a_raw_file_with_passthrough_on() {
+    run_fsx("raw.bin", &["passthrough=on"], |b| {
+        fs::write(b.join("raw.bin"), vec![0xa5u8; 300 * 1024]).unwrap();
     });
 }
 
 #[test]
 fn fsx_on_a_file_that_starts_corrected() {
-    run_fsx("corrected.txt", |b| {
+    run_fsx("corrected.txt", &[], |b| {
         let text = "corrected before fsx: café 中文 😀 \u{800} 𐀀\n".repeat(2000);
         let mut disk = cutf8::MAGIC.to_vec();
         disk.extend(cutf8::encode_strict(text.as_bytes()).unwrap());
