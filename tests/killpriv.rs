@@ -142,6 +142,10 @@ const OPS: &[(&str, &str)] = &[
     ),
     ("truncate", "for f in \"$1\"/*; do truncate -s 5 \"$f\"; done"),
     ("open O_TRUNC", "for f in \"$1\"/*; do : > \"$f\"; done"),
+    (
+        "fallocate",
+        "for f in \"$1\"/*; do fallocate -o 0 -l 4096 \"$f\"; done",
+    ),
 ];
 
 /// One command, as one identity, on a fresh native and a fresh mounted

@@ -861,7 +861,7 @@ impl Filesystem for CutFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -869,9 +869,13 @@ impl Filesystem for CutFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        // fallocate(2) takes set-id bits and capabilities natively (the
+        // backing filesystem's `file_modified`); the daemon's own call, as
+        // root, would not, and the kernel leaves it to us (see `init`).
+        let kill = (!sys::has_fsetid(req.pid(), req.uid())).then_some(req);
         empty(
             self.guard("fallocate", ino.0, || {
-                CutFs::allocate_handle(self, fh.0, offset, length, mode)
+                CutFs::allocate_handle(self, fh.0, offset, length, mode, kill)
             }),
             reply,
         );
