@@ -421,11 +421,10 @@ impl Filesystem for CutFs {
         reply: ReplyAttr,
     ) {
         let fh = fh.map(|f| f.0);
-        // fuser does not pass FATTR_KILL_SUIDGID on: what the kernel
-        // decides it from (the caller's CAP_FSETID) is read here instead.
-        let kill = (size.is_some() && !sys::has_fsetid(req.pid(), req.uid())).then_some(req);
+        // fuser does not pass FATTR_KILL_SUIDGID on: a truncate reads what
+        // the kernel decides it from (the caller's CAP_FSETID) itself.
         match self.guard("setattr", ino.0, || {
-            CutFs::set_attr(self, ino.0, mode, uid, gid, size, atime, mtime, fh, kill)
+            CutFs::set_attr(self, ino.0, mode, uid, gid, size, atime, mtime, fh, req)
         }) {
             Ok(a) => reply.attr(&self.attr_ttl, &a),
             Err(e) => reply.error(e),
@@ -872,10 +871,9 @@ impl Filesystem for CutFs {
         // fallocate(2) takes set-id bits and capabilities natively (the
         // backing filesystem's `file_modified`); the daemon's own call, as
         // root, would not, and the kernel leaves it to us (see `init`).
-        let kill = (!sys::has_fsetid(req.pid(), req.uid())).then_some(req);
         empty(
             self.guard("fallocate", ino.0, || {
-                CutFs::allocate_handle(self, fh.0, offset, length, mode, kill)
+                CutFs::allocate_handle(self, fh.0, offset, length, mode, req)
             }),
             reply,
         );

@@ -219,7 +219,7 @@ impl CutFs {
             return Err(Refused::IsDir.into());
         };
         if let Some(req) = kill {
-            self.kill_privs(&h.inode, &h.file, req)?;
+            self.kill_privs(&h.inode, &h.file, req, true)?;
         }
         self.write_file(h, offset, data)
     }
@@ -238,23 +238,21 @@ impl CutFs {
     }
 
     /// fallocate: see `write::fallocate_file` (every mode on the view of
-    /// a corrected file; as in BACKING for raw ones); `kill`: the request
-    /// of a caller without CAP_FSETID (`kill_privs` first, as natively).
+    /// a corrected file; as in BACKING for raw ones), by the caller of
+    /// `req` (`kill_privs` first, as natively).
     pub(in crate::fs) fn allocate_handle(
         &self,
         fh: u64,
         offset: u64,
         length: u64,
         mode: i32,
-        kill: Option<&Request>,
+        req: &Request,
     ) -> Result<()> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
-        if let Some(req) = kill {
-            self.kill_privs(&h.inode, &h.file, req)?;
-        }
+        self.kill_privs(&h.inode, &h.file, req, false)?;
         self.fallocate_file(h, offset, length, mode)
     }
 

@@ -16,7 +16,7 @@ impl CutFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         fh: Option<u64>,
-        kill: Option<&Request>,
+        req: &Request,
     ) -> Result<FileAttr> {
         let inode = self.inodes.get(ino)?;
         if uid.is_some() || gid.is_some() || mode.is_some() {
@@ -39,7 +39,7 @@ impl CutFs {
             })?;
         }
         if let Some(size) = size {
-            self.truncate(&inode, size, fh, kill)?;
+            self.truncate(&inode, size, fh, req)?;
         }
         if atime.is_some() || mtime.is_some() {
             self.keeping_content(&inode, || {
@@ -54,15 +54,14 @@ impl CutFs {
         self.attr(&inode, &st)
     }
 
-    /// truncate(2) and ftruncate(2); `kill`: the request of a caller
-    /// without CAP_FSETID, whose truncate takes set-id bits and
-    /// capabilities first, as natively.
+    /// truncate(2) and ftruncate(2) by the caller of `req`: set-id bits and
+    /// capabilities go first when it lacks CAP_FSETID, as natively.
     pub(in crate::fs) fn truncate(
         &self,
         inode: &Inode,
         size: u64,
         fh: Option<u64>,
-        kill: Option<&Request>,
+        req: &Request,
     ) -> Result<()> {
         if !inode.is_reg() {
             return Err(not_a_file(inode));
@@ -77,9 +76,7 @@ impl CutFs {
                 &opened
             }
         };
-        if let Some(req) = kill {
-            self.kill_privs(inode, file, req)?;
-        }
+        self.kill_privs(inode, file, req, false)?;
         self.set_size(&state, file, size)
     }
 
@@ -109,20 +106,25 @@ impl CutFs {
         Ok(r)
     }
 
-    /// Removes from `file` what a write or truncate by a caller without
-    /// CAP_FSETID removes natively (`sys::privs`): the kernel leaves this
-    /// to the daemon (`FUSE_HANDLE_KILLPRIV_V2`, see `init`), whose own
-    /// writes as root would keep them. Nothing to remove costs two
-    /// syscalls; a removal keeps what is known of the content across the
-    /// ctime it moves.
+    /// Removes from `file` what a write, truncate or fallocate by a caller
+    /// without CAP_FSETID removes natively (`sys::privs`): the kernel leaves
+    /// this to the daemon (`FUSE_HANDLE_KILLPRIV_V2`, see `init`), whose own
+    /// calls as root would keep them. `unprivileged`: the kernel already
+    /// said the caller lacks CAP_FSETID (a write's flag); otherwise the
+    /// caller's capabilities are read from /proc, only for a file that has
+    /// something to lose. Nothing to remove costs two syscalls; a removal
+    /// keeps what is known of the content across the ctime it moves.
     pub(in crate::fs) fn kill_privs(
         &self,
         inode: &Inode,
         file: &std::fs::File,
         req: &Request,
+        unprivileged: bool,
     ) -> Result<()> {
         let in_group = |gid| caller(req).has_group(gid);
-        if sys::privs(file.as_fd(), in_group).map_err(io)?.is_none() {
+        if sys::privs(file.as_fd(), in_group).map_err(io)?.is_none()
+            || !unprivileged && sys::has_fsetid(req.pid(), req.uid())
+        {
             return Ok(());
         }
         self.keeping_content(inode, || {
