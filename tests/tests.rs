@@ -46,6 +46,7 @@ mod sample_archive;
 mod security_acl;
 mod security_journal;
 mod sys;
+mod write_dense;
 mod write_exerciser;
 
 /// Every `tests/*.rs` is a module of this binary (with `autotests = false`

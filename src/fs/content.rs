@@ -142,6 +142,9 @@ impl FileState {
             }
         }
         drop(class);
+        // The old stamp's entry moves: it can never match again, and a
+        // second reference would make the next write copy the index.
+        let cached = cache.remove(&old);
         if let Some((s, index)) = &content.view {
             if *s == old {
                 let index = index.clone();
@@ -150,7 +153,9 @@ impl FileState {
                 return;
             }
         }
-        if let Some(index) = cache.get(&old) {
+        if let Some(index) = cached.or_else(|| cache.get(&old)) {
+            // (`get` may have brought it from the index database.)
+            drop(cache.remove(&old));
             cache.put(new, index);
         }
     }
@@ -443,6 +448,16 @@ impl IndexCache {
         Some(index)
     }
 
+    /// Takes the index kept for this stamp out of the cache (not from the
+    /// index database).
+    pub fn remove(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+        let mut c = self.inner.lock();
+        let e = c.map.remove(stamp)?;
+        c.lru.remove(&e.tick);
+        c.used -= e.cost;
+        Some(e.index)
+    }
+
     /// Keeps an index, evicting the least recently used ones to stay within
     /// the bound. An index larger than the whole bound is not kept.
     pub fn put(&self, stamp: Stamp, index: Arc<OffsetIndex>) {
@@ -469,6 +484,34 @@ impl IndexCache {
             }
         }
     }
+}
+
+/// The index of the file at `stamp` (`index`, as found in `content` or the
+/// cache), taken out of both for a change made under the content lock held
+/// alone, so that the change is made in place: with no other holder (a
+/// read takes its reference under the content lock, so none is left
+/// while the lock is held alone) the index is not copied. A holder the lock does not cover (a `stat`
+/// looking in the cache at that moment) costs one copy. Copying it for
+/// every write made writes of a file dense in growing units quadratic in
+/// its size: its index holds a step per 4 KiB block.
+///
+/// The caller gives the changed index back with the new stamp (or, when
+/// the change failed, under the old one if the file did not change).
+pub fn take_index(
+    content: &mut Content,
+    cache: &IndexCache,
+    stamp: &Stamp,
+    index: Arc<OffsetIndex>,
+) -> OffsetIndex {
+    content.view = None;
+    drop(cache.remove(stamp));
+    Arc::try_unwrap(index).unwrap_or_else(|shared| {
+        log::debug!(
+            "the index of a file being changed is shared; copied ({} bytes)",
+            index_cost(&shared)
+        );
+        (*shared).clone()
+    })
 }
 
 /// The index for `file` whose stamp (before reading) is `stamp`: from the
@@ -505,8 +548,10 @@ mod tests {
     fn dense_index(blocks: usize) -> Arc<OffsetIndex> {
         let mut disk = Vec::new();
         for _ in 0..blocks {
-            disk.extend_from_slice(&[0xC0, 0xA0]); // U+0800: grows by one
-            disk.resize(disk.len() + 4094, b'a');
+            let mut unit = [0u8; 8];
+            let n = cutf8::unit::encode_disk(0x800, &mut unit).unwrap(); // grows by one
+            disk.extend_from_slice(&unit[..n]);
+            disk.resize(disk.len() + 4096 - n, b'a');
         }
         Arc::new(OffsetIndex::from_bytes(&disk))
     }
@@ -535,6 +580,53 @@ mod tests {
         cache.put(stamp(1), dense_index(64));
         assert!(cache.get(&stamp(1)).is_none());
         assert_eq!(cache.inner.lock().used, 0);
+    }
+
+    #[test]
+    fn an_index_taken_for_a_change_is_the_kept_one_not_a_copy() {
+        // As after a write: the open file's state and the cache hold it,
+        // and `now` found it.
+        let cache = IndexCache::new(1 << 30);
+        let mut content = Content::default();
+        let kept = dense_index(64);
+        assert_eq!(kept.parts().3.len(), 64);
+        let steps = kept.parts().3.as_ptr();
+        cache.put(stamp(1), kept.clone());
+        content.view = Some((stamp(1), kept));
+        let found = content.view.as_ref().unwrap().1.clone();
+        let owned = take_index(&mut content, &cache, &stamp(1), found);
+        assert_eq!(owned.parts().3.as_ptr(), steps, "copied");
+        assert!(content.view.is_none());
+        assert!(cache.get(&stamp(1)).is_none());
+        // Someone else holding it (a stat at that moment): a copy, and the
+        // other holder's index is untouched.
+        let other = Arc::new(owned);
+        let mut copy = take_index(&mut content, &cache, &stamp(1), other.clone());
+        assert_ne!(copy.parts().3.as_ptr(), steps);
+        assert_eq!(copy, *other);
+        copy.apply_tail(0, 0, OffsetIndex::default());
+        assert_ne!(copy, *other);
+    }
+
+    #[test]
+    fn carrying_an_index_to_a_new_stamp_moves_it() {
+        let cache = IndexCache::new(1 << 30);
+        let st = FileState::new();
+        let mut content = Content::default();
+        let index = dense_index(8);
+        cache.put(stamp(1), index.clone());
+        content.view = Some((stamp(1), index));
+        let mut new = stamp(1);
+        new.ctime = (1, 0);
+        st.carry(&mut content, &cache, stamp(1), new);
+        assert!(
+            cache.get(&stamp(1)).is_none(),
+            "the old stamp's entry stays"
+        );
+        let (s, index) = content.view.take().unwrap();
+        assert_eq!(s, new);
+        drop(cache.remove(&new));
+        assert!(Arc::try_unwrap(index).is_ok(), "a reference left behind");
     }
 
     #[test]

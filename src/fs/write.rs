@@ -98,12 +98,32 @@ impl CutFs {
         Ok(())
     }
 
+    /// After a change of a corrected file that failed: `index` (taken by
+    /// `content::take_index` at `stamp`) goes back when the file is still
+    /// at `stamp`, so nothing changed and a retry (a full disk) needs no
+    /// rescan; otherwise it is dropped and the file is learned again.
+    fn failed(
+        &self,
+        state: &FileState,
+        content: &mut Content,
+        file: &File,
+        stamp: Stamp,
+        index: OffsetIndex,
+    ) {
+        state.content_changed();
+        if matches!(sys::fstat(file.as_fd()), Ok(st) if Stamp::of(&st) == stamp) {
+            let index = Arc::new(index);
+            self.cache.put(stamp, index.clone());
+            content.view = Some((stamp, index));
+        }
+    }
+
     /// A write through handle `h` at `offset` (a view offset for corrected
     /// files, a byte offset otherwise).
     pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
         let state = h.inode.state();
         let mut content = state.content.write();
-        let (now, _) = self.now(&content, &h.file)?;
+        let (now, stamp) = self.now(&content, &h.file)?;
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
             Now::Empty => {
@@ -134,20 +154,21 @@ impl CutFs {
                 if !index.lossless() {
                     return Err(view::Error::ReadOnly.into());
                 }
-                let mut next = (*index).clone();
+                let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
                 match backing::write_at(&h.file, &mut next, &self.journal, offset, data) {
                     Ok(()) => {
                         self.changed(state, &mut content, &h.file, Some(next))?;
                     }
+                    // Refused before anything was written: `next` is as it was.
                     Err(backing::Error::View(why @ view::Error::Unstorable { .. })) => {
                         let name = self.name_of(&h.inode);
-                        if let Err(e) =
-                            backing::to_raw(&h.file, &index, &self.journal, offset, data)
+                        if let Err(e) = backing::to_raw(&h.file, &next, &self.journal, offset, data)
                         {
                             log::warn!(
                                 "{name}: {why}; the write that would make it raw failed \
                                  ({e}); the file is unchanged and stays corrected"
                             );
+                            self.failed(state, &mut content, &h.file, stamp, next);
                             return Err(e.into());
                         }
                         log::warn!(
@@ -156,7 +177,10 @@ impl CutFs {
                         );
                         self.changed(state, &mut content, &h.file, None)?;
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        self.failed(state, &mut content, &h.file, stamp, next);
+                        return Err(e.into());
+                    }
                 }
                 Ok(n)
             }
@@ -215,7 +239,7 @@ impl CutFs {
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
         let state = h.inode.state();
         let mut content = state.content.write();
-        let (now, _) = self.now(&content, &h.file)?;
+        let (now, stamp) = self.now(&content, &h.file)?;
         let Now::Corrected(index) = now else {
             if mode & (PUNCH | ZERO) != 0 {
                 let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
@@ -229,26 +253,28 @@ impl CutFs {
         }
         let keep = mode & KEEP != 0;
         let end = offset.checked_add(length).ok_or(view::Error::TooLarge)?;
-        let mut next = (*index).clone();
         let how = match mode & !KEEP {
-            0 => {
-                backing::allocate(&h.file, &mut next, offset, length, keep)?;
-                return self.changed(state, &mut content, &h.file, Some(next));
-            }
-            PUNCH if keep => Zeroing::Punch,
-            ZERO => Zeroing::Zero,
+            0 => None,
+            PUNCH if keep => Some(Zeroing::Punch),
+            ZERO => Some(Zeroing::Zero),
             _ => return Err(view::Error::Unsupported.into()),
         };
-        let stop = if keep { end.min(next.view_len()) } else { end };
-        if offset < stop {
-            backing::zero_range(
-                &h.file,
-                &mut next,
-                &self.journal,
-                offset,
-                stop - offset,
-                how,
-            )?;
+        let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
+        let done = match how {
+            None => backing::allocate(&h.file, &mut next, offset, length, keep),
+            Some(how) => {
+                let stop = if keep { end.min(next.view_len()) } else { end };
+                if offset < stop {
+                    let len = stop - offset;
+                    backing::zero_range(&h.file, &mut next, &self.journal, offset, len, how)
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        if let Err(e) = done {
+            self.failed(state, &mut content, &h.file, stamp, next);
+            return Err(e.into());
         }
         self.changed(state, &mut content, &h.file, Some(next))
     }
@@ -257,14 +283,17 @@ impl CutFs {
     /// a view length for corrected files.
     pub(super) fn set_size(&self, state: &FileState, file: &File, size: u64) -> Result<()> {
         let mut content = state.content.write();
-        let (now, _) = self.now(&content, file)?;
+        let (now, stamp) = self.now(&content, file)?;
         match now {
             Now::Corrected(index) if size != 0 => {
                 if !index.lossless() {
                     return Err(view::Error::ReadOnly.into());
                 }
-                let mut next = (*index).clone();
-                backing::truncate(file, &mut next, size)?;
+                let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
+                if let Err(e) = backing::truncate(file, &mut next, size) {
+                    self.failed(state, &mut content, file, stamp, next);
+                    return Err(e.into());
+                }
                 self.changed(state, &mut content, file, Some(next))
             }
             _ => {

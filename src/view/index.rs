@@ -249,7 +249,10 @@ impl OffsetIndex {
     pub fn apply_tail(&mut self, from: u64, new_disk_len: u64, tail: OffsetIndex) {
         let k1 = from / BLOCK;
         let g1 = self.growth_before_block(k1);
-        self.steps.retain(|s| s.0 <= k1);
+        // Steps are sorted: cutting them costs nothing per step kept, so
+        // an append to a large dense file costs what it appends.
+        let keep = self.steps.partition_point(|s| s.0 <= k1);
+        self.steps.truncate(keep);
         self.disk_len = new_disk_len;
         // W never writes an exempt unit, and the mount does not write to
         // files that hold one: a rescan can only find none or count them.
@@ -282,22 +285,33 @@ impl OffsetIndex {
         });
         let new_total: u64 = counts.iter().sum();
         let old_total = g_after - g1;
-        let mut steps: Vec<(u64, u64)> = self.steps.iter().copied().filter(|s| s.0 <= k1).collect();
+        let delta = new_total as i64 - old_total as i64;
+        // The steps of blocks k1+1..=k2+1 are replaced in place; those
+        // after shift by `delta`, which is zero for most in-place patches,
+        // so a patch costs what it touches, not the size of the index.
+        let lo = self.steps.partition_point(|s| s.0 <= k1);
+        let hi = self.steps.partition_point(|s| s.0 <= k2 + 1);
         let mut g = g1;
-        for (i, c) in counts.iter().enumerate() {
-            if *c > 0 {
+        let recounted = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| {
                 g += c;
-                steps.push((k1 + i as u64 + 1, g));
+                (k1 + i as u64 + 1, g)
+            });
+        let after = self.steps.splice(lo..hi, recounted).count();
+        debug_assert_eq!(after, hi - lo);
+        if delta != 0 {
+            let first_after = self.steps.partition_point(|s| s.0 <= k2 + 1);
+            for s in &mut self.steps[first_after..] {
+                s.1 = (s.1 as i64 + delta) as u64;
             }
         }
-        let delta = new_total as i64 - old_total as i64;
-        for &(k, og) in self.steps.iter().filter(|s| s.0 > k2 + 1) {
-            steps.push((k, (og as i64 + delta) as u64));
-        }
-        // Keep the invariant: strictly increasing k and g, first g > 0.
-        steps.dedup_by(|b, a| b.1 == a.1);
-        steps.retain(|s| s.1 > 0);
-        self.steps = steps;
+        // The invariant (k and g strictly increasing, g > 0) holds with no
+        // clean-up: recounted steps start above g1, the growth before the
+        // span, and the first step after it had more than `g_after`, so it
+        // now has more than g1 + new_total.
         self.growth = (self.growth as i64 + delta) as u64;
         self.disk_len = new_disk_len;
         self.exempt += exempt_new;
@@ -468,6 +482,79 @@ pub(crate) mod tests {
             let span = idx.span(plan, short.to_vec());
             let _ = span.view_bytes(off, off + 9);
             let _ = span.disk_offset_of(off + 3);
+        }
+    }
+
+    /// A dense text as units, each one of: a 2- or 3-byte unit that grows,
+    /// or one of the same disk length that does not.
+    fn units(seed: u64, n: usize) -> Vec<Vec<u8>> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| {
+                let len = rng.gen_range(1..=3);
+                unit_like(&mut rng, len)
+            })
+            .collect()
+    }
+
+    fn unit_like(rng: &mut impl Rng, len: usize) -> Vec<u8> {
+        let c = match (len, rng.gen_bool(0.5)) {
+            (1, _) => 'a' as u32,
+            (2, true) => rng.gen_range(0x800..=0x89F),
+            (2, false) => 'é' as u32,
+            (3, true) => rng.gen_range(0x1_0000..=0x1_109F),
+            _ => '中' as u32,
+        };
+        let mut b = [0u8; 8];
+        let n = cutf8::unit::encode_disk(c, &mut b).unwrap();
+        assert_eq!(n, len);
+        b[..n].to_vec()
+    }
+
+    #[test]
+    fn block_recounts_in_place_equal_a_full_scan() {
+        // In-place patches (same disk length, growth up, down or equal),
+        // one unit to many blocks wide, on an index with a step per block.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        let mut us = units(30, 200_000);
+        let mut idx = OffsetIndex::from_bytes(&us.concat());
+        for round in 0..300 {
+            // The last unit stays: a patch up to the end is a tail rescan.
+            let i = rng.gen_range(0..us.len() - 1);
+            let j = (i + rng.gen_range(1..[4, 40, 5000][round % 3])).min(us.len() - 1);
+            let from: u64 = us[..i].iter().map(|u| u.len() as u64).sum();
+            for u in &mut us[i..j] {
+                *u = unit_like(&mut rng, u.len());
+            }
+            let to = from + us[i..j].iter().map(|u| u.len() as u64).sum::<u64>();
+            let disk = us.concat();
+            let n = disk.len() as u64;
+            let Rescan::Blocks { start, len } = idx.rescan_plan(from, to, n) else {
+                panic!("an in-place patch rescans blocks");
+            };
+            let end = (start as usize + len).min(disk.len());
+            idx.apply_blocks(from, to, n, &disk[start as usize..end]);
+            assert_eq!(idx, OffsetIndex::from_bytes(&disk), "round {round}");
+        }
+    }
+
+    #[test]
+    fn tail_rescans_equal_a_full_scan() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(33);
+        let mut us = units(32, 100_000);
+        let mut idx = OffsetIndex::from_bytes(&us.concat());
+        for round in 0..200 {
+            let i = rng.gen_range(0..=us.len());
+            us.truncate(i);
+            us.extend(units(round, rng.gen_range(0..3000)));
+            let from: u64 = us[..i].iter().map(|u| u.len() as u64).sum();
+            let disk = us.concat();
+            let n = disk.len() as u64;
+            let Rescan::Tail { start } = idx.rescan_plan(from, n, n) else {
+                panic!("a change to the end rescans the tail");
+            };
+            idx.apply_tail(from, n, OffsetIndex::from_bytes(&disk[start as usize..]));
+            assert_eq!(idx, OffsetIndex::from_bytes(&disk), "round {round}");
         }
     }
 
