@@ -20,6 +20,14 @@
 #   app-big  the same on a SIZE_MIB file (cutf8fs should be flat in size)
 #   vim-open vim -es loading the VIM_MIB (100) MiB file and quitting
 #   vim-save vim -es loading it, adding a line and saving (:wq)
+#   cp-dense cp of a DENSE_MIB (512) MiB file of text that changes script at
+#            every character, a fifth of them in the ranges whose length
+#            differs between disk and view (U+0800-U+089F, U+10000-U+1109F):
+#            its offset index has a step per 4 KiB block
+#   cp-dense-q the same with a quarter of that size: with cp-dense, the
+#            footer gives time per MiB at the large size over the small one
+#            (1.0: linear in the size; the write path once copied the whole
+#            index per write, which made this 3.5 at 512 MiB)
 # and the metadata-heavy cases of issue 12, on real data:
 #   tar-src  tar -x of a real source tree: whole crate directories of the Rust
 #            dependency sources (${CARGO_HOME:-~/.cargo}/registry/src/*/,
@@ -58,7 +66,7 @@
 # Needs root (mounts, drops caches), bindfs, gocryptfs, vim, python3, and
 # for the cases that use them tar, rsync, sqlite3, git.
 # Usage: scripts/bench-write.sh [WORKDIR_PARENT]   (default /var/tmp)
-# Env: SIZE_MIB (1024), VIM_MIB (100), FILES (2000), APPENDS (10000), REPS (3),
+# Env: SIZE_MIB (1024), DENSE_MIB (512), VIM_MIB (100), FILES (2000), APPENDS (10000), REPS (3),
 #      SRC_FILES (5000), SQL_ROWS (10000), SQL_TXNS (100), GIT_REPO, GIT_A,
 #      GIT_B, TARGETS ("native bindfs gocryptfs cutf8fs"), CASES (all of the
 #      above), e.g. CASES="tar-src rsync" SIZE_MIB=8 VIM_MIB=1 REPS=1.
@@ -70,6 +78,7 @@ REPO=$PWD
 
 PARENT=${1:-/var/tmp}
 SIZE_MIB=${SIZE_MIB:-1024}
+DENSE_MIB=${DENSE_MIB:-512}
 VIM_MIB=${VIM_MIB:-100}
 FILES=${FILES:-2000}
 APPENDS=${APPENDS:-10000}
@@ -79,7 +88,7 @@ SRC_FILES=${SRC_FILES:-5000}
 SQL_ROWS=${SQL_ROWS:-10000}
 SQL_TXNS=${SQL_TXNS:-100}
 GIT_REPO=${GIT_REPO:-$REPO}
-CASES=${CASES:-cp dd tar app-1M app-big vim-open vim-save tar-src rsync sqlite-rb sqlite-wal git-co}
+CASES=${CASES:-cp cp-dense-q cp-dense dd tar app-1M app-big vim-open vim-save tar-src rsync sqlite-rb sqlite-wal git-co}
 has_case() { local c; for c in "$@"; do [[ " $CASES " == *" $c "* ]] && return 0; done; return 1; }
 
 [ "$(id -u)" -eq 0 ] || { echo "bench-write: run as root (drops caches, mounts)" >&2; exit 1; }
@@ -125,10 +134,12 @@ ZEROED=""
 has_case cp dd app-big || { SIZE_MIB=0 ZEROED=" (0: not needed by these CASES)"; }
 has_case vim-open vim-save || { VIM_MIB=0 ZEROED=" (0: not needed by these CASES)"; }
 has_case tar || { FILES=0 ZEROED=" (0: not needed by these CASES)"; }
-log "generating $SIZE_MIB MiB + $VIM_MIB MiB + 1 MiB of text and a $FILES-file tree in $W"
-python3 - "$SRC" "$SIZE_MIB" "$VIM_MIB" "$FILES" <<'PY'
+has_case cp-dense cp-dense-q || { DENSE_MIB=0 ZEROED=" (0: not needed by these CASES)"; }
+log "generating $SIZE_MIB MiB + $DENSE_MIB MiB + $VIM_MIB MiB + 1 MiB of text and a $FILES-file tree in $W"
+python3 - "$SRC" "$SIZE_MIB" "$VIM_MIB" "$FILES" "$DENSE_MIB" <<'PY'
 import os, random, sys
 src, size_mib, vim_mib, files = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+dense_mib = int(sys.argv[5])
 rnd = random.Random(4)
 latin = ["the", "of", "and", "archive", "letter", "write", "append", "file", "mount",
          "between", "system", "value", "page", "number", "reader", "Straße", "naïve",
@@ -150,6 +161,21 @@ def make(path, mib):
 make(os.path.join(src, "big.txt"), size_mib)
 make(os.path.join(src, "vim.txt"), vim_mib)
 make(os.path.join(src, "small.txt"), 1)
+def dense_char():
+    r = rnd.random()
+    if r < 0.1:
+        return chr(rnd.randrange(0x800, 0x8A0))
+    if r < 0.2:
+        return chr(rnd.randrange(0x10000, 0x110A0))
+    return rnd.choice("abcdefghij \néжλ中字😀→")
+dense = "".join(dense_char() for _ in range(1_500_000)).encode()  # ~4 MiB
+for name, mib in (("dense.txt", dense_mib), ("dense-q.txt", dense_mib // 4)):
+    with open(os.path.join(src, name), "wb") as f:
+        left = mib << 20
+        while left >= len(dense):
+            f.write(dense)
+            left -= len(dense)
+        f.write(dense[:dense.rfind(b"\n", 0, left) + 1])
 tree = os.path.join(src, "tree")
 os.makedirs(tree, exist_ok=True)
 for i in range(files):
@@ -339,6 +365,10 @@ one_run() {
         cp)
             rm -f "$d/cp.txt"; cold_src "$SRC/big.txt"
             secs cp "$SRC/big.txt" "$d/cp.txt" ;;
+        cp-dense|cp-dense-q)
+            local f=${c#cp-}.txt
+            rm -f "$d/$f"; cold_src "$SRC/$f"
+            secs cp "$SRC/$f" "$d/$f" ;;
         dd)
             rm -f "$d/dd.txt"; cold_src "$SRC/big.txt"
             secs dd if="$SRC/big.txt" of="$d/dd.txt" bs=1M conv=fsync ;;
@@ -407,6 +437,7 @@ for c in $CASES; do
         # Large files are not needed once their case is done.
         case $c in
             cp) rm -f "$W/$t/cp.txt" ;;
+            cp-dense|cp-dense-q) rm -f "$W/$t/${c#cp-}.txt" ;;
             dd) rm -f "$W/$t/dd.txt" ;;
             app-big) rm -f "$W/$t/app-big.txt" ;;
         esac
@@ -471,4 +502,13 @@ faster() { # faster of bindfs and gocryptfs among the targets run
             echo ' | |'
         fi
     done
+    if has_case cp-dense && has_case cp-dense-q; then
+        echo
+        printf 'cp-dense scaling (time per MiB at %s MiB / at %s MiB; 1.0 is linear):' "$DENSE_MIB" $((DENSE_MIB / 4))
+        for t in $TARGETS; do
+            printf ' %s %s' "$t" "$(awk -v a="${T[cp-dense,$t]:-}" -v b="${T[cp-dense-q,$t]:-}" \
+                'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / (4 * b); else print "n/a" }')"
+        done
+        echo
+    fi
 } | tee "$PARENT/cutf8fs-bench-write.md"
