@@ -48,6 +48,7 @@ mod security_journal;
 mod sys;
 mod write_dense;
 mod write_exerciser;
+mod write_split;
 
 /// Every `tests/*.rs` is a module of this binary (with `autotests = false`
 /// cargo would silently not build one left out), and no `tests/*/main.rs`

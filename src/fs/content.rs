@@ -73,6 +73,8 @@ pub struct Content {
     pub view: Option<(Stamp, Arc<OffsetIndex>)>,
     /// Open handles of the file.
     pub open: usize,
+    /// Bytes a write held back to join with the next (`super::write::Held`).
+    pub held: Option<super::write::Held>,
 }
 
 /// Per-inode state, shared by all handles of a regular file.

@@ -622,8 +622,10 @@ impl Filesystem for CutFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes go straight to BACKING; nothing is buffered here, so there
-        // is nothing to flush. ENOSYS makes the kernel stop sending FLUSH
+        // Writes go straight to BACKING; nothing is buffered here but a
+        // character the kernel's page split cut (`write::Held`), which the
+        // release (or anything that reads or changes the file) writes, so
+        // there is nothing to flush. ENOSYS makes the kernel stop sending FLUSH
         // for the rest of the mount (one round trip less per close), while
         // close(2) still writes back a shared mapping's dirty pages and
         // reports their errors (the kernel does that before it would ask).

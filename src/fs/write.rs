@@ -13,6 +13,9 @@
 //!   file raw (with a warning in the log): nothing is lost.
 //! * Raw files are written as they are, except that a write which would make
 //!   one begin with the magic number fails with EILSEQ.
+//! * A character the kernel's page split cut, which W cannot store with the
+//!   old bytes after it, is held back and joined with the next write
+//!   ([`Held`]), so one write(2) of text does not turn a file raw.
 //!
 //! * fallocate on a corrected file is the same call on the view
 //!   (`io::zero_range`, `io::allocate`); on others, BACKING's own.
@@ -34,6 +37,7 @@ use cutf8::MAGIC;
 use super::content::{self, Class, Content, FileState, Stamp};
 use super::error::{io, Result};
 use super::handles::FileHandle;
+use super::inodes::Inode;
 use super::options::NewFiles;
 use super::sys;
 use super::CutFs;
@@ -119,66 +123,162 @@ impl CutFs {
     }
 
     /// A write through handle `h` at `offset` (a view offset for corrected
-    /// files, a byte offset otherwise).
+    /// files, a byte offset otherwise). A lead held back by the last write
+    /// (see [`Held`]) is joined with this one when this one continues it,
+    /// and written as it is first otherwise.
     pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
         let state = h.inode.state();
         let mut content = state.content.write();
-        let (now, stamp) = self.now(&content, &h.file)?;
+        let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let held = match content.held.take() {
+            Some(held) if held.at + held.bytes.len() as u64 == offset => held,
+            Some(held) => {
+                self.write_held(&h.inode, &mut content, held)?;
+                return self.write_locked(&h.inode, &h.file, &mut content, offset, data, true);
+            }
+            None => return self.write_locked(&h.inode, &h.file, &mut content, offset, data, true),
+        };
+        let joined = [&held.bytes[..], data].concat();
+        match self.write_locked(&h.inode, &h.file, &mut content, held.at, &joined, true) {
+            Ok(done) => Ok(done.saturating_sub(held.bytes.len() as u32).min(n)),
+            Err(e) => {
+                // Still owed: written at the next flush point.
+                content.held.get_or_insert(held);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes bytes held back by an earlier write (see [`Held`]) as they
+    /// are: what the writer left, if nothing continued it.
+    fn write_held(&self, inode: &Inode, content: &mut Content, held: Held) -> Result<()> {
+        self.write_locked(inode, &held.file, content, held.at, &held.bytes, false)
+            .map(drop)
+            .inspect_err(|e| {
+                log::warn!(
+                    "{}: the last {} bytes of a write, held to be joined with the next \
+                     one, could not be written at view offset {}: {e:?}",
+                    self.name_of(inode),
+                    held.bytes.len(),
+                    held.at
+                )
+            })
+    }
+
+    /// Writes a lead held back by an earlier write, if any: before
+    /// anything else reads or changes the file (a read, a size change,
+    /// fallocate, fsync, a close).
+    pub(super) fn settle(&self, inode: &Inode) -> Result<()> {
+        let state = inode.state();
+        if state.content.read().held.is_none() {
+            return Ok(());
+        }
+        let mut content = state.content.write();
+        match content.held.take() {
+            Some(held) => self.write_held(inode, &mut content, held),
+            None => Ok(()),
+        }
+    }
+
+    /// A write of `data` at `offset` through `file` (read-write) of
+    /// `inode`, under the content lock held alone. `hold`: a lead the
+    /// kernel's split left at the end may be held back (see [`Held`]).
+    fn write_locked(
+        &self,
+        inode: &Inode,
+        file: &File,
+        content: &mut Content,
+        offset: u64,
+        data: &[u8],
+        hold: bool,
+    ) -> Result<u32> {
+        let state = inode.state();
+        let (now, stamp) = self.now(content, file)?;
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
             Now::Empty => {
                 if self.newfiles == NewFiles::Auto
                     && offset == 0
                     && sniff::is_text(data)
-                    && !self.raw.keeps_raw(&h.inode.path(), data)
+                    && !self.raw.keeps_raw(&inode.path(), data)
                 {
-                    match backing::start_corrected(&h.file, data) {
+                    match backing::start_corrected(file, data) {
                         Ok(index) => {
-                            self.changed(state, &mut content, &h.file, Some(index))?;
+                            self.changed(state, content, file, Some(index))?;
                             return Ok(n);
                         }
                         Err(backing::Error::View(e)) => log::debug!("new file stays raw: {e}"),
                         Err(e) => return Err(e.into()),
                     }
                 }
-                let done = self.write_raw(h, offset, data)?;
-                self.changed(state, &mut content, &h.file, None)?;
+                let done = self.write_raw(inode, file, offset, data)?;
+                self.changed(state, content, file, None)?;
                 Ok(done)
             }
             Now::Raw => {
-                let done = self.write_raw(h, offset, data)?;
-                self.changed(state, &mut content, &h.file, None)?;
+                let done = self.write_raw(inode, file, offset, data)?;
+                self.changed(state, content, file, None)?;
                 Ok(done)
             }
             Now::Corrected(index) => {
                 if !index.lossless() {
                     return Err(view::Error::ReadOnly.into());
                 }
-                let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
-                match backing::write_at(&h.file, &mut next, &self.journal, offset, data) {
+                let mut next = content::take_index(content, &self.cache, &stamp, index);
+                match backing::write_at(file, &mut next, &self.journal, offset, data) {
                     Ok(()) => {
-                        self.changed(state, &mut content, &h.file, Some(next))?;
+                        self.changed(state, content, file, Some(next))?;
                     }
                     // Refused before anything was written: `next` is as it was.
-                    Err(backing::Error::View(why @ view::Error::Unstorable { .. })) => {
-                        let name = self.name_of(&h.inode);
-                        if let Err(e) = backing::to_raw(&h.file, &next, &self.journal, offset, data)
+                    Err(backing::Error::View(
+                        why @ view::Error::Unstorable { offset: bad, .. },
+                    )) => {
+                        if let Some(k) = hold
+                            .then(|| held_lead(offset, data, bad, next.view_len()))
+                            .flatten()
                         {
+                            match backing::write_at(
+                                file,
+                                &mut next,
+                                &self.journal,
+                                offset,
+                                &data[..k],
+                            ) {
+                                Ok(()) => {
+                                    let dup = file.try_clone().map_err(io)?;
+                                    self.changed(state, content, file, Some(next))?;
+                                    content.held = Some(Held {
+                                        at: offset + k as u64,
+                                        bytes: data[k..].to_vec(),
+                                        file: dup,
+                                    });
+                                    return Ok(n);
+                                }
+                                // Not only the lead: as any other write.
+                                Err(backing::Error::View(view::Error::Unstorable { .. })) => {}
+                                Err(e) => {
+                                    self.failed(state, content, file, stamp, next);
+                                    return Err(e.into());
+                                }
+                            }
+                        }
+                        let name = self.name_of(inode);
+                        if let Err(e) = backing::to_raw(file, &next, &self.journal, offset, data) {
                             log::warn!(
                                 "{name}: {why}; the write that would make it raw failed \
                                  ({e}); the file is unchanged and stays corrected"
                             );
-                            self.failed(state, &mut content, &h.file, stamp, next);
+                            self.failed(state, content, file, stamp, next);
                             return Err(e.into());
                         }
                         log::warn!(
                             "{name}: {why}; the file is now raw (stored as it reads), so \
                              nothing written is lost"
                         );
-                        self.changed(state, &mut content, &h.file, None)?;
+                        self.changed(state, content, file, None)?;
                     }
                     Err(e) => {
-                        self.failed(state, &mut content, &h.file, stamp, next);
+                        self.failed(state, content, file, stamp, next);
                         return Err(e.into());
                     }
                 }
@@ -191,32 +291,31 @@ impl CutFs {
     /// with the magic number. Returns how much was written: short only when
     /// BACKING ran out of space (or another error) after some bytes went
     /// in, as write(2) is.
-    fn write_raw(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
-        let done = backing::write_raw(&h.file, offset, data, || Self::head(h))
-            .inspect_err(|e| self.log_magic_refused(h, e))?;
+    fn write_raw(&self, inode: &Inode, file: &File, offset: u64, data: &[u8]) -> Result<u32> {
+        let done = backing::write_raw(file, offset, data, || Self::head(inode, file))
+            .inspect_err(|e| self.log_magic_refused(inode, e))?;
         Ok(u32::try_from(done).unwrap_or(u32::MAX))
     }
 
-    /// The first bytes of the file open as `h` (through a second, readable
-    /// descriptor when `h` is write-only).
-    fn head(h: &FileHandle) -> std::io::Result<Vec<u8>> {
-        backing::read_raw(&h.file, 0, MAGIC.len()).or_else(|e| {
-            let r = h
-                .inode
+    /// The first bytes of `inode` open as `file` (through a second,
+    /// readable descriptor when `file` is write-only).
+    fn head(inode: &Inode, file: &File) -> std::io::Result<Vec<u8>> {
+        backing::read_raw(file, 0, MAGIC.len()).or_else(|e| {
+            let r = inode
                 .open_quiet(libc::O_RDONLY)
                 .map_err(|e| std::io::Error::from_raw_os_error(e.code()))?;
             backing::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
         })
     }
 
-    fn log_magic_refused(&self, h: &FileHandle, e: &backing::Error) {
+    fn log_magic_refused(&self, inode: &Inode, e: &backing::Error) {
         if matches!(e, backing::Error::View(view::Error::MagicOnRaw)) {
             log::warn!(
                 "{}: refused a write (EILSEQ) that would make this raw file begin with the \
                  Corrected UTF-8 magic number: it would read back as something else. To \
                  bring a Corrected UTF-8 file in, copy it into BACKING directly, or decode \
                  it first (cutf8 decode) and copy the result into the mount.",
-                self.name_of(&h.inode)
+                self.name_of(inode)
             );
         }
     }
@@ -239,11 +338,14 @@ impl CutFs {
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
         let state = h.inode.state();
         let mut content = state.content.write();
+        if let Some(held) = content.held.take() {
+            self.write_held(&h.inode, &mut content, held)?;
+        }
         let (now, stamp) = self.now(&content, &h.file)?;
         let Now::Corrected(index) = now else {
             if mode & (PUNCH | ZERO) != 0 {
                 let zeros = vec![0u8; length.min(MAGIC.len() as u64) as usize];
-                backing::write::guard_raw(offset, &zeros, || Self::head(h))?;
+                backing::write::guard_raw(offset, &zeros, || Self::head(&h.inode, &h.file))?;
             }
             sys::fallocate(&h.file, mode, offset, length).map_err(io)?;
             return self.changed(state, &mut content, &h.file, None);
@@ -281,8 +383,12 @@ impl CutFs {
 
     /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
     /// a view length for corrected files.
-    pub(super) fn set_size(&self, state: &FileState, file: &File, size: u64) -> Result<()> {
+    pub(super) fn set_size(&self, inode: &Inode, file: &File, size: u64) -> Result<()> {
+        let state = inode.state();
         let mut content = state.content.write();
+        if let Some(held) = content.held.take() {
+            self.write_held(inode, &mut content, held)?;
+        }
         let (now, stamp) = self.now(&content, file)?;
         match now {
             Now::Corrected(index) if size != 0 => {
@@ -304,4 +410,50 @@ impl CutFs {
             }
         }
     }
+}
+
+/// The kernel cuts a write into pieces at page boundaries when the page it
+/// starts in is not cached, so one write(2) of whole text can reach the
+/// mount as two requests, the first ending inside a character. When the
+/// first piece's last character is incomplete and the old bytes after it
+/// (continuation bytes of the character it overwrites) make with it
+/// something W cannot store, writing the piece as it is would turn the
+/// file raw for good, though the writer never wrote anything W cannot
+/// store. So that piece is written without its incomplete last character,
+/// whose bytes (at most six) are held here, reported written, and joined
+/// with the next write if that continues it; anything else that reads or
+/// changes the file first (a read, a write elsewhere, a size change,
+/// fallocate, fsync, a close) writes them as they are, with the effect
+/// SPEC §3 gives them. The kernel's page cache holds them meanwhile, so
+/// cached reads see them too.
+pub struct Held {
+    /// The view offset of the held bytes.
+    pub at: u64,
+    pub bytes: Vec<u8>,
+    /// A read-write descriptor of the file they go to.
+    pub file: File,
+}
+
+/// Where to cut `data`, written at `offset` and found unstorable at view
+/// offset `bad`, to hold its last character back: only when the write
+/// ends on a page boundary (where the kernel cuts), inside the file, in a
+/// character it does not complete, and the problem is that character.
+fn held_lead(offset: u64, data: &[u8], bad: u64, view_len: u64) -> Option<usize> {
+    const PAGE: u64 = 4096;
+    let end = offset.checked_add(data.len() as u64)?;
+    if end % PAGE != 0 || end >= view_len {
+        return None;
+    }
+    let k = data.iter().rposition(|&b| b & 0xC0 != 0x80)?;
+    let lead = data[k];
+    let need = match lead {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        0xF8..=0xFB => 5,
+        0xFC..=0xFD => 6,
+        0xFE => 7,
+        _ => return None,
+    };
+    (data.len() - k < need && bad >= offset + k as u64).then_some(k)
 }

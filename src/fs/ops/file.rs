@@ -170,6 +170,7 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
+        self.settle(&h.inode)?;
         for _ in 0..4 {
             let (content, stamp, view) = self.current(h)?;
             let Some(index) = view else {
@@ -225,13 +226,22 @@ impl CutFs {
     }
 
     pub(in crate::fs) fn close_handle(&self, fh: u64) {
+        if let Ok(h) = self.handles.get(fh) {
+            if let Handle::File(f) = &*h {
+                // Logged there; a close cannot fail.
+                let _ = self.settle(&f.inode);
+            }
+        }
         release_handle(&self.handles, fh)
     }
 
     pub(in crate::fs) fn sync_handle(&self, fh: u64, datasync: bool) -> Result<()> {
         let h = self.handles.get(fh)?;
         let fd = match &*h {
-            Handle::File(f) => f.file.as_fd(),
+            Handle::File(f) => {
+                self.settle(&f.inode)?;
+                f.file.as_fd()
+            }
             Handle::Dir(d) => d.dir.as_fd(),
         };
         sys::fsync(fd, datasync).map_err(io)

@@ -66,7 +66,6 @@ impl CutFs {
         if !inode.is_reg() {
             return Err(not_a_file(inode));
         }
-        let state = inode.state().clone();
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());
         let opened;
         let file = match handle.as_deref() {
@@ -77,7 +76,7 @@ impl CutFs {
             }
         };
         self.kill_privs(inode, file, req, false)?;
-        self.set_size(&state, file, size)
+        self.set_size(inode, file, size)
     }
 
     pub(in crate::fs) fn fs_stats(&self) -> Result<sys::StatVfs> {
