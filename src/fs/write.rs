@@ -444,16 +444,10 @@ fn held_lead(offset: u64, data: &[u8], bad: u64, view_len: u64) -> Option<usize>
     if end % PAGE != 0 || end >= view_len {
         return None;
     }
-    let k = data.iter().rposition(|&b| b & 0xC0 != 0x80)?;
-    let lead = data[k];
-    let need = match lead {
-        0xC0..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        0xF0..=0xF7 => 4,
-        0xF8..=0xFB => 5,
-        0xFC..=0xFD => 6,
-        0xFE => 7,
-        _ => return None,
-    };
-    (data.len() - k < need && bad >= offset + k as u64).then_some(k)
+    let k = data.iter().rposition(|&b| !cutf8::unit::is_cont(b))?;
+    let cut = matches!(
+        cutf8::unit::decode_view_unit(&data[k..], false),
+        cutf8::unit::ViewUnit::Incomplete
+    );
+    (cut && bad >= offset + k as u64).then_some(k)
 }
