@@ -4,7 +4,7 @@
 # all measured on the same buffers in the same run. Reports, never asserts.
 #
 #   scripts/bench-codec.sh [MIB] [REPEATS] [CORPUS...]
-#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji mixed random
+#       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji mixed random dense
 #   CUTF8FS_SIMD=sse2 scripts/bench-codec.sh    the SSE2 path (or =portable)
 #
 # `cargo bench -p cutf8 --bench codec` gives the same operations through criterion;

@@ -8,14 +8,12 @@
 //! short read is the end of the file (never an error, never a panic), so a
 //! file that shrinks behind the mount's back ends a read early; the caller
 //! re-checks the file's [`Stamp`] ([`read_view_checked`]) and reads again.
-//! [`PosReader`] is the one positional reader (`Read` over a range of a
-//! file).
 
 mod stamp;
 pub mod write;
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::FileExt;
 
 use nix::errno::Errno as NixErrno;
@@ -77,32 +75,6 @@ pub fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usi
         }
     }
     Ok(n)
-}
-
-/// `file[pos..end)` as a reader (`end`: None for the end of the file); a
-/// short read is the end.
-pub struct PosReader<'a> {
-    pub file: &'a File,
-    pub pos: u64,
-    pub end: Option<u64>,
-}
-
-impl<'a> PosReader<'a> {
-    pub fn new(file: &'a File, pos: u64, end: Option<u64>) -> PosReader<'a> {
-        PosReader { file, pos, end }
-    }
-}
-
-impl Read for PosReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = match self.end {
-            Some(end) => (buf.len() as u64).min(end.saturating_sub(self.pos)) as usize,
-            None => buf.len(),
-        };
-        let n = self.file.read_at(&mut buf[..want], self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
 }
 
 /// Up to `size` raw bytes at `offset`; short only at end of file.
@@ -201,8 +173,9 @@ pub fn build_range(file: &File, start: u64, end: u64) -> io::Result<OffsetIndex>
 
 /// Brings `index` up to date after the disk bytes from `from` changed (see
 /// `OffsetIndex::rescan_plan`). `fresh`, when given, holds the new bytes
-/// from `from` to the end (an append just written): they are scanned from
-/// memory, not read back.
+/// from `from` to the end (an append just written): they are counted where
+/// they are, not read back or copied; only the bytes from the start of
+/// `from`'s block (less than a block) are read.
 pub fn rescan(
     file: &File,
     index: &mut OffsetIndex,
@@ -215,9 +188,10 @@ pub fn rescan(
         Rescan::Tail { start } => {
             let fresh = fresh.filter(|b| from + b.len() as u64 == new_disk_len);
             let tail = match fresh {
-                Some(fresh) => OffsetIndex::build(
-                    PosReader::new(file, DATA_START + start, Some(DATA_START + from)).chain(fresh),
-                )?,
+                Some(fresh) => {
+                    let head = read_raw(file, DATA_START + start, (from - start) as usize)?;
+                    OffsetIndex::from_slices(&[&head, fresh])
+                }
                 // Holes (a file extended by truncate) are skipped.
                 None => build_range(file, DATA_START + start, DATA_START + new_disk_len)?,
             };

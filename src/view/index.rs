@@ -14,7 +14,10 @@
 //! layer skips holes (SEEK_DATA/SEEK_HOLE), which are NUL bytes that keep
 //! their length, so only a unit cut by the hole's start is decided and the
 //! rest costs nothing — a sparse 20 GiB file with 1 MiB of data is indexed
-//! in milliseconds. After a change, [`OffsetIndex::rescan_plan`] says which
+//! in milliseconds. Data is counted per block
+//! ([`cutf8::length::count_disk_blocks`]: a popcount per vector where the
+//! growing units are dense, not a call per unit); [`OffsetIndex::from_slices`]
+//! takes bytes already in memory without copying them. After a change, [`OffsetIndex::rescan_plan`] says which
 //! disk bytes to look at again, and `apply_tail` / `apply_blocks` take them.
 //!
 //! The index knows nothing of files, FUSE or of when a file changed; the
@@ -23,7 +26,7 @@
 
 use std::io::{self, Read};
 
-use cutf8::length::{scan_disk, DiskEvent};
+use cutf8::length::{count_disk_blocks, scan_disk, BlockCount, DiskEvent};
 
 /// Disk bytes per index block.
 pub(super) const BLOCK: u64 = 4096;
@@ -65,72 +68,46 @@ impl OffsetIndex {
     pub fn build_pieces(
         mut next: impl FnMut(&mut [u8]) -> io::Result<Piece>,
     ) -> io::Result<OffsetIndex> {
-        let mut idx = OffsetIndex::default();
-        let mut buf = vec![0u8; CHUNK + 8];
-        // buf[..carry] holds an undecided unit from the previous chunk,
-        // which starts at disk offset `base`.
-        let mut carry = 0usize;
-        let mut base = 0u64;
+        let mut b = Builder::default();
+        let mut buf = vec![0u8; CHUNK];
         loop {
-            let piece = match next(&mut buf[carry..CHUNK + carry]) {
-                Ok(p) => p,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            match next(&mut buf) {
+                Ok(Piece::Data(n)) => b.push(&buf[..n]),
+                Ok(Piece::Hole(len)) => b.skip_zeros(len),
+                Ok(Piece::End) => return Ok(b.finish()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
-            };
-            let mut hole = match piece {
-                Piece::Data(n) => {
-                    let end = carry + n;
-                    let done = scan_disk(&buf[..end], false, |e| idx.note(base, e));
-                    buf.copy_within(done..end, 0);
-                    carry = end - done;
-                    base += done as u64;
-                    continue;
-                }
-                Piece::Hole(len) => len,
-                Piece::End => {
-                    let end = carry;
-                    scan_disk(&buf[..end], true, |e| idx.note(base, e));
-                    idx.disk_len = base + end as u64;
-                    idx.steps.shrink_to_fit();
-                    return Ok(idx);
-                }
-            };
-            // Zeros decide a unit the hole cut (a NUL is a unit of its
-            // own); once nothing is carried, the rest is skipped.
-            while hole > 0 {
-                if carry == 0 {
-                    base += hole;
-                    break;
-                }
-                let z = usize::try_from(hole).unwrap_or(CHUNK).min(CHUNK);
-                buf[carry..carry + z].fill(0);
-                let end = carry + z;
-                let done = scan_disk(&buf[..end], false, |e| idx.note(base, e));
-                buf.copy_within(done..end, 0);
-                carry = end - done;
-                base += done as u64;
-                hole -= z as u64;
             }
         }
     }
 
     /// Build from disk bytes in memory (after the magic number).
     pub fn from_bytes(disk: &[u8]) -> OffsetIndex {
-        // Reading a slice cannot fail.
-        OffsetIndex::build(disk).unwrap_or_default()
+        OffsetIndex::from_slices(&[disk])
     }
 
-    fn note(&mut self, base: u64, e: DiskEvent) {
-        match e {
-            DiskEvent::Grow(p) => {
-                self.growth += 1;
-                let k = (base + p as u64) / BLOCK + 1;
-                match self.steps.last_mut() {
-                    Some(last) if last.0 == k => last.1 = self.growth,
-                    _ => self.steps.push((k, self.growth)),
-                }
+    /// Build from disk bytes in memory given in pieces, one after the
+    /// other (a unit may be cut between two): the index of their
+    /// concatenation, without making it.
+    pub fn from_slices(parts: &[&[u8]]) -> OffsetIndex {
+        let mut b = Builder::default();
+        for part in parts {
+            b.push(part);
+        }
+        b.finish()
+    }
+
+    /// Takes the growing and exempt units of one block, blocks in order
+    /// (a block may come again, cut by a chunk's end).
+    fn note(&mut self, c: BlockCount) {
+        self.exempt += c.exempt;
+        if c.grow > 0 {
+            self.growth += c.grow;
+            let k = c.block + 1;
+            match self.steps.last_mut() {
+                Some(last) if last.0 == k => last.1 = self.growth,
+                _ => self.steps.push((k, self.growth)),
             }
-            DiskEvent::Exempt(_) => self.exempt += 1,
         }
     }
 
@@ -278,11 +255,24 @@ impl OffsetIndex {
         let limit = (span_end.saturating_sub(k1 * BLOCK)) as usize;
         let mut counts = vec![0u64; (k2 - k1 + 1) as usize];
         let mut exempt_new = 0u64;
-        scan_disk(disk, at_end, |e| match e {
-            DiskEvent::Grow(p) if p < limit => counts[p / BLOCK as usize] += 1,
-            DiskEvent::Exempt(p) if p < limit => exempt_new += 1,
-            _ => {}
-        });
+        if n > limit && limit % BLOCK as usize != 0 {
+            // The span ends inside a block (the file's end) and `disk`
+            // runs past it (the file grew after the plan): units from
+            // `limit` on are not counted. Rare; unit by unit.
+            scan_disk(disk, at_end, |e| match e {
+                DiskEvent::Grow(p) if p < limit => counts[p / BLOCK as usize] += 1,
+                DiskEvent::Exempt(p) if p < limit => exempt_new += 1,
+                _ => {}
+            });
+        } else {
+            // The span is whole blocks of `disk`, or all of it.
+            count_disk_blocks(disk, at_end, 0, BLOCK, |c| {
+                if let Some(g) = counts.get_mut(c.block as usize) {
+                    *g += c.grow;
+                    exempt_new += c.exempt;
+                }
+            });
+        }
         let new_total: u64 = counts.iter().sum();
         let old_total = g_after - g1;
         let delta = new_total as i64 - old_total as i64;
@@ -315,6 +305,90 @@ impl OffsetIndex {
         self.growth = (self.growth as i64 + delta) as u64;
         self.disk_len = new_disk_len;
         self.exempt += exempt_new;
+    }
+}
+
+/// Builds an [`OffsetIndex`] from disk bytes pushed in order, counted per
+/// block; holds at most one unit cut by the end of a push.
+#[derive(Default)]
+struct Builder {
+    idx: OffsetIndex,
+    /// The undecided unit: its lead and the continuation bytes seen.
+    carry: [u8; 8],
+    clen: usize,
+    /// Disk offset of `carry[0]`; of the next byte when nothing is carried.
+    base: u64,
+}
+
+impl Builder {
+    /// The next disk bytes.
+    fn push(&mut self, data: &[u8]) {
+        let mut data = data;
+        if self.clen > 0 {
+            // Decide the carried unit with the first few bytes of `data`
+            // (eight bytes decide any unit). Its continuation bytes are no
+            // candidates, so `data` is then counted from its start.
+            let k = data.len().min(8 - self.clen);
+            let mut tmp = [0u8; 8];
+            tmp[..self.clen].copy_from_slice(&self.carry[..self.clen]);
+            tmp[self.clen..self.clen + k].copy_from_slice(&data[..k]);
+            let n = self.clen + k;
+            if !self.decide_carried(&tmp[..n], false) {
+                // Still cut: `data` was all continuation bytes of it.
+                self.carry[..n].copy_from_slice(&tmp[..n]);
+                self.clen = n;
+                return;
+            }
+            self.base += self.clen as u64;
+            self.clen = 0;
+        }
+        let idx = &mut self.idx;
+        let done = count_disk_blocks(data, false, self.base, BLOCK, |c| idx.note(c));
+        data = &data[done..];
+        self.carry[..data.len()].copy_from_slice(data);
+        self.clen = data.len();
+        self.base += done as u64;
+    }
+
+    /// `len` NUL bytes (a hole): they decide a carried unit (a NUL is a
+    /// unit of its own) and never grow.
+    fn skip_zeros(&mut self, mut len: u64) {
+        if len > 0 && self.clen > 0 {
+            self.push(&[0]);
+            len -= 1;
+        }
+        self.base += len;
+    }
+
+    /// The index of everything pushed.
+    fn finish(mut self) -> OffsetIndex {
+        if self.clen > 0 {
+            let carry = self.carry;
+            self.decide_carried(&carry[..self.clen], true);
+        }
+        self.idx.disk_len = self.base + self.clen as u64;
+        self.idx.steps.shrink_to_fit();
+        self.idx
+    }
+
+    /// Notes the unit at `unit[0]` (the carried one, at `base`) if it
+    /// grows or is exempt; false when `unit` is still too short to say.
+    fn decide_carried(&mut self, unit: &[u8], at_end: bool) -> bool {
+        let (mut grow, mut exempt) = (0, 0);
+        let done = scan_disk(unit, at_end, |e| match e {
+            DiskEvent::Grow(0) => grow = 1,
+            DiskEvent::Exempt(0) => exempt = 1,
+            _ => {}
+        });
+        if done == 0 && !at_end {
+            return false;
+        }
+        self.idx.note(BlockCount {
+            block: self.base / BLOCK,
+            grow,
+            exempt,
+        });
+        true
     }
 }
 
@@ -555,6 +629,82 @@ pub(crate) mod tests {
             };
             idx.apply_tail(from, n, OffsetIndex::from_bytes(&disk[start as usize..]));
             assert_eq!(idx, OffsetIndex::from_bytes(&disk), "round {round}");
+        }
+    }
+
+    /// The index as it was built before per-block counts: a `scan_disk`
+    /// event per unit.
+    fn index_unit_by_unit(disk: &[u8]) -> OffsetIndex {
+        let mut idx = OffsetIndex {
+            disk_len: disk.len() as u64,
+            ..OffsetIndex::default()
+        };
+        scan_disk(disk, true, |e| match e {
+            DiskEvent::Grow(p) => {
+                idx.growth += 1;
+                let k = p as u64 / BLOCK + 1;
+                match idx.steps.last_mut() {
+                    Some(last) if last.0 == k => last.1 = idx.growth,
+                    _ => idx.steps.push((k, idx.growth)),
+                }
+            }
+            DiskEvent::Exempt(_) => idx.exempt += 1,
+        });
+        idx
+    }
+
+    #[test]
+    fn per_block_counts_equal_the_unit_by_unit_index() {
+        for (seed, dense, junk) in [
+            (41, 0, false),
+            (42, 1, true),
+            (43, 200, true),
+            (44, 500, false),
+            (45, 900, true),
+        ] {
+            let disk = corpus(seed, 50_000, dense, junk);
+            let want = index_unit_by_unit(&disk);
+            assert_eq!(OffsetIndex::from_bytes(&disk), want, "seed {seed}");
+            for skip in [1, 4095, 4097] {
+                let d = &disk[skip..];
+                assert_eq!(
+                    OffsetIndex::from_bytes(d),
+                    index_unit_by_unit(d),
+                    "seed {seed} skip {skip}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn slices_cut_anywhere_equal_one_buffer() {
+        // Growing, exempt and cut units at block edges; pieces cut at every
+        // byte near them (the tail rescan's head and fresh bytes), and in
+        // three.
+        let mut disk = corpus(11, 3000, 300, true);
+        for at in [4090usize, 8190] {
+            disk.splice(
+                at..at,
+                [0xEF, 0xBF, 0xBF, 0xDF, 0xBF, 0xFE, 0x82, 0x80, 0x80],
+            );
+            disk.splice(at + 9..at + 9, [0x80, 0x80, 0x80, 0xEE, 0xBD]);
+        }
+        let whole = index_unit_by_unit(&disk);
+        assert_eq!(OffsetIndex::from_bytes(&disk), whole);
+        assert_eq!(OffsetIndex::build(&disk[..]).unwrap(), whole);
+        assert!(!whole.lossless() && !whole.is_identity());
+        let cuts = (0..disk.len())
+            .filter(|&c| c % 397 == 0 || (4080..4110).contains(&c) || (8180..8210).contains(&c));
+        for c in cuts {
+            assert_eq!(
+                OffsetIndex::from_slices(&[&disk[..c], &disk[c..]]),
+                whole,
+                "cut {c}"
+            );
+            let d = (c + 4) % disk.len();
+            let (a, b) = (c.min(d), c.max(d));
+            let parts = [&disk[..a], &disk[a..b], &[][..], &disk[b..]];
+            assert_eq!(OffsetIndex::from_slices(&parts), whole, "cuts {a} {b}");
         }
     }
 

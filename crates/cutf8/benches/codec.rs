@@ -1,5 +1,5 @@
 //! `cargo bench`: criterion throughput of the codec beside memcpy,
-//! `std::str::from_utf8`, simdutf8 and encoding_rs's UTF-8 → UTF-16 on six
+//! `std::str::from_utf8`, simdutf8 and encoding_rs's UTF-8 → UTF-16 on seven
 //! corpora of at least 64 MiB, then the ratio table of
 //! `scripts/bench-codec.sh` (fewer repeats). Reports, never asserts.
 

@@ -1,13 +1,13 @@
 //! The codec benchmark as one table (run by `scripts/bench-codec.sh`):
-//! decode, encode and the length passes on six corpora of at least 64 MiB,
+//! decode, encode and the length passes on seven corpora of at least 64 MiB,
 //! beside memcpy, `std::str::from_utf8`, simdutf8 and encoding_rs's
 //! UTF-8 → UTF-16 on the same buffers in the same run. Medians of repeated
 //! runs, timed with `std::time::Instant`; it reports and never asserts a
 //! speed.
 //!
 //! `cargo run -p cutf8 --release --example bench_table -- [MIB] [REPEATS]
-//! [CORPUS…]` (defaults: 64 MiB, 9 repeats, all six corpora: english latin
-//! cjk emoji mixed random). `CUTF8FS_SIMD=sse2` or `=portable` measures a lower
+//! [CORPUS…]` (defaults: 64 MiB, 9 repeats, all seven corpora: english latin
+//! cjk emoji mixed random dense). `CUTF8FS_SIMD=sse2` or `=portable` measures a lower
 //! code path (through `cutf8::simd::set_max_level`).
 
 #[path = "../benches/support/mod.rs"]

@@ -124,19 +124,159 @@ fn disk_unit(
     at_end: bool,
     event: &mut impl FnMut(DiskEvent),
 ) -> Result<(), ()> {
-    let b = buf[i];
-    let len = if b == 0xFE { 7 } else { lead_len(b) };
-    if complete(&buf[i..], len, at_end)? {
-        let v = payload(&buf[i..], len);
-        if b == 0xFE {
-            if (0x8000_0000..=MAX_CODE_POINT as u64).contains(&v) {
-                event(DiskEvent::Exempt(i));
-            }
-        } else if view_len_of(disk_cp(v as u32, len)) > len {
-            event(DiskEvent::Grow(i));
-        }
+    if let Some(e) = decide_disk(buf, i, at_end)? {
+        event(e);
     }
     Ok(())
+}
+
+/// Whether the unit at `buf[i]` grows or is exempt (`None`: neither);
+/// `Err` when the end of `buf` cuts it and more input may follow.
+#[inline(always)]
+fn decide_disk(buf: &[u8], i: usize, at_end: bool) -> Result<Option<DiskEvent>, ()> {
+    let b = buf[i];
+    let len = if b == 0xFE { 7 } else { lead_len(b) };
+    if !complete(&buf[i..], len, at_end)? {
+        return Ok(None);
+    }
+    let v = payload(&buf[i..], len);
+    Ok(if b == 0xFE {
+        (0x8000_0000..=MAX_CODE_POINT as u64)
+            .contains(&v)
+            .then_some(DiskEvent::Exempt(i))
+    } else {
+        (view_len_of(disk_cp(v as u32, len)) > len).then_some(DiskEvent::Grow(i))
+    })
+}
+
+/// The units of one block that [`count_disk_blocks`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockCount {
+    /// The block: `(start + p) / block` for a unit at `buf[p]`.
+    pub block: u64,
+    /// Units whose view is one byte longer ([`DiskEvent::Grow`]).
+    pub grow: u64,
+    /// Exempt units ([`DiskEvent::Exempt`]).
+    pub exempt: u64,
+}
+
+/// Count, per block of `block` bytes, the units of Corrected UTF-8 bytes
+/// whose view length differs: what [`scan_disk`] reports one by one,
+/// without a call per unit, for an index that only needs the counts.
+///
+/// `start` is the offset of `buf[0]` in the data the blocks divide (it
+/// need not be a block's start); a unit at `buf[p]` belongs to block
+/// `(start + p) / block`. `tally` gets the blocks holding any such unit,
+/// in increasing order, each once per call (a block cut by the end of one
+/// chunk is tallied again by the call for the next). Same chunking
+/// contract as [`scan_disk`]: returns how many bytes were decided; hand
+/// the rest in again at the front of the next chunk (`start` moved on by
+/// the return value).
+///
+/// Where the vector code runs, whole vectors whose candidates all
+/// certainly grow are counted with a popcount each; the other candidates
+/// (cut or ill-formed sequences, F7 FB FD FE leads) are decided one by one.
+///
+/// ```
+/// use cutf8::length::{count_disk_blocks, BlockCount};
+/// // U+089F (DF BF) grows; block 2 of 4-byte blocks starts at offset 8.
+/// let disk = b"abcdefg\xDF\xBFz\n";
+/// let mut got = Vec::new();
+/// assert_eq!(count_disk_blocks(disk, true, 1, 4, |c| got.push(c)), disk.len());
+/// assert_eq!(got, [BlockCount { block: 2, grow: 1, exempt: 0 }]);
+/// ```
+///
+/// # Panics
+///
+/// When `block` is 0.
+pub fn count_disk_blocks(
+    buf: &[u8],
+    at_end: bool,
+    start: u64,
+    block: u64,
+    mut tally: impl FnMut(BlockCount),
+) -> usize {
+    assert!(block > 0, "count_disk_blocks: a block of 0 bytes");
+    let mut cur = BlockCount {
+        block: start / block,
+        grow: 0,
+        exempt: 0,
+    };
+    // Where block `k` ends, counted in `buf`.
+    let block_end = |k: u64| {
+        let end = k.saturating_add(1).saturating_mul(block) - start;
+        usize::try_from(end).unwrap_or(usize::MAX)
+    };
+    let mut end = block_end(cur.block);
+    let mut flush = |cur: &mut BlockCount| {
+        if cur.grow | cur.exempt != 0 {
+            tally(*cur);
+        }
+        cur.grow = 0;
+        cur.exempt = 0;
+    };
+    let below = |k: usize| if k >= 32 { u32::MAX } else { (1u32 << k) - 1 };
+    let mut i = 0;
+    loop {
+        if i >= end {
+            flush(&mut cur);
+            cur.block = (start + i as u64) / block;
+            end = block_end(cur.block);
+        }
+        // Whole vectors inside the block whose candidates all certainly
+        // grow: a popcount each.
+        let (j, n) = simd::count_growing(buf, i, end);
+        cur.grow += n;
+        i = j;
+        if i >= end {
+            continue;
+        }
+        // A vector that holds other candidates or reaches into the next
+        // block: its masks, cut at the block's end, the other candidates
+        // decided one by one.
+        if let Some((exact, mut other, lanes)) = simd::candidate_block(buf, i, false) {
+            let take = lanes.min(end - i);
+            let exact = exact & below(take);
+            other &= below(take);
+            while other != 0 {
+                let k = other.trailing_zeros() as usize;
+                other &= other - 1;
+                match decide_disk(buf, i + k, at_end) {
+                    Ok(Some(DiskEvent::Grow(_))) => cur.grow += 1,
+                    Ok(Some(DiskEvent::Exempt(_))) => cur.exempt += 1,
+                    Ok(None) => {}
+                    Err(()) => {
+                        cur.grow += (exact & below(k)).count_ones() as u64;
+                        flush(&mut cur);
+                        return i + k;
+                    }
+                }
+            }
+            cur.grow += exact.count_ones() as u64;
+            i += take;
+            continue;
+        }
+        // The portable path, and the last bytes: candidate by candidate.
+        let c = simd::find_disk_candidate(buf, i);
+        if c == buf.len() {
+            flush(&mut cur);
+            return c;
+        }
+        if c >= end {
+            i = c;
+            continue;
+        }
+        match decide_disk(buf, c, at_end) {
+            Ok(Some(DiskEvent::Grow(_))) => cur.grow += 1,
+            Ok(Some(DiskEvent::Exempt(_))) => cur.exempt += 1,
+            Ok(None) => {}
+            Err(()) => {
+                flush(&mut cur);
+                return c;
+            }
+        }
+        i = c + 1;
+    }
 }
 
 /// The candidate at `buf[i]` of a view scan: report it if W stores it

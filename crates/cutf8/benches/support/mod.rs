@@ -7,7 +7,10 @@
 //! (Corrected UTF-8, made by the codec's own strict encoder). Throughput is
 //! always input bytes per second, 1 GB = 10⁹ bytes: decode and the view-length
 //! pass read the disk form, everything else reads the view form (both have
-//! the same length but for `random`, whose disk form is shorter).
+//! the same length but for `random` and `dense`, whose disk forms are
+//! shorter). The per-block counts (`scan_disk per 4K block`, what the offset
+//! index was built with, a closure call per growing unit, and
+//! `count_disk_blocks 4K`) read the disk form too.
 #![allow(dead_code)] // each includer uses a different part
 
 use cutf8::{length, Decoder, Encoder, Status};
@@ -397,6 +400,25 @@ fn random(rng: &mut Rng, out: &mut String) {
     }
 }
 
+/// Text dense in growing units, as `scripts/bench-write.sh`'s cp-dense
+/// writes it: a fifth of the characters from U+0800–U+089F and
+/// U+10000–U+1109F (a disk unit that grows every 11 bytes or so), the rest
+/// ASCII, é, ж, λ, 中, 字, 😀 and → mixed at character level.
+fn dense(rng: &mut Rng, out: &mut String) {
+    const OTHER: &[char] = &[
+        'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', ' ', '\n', 'é', 'ж', 'λ', '中', '字',
+        '😀', '→',
+    ];
+    for _ in 0..80 {
+        let c = match rng.below(10) {
+            0 => char::from_u32(0x800 + rng.below(0xA0) as u32).unwrap(),
+            1 => char::from_u32(0x1_0000 + rng.below(0x10A0) as u32).unwrap(),
+            _ => OTHER[rng.below(OTHER.len())],
+        };
+        out.push(c);
+    }
+}
+
 /// One corpus in both forms.
 pub struct Corpus {
     pub name: &'static str,
@@ -420,13 +442,14 @@ impl Corpus {
 /// The corpora, each at least `min_bytes` long in view form.
 pub fn corpora(min_bytes: usize) -> Vec<Corpus> {
     type Gen = fn(&mut Rng, &mut String);
-    let gens: [(&str, Gen); 6] = [
+    let gens: [(&str, Gen); 7] = [
         ("english", english),
         ("latin", latin),
         ("cjk", cjk),
         ("emoji", emoji),
         ("mixed", mixed),
         ("random", random),
+        ("dense", dense),
     ];
     gens.iter()
         .enumerate()
@@ -456,6 +479,8 @@ pub enum Op {
     EncodeStrict,
     ViewLen,
     DiskLen,
+    ScanBlocks,
+    CountBlocks,
 }
 
 impl Op {
@@ -465,15 +490,17 @@ impl Op {
         Op::Simdutf8,
         Op::EncodingRsUtf16,
     ];
-    pub const CODEC: [Op; 6] = [
+    pub const CODEC: [Op; 8] = [
         Op::DecodeLossless,
         Op::DecodeStrict,
         Op::EncodeLossless,
         Op::EncodeStrict,
         Op::ViewLen,
         Op::DiskLen,
+        Op::ScanBlocks,
+        Op::CountBlocks,
     ];
-    pub const ALL: [Op; 10] = [
+    pub const ALL: [Op; 12] = [
         Op::Memcpy,
         Op::StdFromUtf8,
         Op::Simdutf8,
@@ -484,6 +511,8 @@ impl Op {
         Op::EncodeStrict,
         Op::ViewLen,
         Op::DiskLen,
+        Op::ScanBlocks,
+        Op::CountBlocks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -498,17 +527,26 @@ impl Op {
             Op::EncodeStrict => "encode strict",
             Op::ViewLen => "view_len (disk)",
             Op::DiskLen => "disk_len (view)",
+            Op::ScanBlocks => "scan_disk per 4K block",
+            Op::CountBlocks => "count_disk_blocks 4K",
         }
     }
 
     /// The input this operation reads.
     pub fn input(self, c: &Corpus) -> &[u8] {
         match self {
-            Op::DecodeLossless | Op::DecodeStrict | Op::ViewLen => &c.disk,
+            Op::DecodeLossless
+            | Op::DecodeStrict
+            | Op::ViewLen
+            | Op::ScanBlocks
+            | Op::CountBlocks => &c.disk,
             _ => &c.view,
         }
     }
 }
+
+/// The offset index's block size (`src/view/index.rs`).
+const BLOCK: u64 = 4096;
 
 /// Preallocated output buffers, reused by every run (as memcpy's is).
 pub struct Buffers {
@@ -569,6 +607,27 @@ impl Buffers {
             }
             Op::ViewLen => length::view_len(src),
             Op::DiskLen => length::disk_len(src),
+            // What the offset index needs: growing units per 4 KiB block
+            // (a checksum of them), by a closure call per unit ...
+            Op::ScanBlocks => {
+                let (mut sum, mut grow) = (0u64, 0u64);
+                length::scan_disk(src, true, |e| {
+                    if let length::DiskEvent::Grow(p) = e {
+                        grow += 1;
+                        sum = sum.wrapping_add((p as u64 / BLOCK + 1) * grow);
+                    }
+                });
+                sum.wrapping_add(grow)
+            }
+            // ... and by the per-block count.
+            Op::CountBlocks => {
+                let (mut sum, mut grow) = (0u64, 0u64);
+                length::count_disk_blocks(src, true, 0, BLOCK, |c| {
+                    grow += c.grow;
+                    sum = sum.wrapping_add((c.block + 1) * grow);
+                });
+                sum.wrapping_add(grow)
+            }
         };
         black_box(r)
     }
@@ -595,6 +654,24 @@ impl Buffers {
         }
         assert_eq!(self.run(Op::ViewLen, c), c.view.len() as u64);
         assert_eq!(self.run(Op::DiskLen, c), c.disk.len() as u64);
+        {
+            // The two per-block passes' checksums differ (a term per unit,
+            // a term per block): compare the counts per block instead.
+            let mut a = Vec::new();
+            length::scan_disk(&c.disk, true, |e| {
+                if let length::DiskEvent::Grow(p) = e {
+                    match a.last_mut() {
+                        Some((k, g)) if *k == p as u64 / BLOCK => *g += 1,
+                        _ => a.push((p as u64 / BLOCK, 1u64)),
+                    }
+                }
+            });
+            let mut b = Vec::new();
+            length::count_disk_blocks(&c.disk, true, 0, BLOCK, |x| b.push((x.block, x.grow)));
+            assert!(a == b, "{}: count_disk_blocks", c.name);
+            let grown: u64 = b.iter().map(|x| x.1).sum();
+            assert_eq!(grown, (c.view.len() - c.disk.len()) as u64);
+        }
     }
 }
 

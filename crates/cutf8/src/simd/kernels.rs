@@ -447,19 +447,66 @@ pub(super) unsafe fn masks_at<V: Vector, const VIEW: bool>(p: *const u8) -> (u32
         let f0 = is(v, 0xF0).and(low4).and(both_cont).and(is_cont(n3));
         (e0.or(f0), view_candidates(v, n1))
     } else {
-        let g2 = is(v, 0xDD)
-            .and(ge(n1, 0xA0))
-            .or(is(v, 0xDE))
-            .or(is(v, 0xDF))
-            .and(is_cont(n1));
-        let g3 = is(v, 0xEE)
-            .and(ge(n1, 0xBE).or(is(n1, 0xBD).and(ge(n2, 0xA0))))
-            .or(is(v, 0xEF))
-            .and(both_cont);
-        (g2.or(g3), disk_candidates(v, n1, n2))
+        (disk_growing(v, n1, n2), disk_candidates(v, n1, n2))
     };
     let exact = exact.movemask();
     (exact, all.movemask() & !exact)
+}
+
+/// The complete disk sequences among the lanes of `v` (`n1`, `n2` the
+/// bytes one and two lanes further) that certainly grow in the view: DD
+/// A0–BF, DE, DF with a continuation byte; EE BD A0–BF, EE BE–BF, EF with
+/// two (U+0800–U+089F, U+10000–U+1109F). A subset of [`disk_candidates`].
+#[inline(always)]
+unsafe fn disk_growing<V: Vector>(v: V, n1: V, n2: V) -> V {
+    let g2 = is(v, 0xDD)
+        .and(ge(n1, 0xA0))
+        .or(is(v, 0xDE))
+        .or(is(v, 0xDF))
+        .and(is_cont(n1));
+    let g3 = is(v, 0xEE)
+        .and(ge(n1, 0xBE).or(is(n1, 0xBD).and(ge(n2, 0xA0))))
+        .or(is(v, 0xEF))
+        .and(is_cont(n1).and(is_cont(n2)));
+    g2.or(g3)
+}
+
+/// Counts the disk units that certainly grow (see [`disk_growing`]) in
+/// whole vectors from `i` on, and stops before the first vector that holds
+/// a candidate of another kind ([`disk_candidates`]: the caller decides
+/// those unit by unit), that would reach past `stop`, or after which fewer
+/// than three bytes of look-ahead remain. Returns where it stopped and the
+/// count: no closure and no bit loop per unit, one popcount per vector.
+///
+/// # Safety
+///
+/// The CPU must have `V`'s instructions. Loads stay inside `s`: a vector
+/// at `i` (and at `i + 1`, `i + 2`) is loaded only when `i + LANES + 3 <=
+/// s.len()`.
+#[inline(always)]
+pub(super) unsafe fn count_growing<V: Vector>(s: &[u8], mut i: usize, stop: usize) -> (usize, u64) {
+    let lanes = V::LANES;
+    let p = s.as_ptr();
+    // A vector at `i` is taken when `i + lanes <= stop`.
+    let stop = stop.min(s.len().saturating_sub(3));
+    let mut n = 0u64;
+    while i + lanes <= stop {
+        let (v, n1, n2) = (
+            V::load(p.add(i)),
+            V::load(p.add(i + 1)),
+            V::load(p.add(i + 2)),
+        );
+        let all = disk_candidates(v, n1, n2).movemask();
+        if all != 0 {
+            let grow = disk_growing(v, n1, n2).movemask();
+            if all & !grow != 0 {
+                break;
+            }
+            n += grow.count_ones() as u64;
+        }
+        i += lanes;
+    }
+    (i, n)
 }
 
 #[inline(always)]

@@ -26,7 +26,9 @@
 //! their input made of units the vector kernels take (see `kernels`), and
 //! `find_disk_candidate` / `find_view_candidate` skip to the next byte the
 //! length passes must look at, `candidate_block` gives a block's candidates
-//! as masks where they are dense. They know nothing of streaming state: a
+//! as masks where they are dense, and `count_growing` counts the disk
+//! units that certainly grow a vector at a time (one popcount each) for
+//! the per-block counts the offset index is built from. They know nothing of streaming state: a
 //! run starts at a unit boundary and stops at one. On SSE2, which has no
 //! byte shuffle, the blocks whose units change length are spread or
 //! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
@@ -271,6 +273,28 @@ pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u3
     }
 }
 
+/// How many disk units certainly grow in whole vectors from `i` on, up to
+/// the first vector holding a candidate [`candidate_block`] would mark
+/// `other`, one reaching past `stop`, or the last whole block with its
+/// look-ahead: `(where it stopped, count)`. `(i, 0)` on the portable path.
+#[inline]
+pub(crate) fn count_growing(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+    count_growing_on(path(), s, i, stop)
+}
+
+pub(crate) fn count_growing_on(p: Path, s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+    match p.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => {
+            // SAFETY: as in `decode_run_on`.
+            unsafe { x86::count_growing_avx2(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Sse2 => x86::count_growing_sse2(s, i, stop),
+        _ => (i, 0),
+    }
+}
+
 fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     let n = src.len().min(dst.len());
     let run = super::ascii::ascii_prefix_len(&src[..n]);
@@ -359,6 +383,21 @@ mod x86 {
                 kernels::find::<__m128i, false>(s, from)
             }
         }
+    }
+
+    pub(super) fn count_growing_sse2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: SSE2 is baseline; `count_growing` loads only whole
+        // vectors with their look-ahead inside `s`.
+        unsafe { kernels::count_growing::<__m128i>(s, i, stop) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn count_growing_avx2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees AVX2; `count_growing` stays inside
+        // `s` as in `count_growing_sse2`.
+        unsafe { kernels::count_growing::<__m256i>(s, i, stop) }
     }
 
     /// Candidate masks of the 16 bytes at `i`; needs `i + 19 <= s.len()`.

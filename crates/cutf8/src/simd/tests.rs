@@ -501,3 +501,296 @@ proptest! {
         crate::simd::set_max_level(best);
     }
 }
+
+/// Per-block counts, unit by unit: growing units from the unit reference
+/// ([`reference_changes`]), exempt units from the decoded value of each FE
+/// lead with six continuation bytes; merged per block, in order.
+fn reference_blocks(b: &[u8], start: u64, block: u64) -> Vec<length::BlockCount> {
+    let mut out: Vec<length::BlockCount> = Vec::new();
+    let mut add = |p: usize, grow: u64, exempt: u64| {
+        let k = (start + p as u64) / block;
+        match out.last_mut() {
+            Some(c) if c.block == k => {
+                c.grow += grow;
+                c.exempt += exempt;
+            }
+            _ => out.push(length::BlockCount {
+                block: k,
+                grow,
+                exempt,
+            }),
+        }
+    };
+    let grows = reference_changes(b, false);
+    let mut exempt = Vec::new();
+    for i in 0..b.len() {
+        if b[i] == 0xFE && b.len() >= i + 7 && b[i + 1..i + 7].iter().all(|&c| is_cont(c)) {
+            let v = b[i + 1..i + 7]
+                .iter()
+                .fold(0u64, |v, &c| v << 6 | (c & 0x3F) as u64);
+            if (0x8000_0000..=crate::MAX_CODE_POINT as u64).contains(&v) {
+                exempt.push(i);
+            }
+        }
+    }
+    let (mut g, mut x) = (grows.iter().peekable(), exempt.iter().peekable());
+    loop {
+        match (g.peek(), x.peek()) {
+            (Some(&&p), Some(&&q)) if p < q => {
+                add(p, 1, 0);
+                g.next();
+            }
+            (_, Some(&&q)) => {
+                add(q, 0, 1);
+                x.next();
+            }
+            (Some(&&p), None) => {
+                add(p, 1, 0);
+                g.next();
+            }
+            (None, None) => break,
+        }
+    }
+    out
+}
+
+/// `scan_disk`'s events of `b` counted per block (the second reference).
+fn scan_blocks(b: &[u8], start: u64, block: u64) -> Vec<length::BlockCount> {
+    let mut out: Vec<length::BlockCount> = Vec::new();
+    length::scan_disk(b, true, |e| {
+        let (p, grow) = match e {
+            length::DiskEvent::Grow(p) => (p, 1),
+            length::DiskEvent::Exempt(p) => (p, 0),
+        };
+        let k = (start + p as u64) / block;
+        match out.last_mut() {
+            Some(c) if c.block == k => {
+                c.grow += grow;
+                c.exempt += 1 - grow;
+            }
+            _ => out.push(length::BlockCount {
+                block: k,
+                grow,
+                exempt: 1 - grow,
+            }),
+        }
+    });
+    out
+}
+
+/// [`length::count_disk_blocks`] over `b` in chunks cut at `cuts`, each
+/// undecided rest handed in again at the front of the next chunk, tallies
+/// of one block from two chunks merged; checks that each chunk decides as
+/// much as `scan_disk` does and that every tally is non-empty and in order.
+fn count_streamed(b: &[u8], cuts: &[usize], start: u64, block: u64) -> Vec<length::BlockCount> {
+    let mut ends: Vec<usize> = cuts.iter().map(|&c| c.min(b.len())).collect();
+    ends.push(b.len());
+    ends.sort();
+    let mut out: Vec<length::BlockCount> = Vec::new();
+    let mut pos = 0;
+    for end in ends {
+        let end = end.max(pos);
+        let at_end = end == b.len();
+        let chunk = &b[pos..end];
+        let mut last = None;
+        let done = length::count_disk_blocks(chunk, at_end, start + pos as u64, block, |c| {
+            assert!(c.grow + c.exempt > 0, "empty tally {c:?}");
+            assert!(
+                last.is_none_or(|k| k < c.block),
+                "{c:?} after block {last:?}"
+            );
+            last = Some(c.block);
+            match out.last_mut() {
+                Some(o) if o.block == c.block => {
+                    o.grow += c.grow;
+                    o.exempt += c.exempt;
+                }
+                _ => out.push(c),
+            }
+        });
+        assert_eq!(
+            done,
+            length::scan_disk(chunk, at_end, |_| {}),
+            "chunk {pos}..{end}"
+        );
+        pos += done;
+    }
+    assert_eq!(pos, b.len());
+    out
+}
+
+/// Block sizes the count is checked with: down to one byte (a vector
+/// spans many blocks), around the vector widths, and the index's 4096.
+const BLOCKS: [u64; 9] = [1, 3, 7, 16, 31, 32, 33, 100, 4096];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// The per-block counts equal both references on bytes crowded with
+    /// the leads and second bytes that decide growth (and FE units), on
+    /// every level, for any block size and start, one-shot and in chunks.
+    #[test]
+    fn block_counts_equal_the_references_on_every_level(
+        b in proptest::collection::vec(prop_oneof![
+            3 => 0x80u8..0xC0,
+            3 => proptest::sample::select(vec![
+                0xDD, 0xDE, 0xDF, 0xEE, 0xEF, 0xE0, 0xF0, 0xF7, 0xFB, 0xFD, 0xFE,
+                0x90, 0x91, 0x82, 0x9F, 0xA0, 0xA1, 0xA2, 0xBD, 0xBE,
+            ]),
+            1 => any::<u8>(),
+            1 => 0x20u8..0x7F,
+        ], 0..300),
+        start in prop_oneof![0u64..5000, Just(u64::MAX / 4)],
+        cuts in proptest::collection::vec(0usize..300, 0..6),
+    ) {
+        let best = Level::best();
+        for path in Path::available() {
+            crate::simd::set_max_level(path.level());
+            for block in BLOCKS {
+                let want = reference_blocks(&b, start, block);
+                prop_assert_eq!(&scan_blocks(&b, start, block), &want);
+                prop_assert_eq!(&count_streamed(&b, &[], start, block), &want, "{:?} block {}", path, block);
+                prop_assert_eq!(&count_streamed(&b, &cuts, start, block), &want, "{:?} block {} cuts {:?}", path, block, cuts);
+            }
+        }
+        crate::simd::set_max_level(best);
+    }
+
+    /// The same on text dense in growing units (a block of it is mostly
+    /// taken whole by the vector count), padded 0..64 bytes, with FE units
+    /// and junk now and then.
+    #[test]
+    fn block_counts_equal_the_references_on_dense_text(
+        text in arb_textish(3),
+        grow in proptest::collection::vec((0usize..400, prop_oneof![0x800u32..0x8A0, 0x1_0000u32..0x1_10A0]), 0..120),
+        pad in 0usize..64,
+        start in 0u64..10_000,
+        cuts in proptest::collection::vec(0usize..1500, 0..6),
+    ) {
+        let mut view = vec![b'a'; pad];
+        let mut units: Vec<Vec<u8>> = Vec::new();
+        let mut t = &text[..];
+        while !t.is_empty() {
+            let n = match decode_view_unit(t, true) {
+                ViewUnit::Char { len, .. } | ViewUnit::Passthrough { len, .. } | ViewUnit::Unstorable { len, .. } => len,
+                ViewUnit::Incomplete => t.len(),
+            };
+            units.push(t[..n].to_vec());
+            t = &t[n..];
+        }
+        for (at, cp) in grow {
+            units.insert(at.min(units.len()), char::from_u32(cp).unwrap().to_string().into_bytes());
+        }
+        view.extend(units.concat());
+        let disk = to_disk(&view);
+        let best = Level::best();
+        for path in Path::available() {
+            crate::simd::set_max_level(path.level());
+            for block in [7, 32, 33, 64, 4096] {
+                let want = reference_blocks(&disk, start, block);
+                prop_assert_eq!(&count_streamed(&disk, &cuts, start, block), &want, "{:?} block {}", path, block);
+            }
+        }
+        crate::simd::set_max_level(best);
+    }
+}
+
+/// Growing units (2- and 3-byte), a growing unit cut short, and an exempt
+/// unit, at every offset 0..64 in a vector and around a block boundary,
+/// the bytes cut into two chunks at every position: each counted in its
+/// block on every level.
+#[test]
+fn block_counts_at_every_offset_block_edge_and_cut() {
+    let units: [&[u8]; 5] = [
+        &[0xDF, 0xBF],
+        &[0xEF, 0xBF, 0xBF],
+        &[0xDD, 0xA0],
+        &[0xEE, 0xBD],
+        &[0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80],
+    ];
+    let best = Level::best();
+    for path in Path::available() {
+        crate::simd::set_max_level(path.level());
+        for unit in units {
+            for pad in 0..64 {
+                let mut b = "é".repeat(pad / 2).into_bytes();
+                b.resize(pad, b'a');
+                for u in [unit, b"x", unit, b"\xDF\xBF", unit] {
+                    b.extend_from_slice(u);
+                }
+                b.extend_from_slice(&[b'z'; 40]);
+                for block in [16u64, 64] {
+                    for start in [0, 5, block - 3] {
+                        let want = reference_blocks(&b, start, block);
+                        for cut in 0..=b.len() {
+                            assert_eq!(
+                                count_streamed(&b, &[cut], start, block),
+                                want,
+                                "{path:?} {unit:02X?} pad {pad} block {block} start {start} cut {cut}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    crate::simd::set_max_level(best);
+}
+
+/// The vector count alone: on every path, from every offset 0..64, it
+/// counts exactly the growing units of the vectors it takes, stops before
+/// `stop` and before the last bytes of look-ahead, and stops only before
+/// a vector that holds a candidate it cannot decide.
+#[test]
+fn count_growing_counts_whole_vectors() {
+    let mut view = String::new();
+    for k in 0..400u32 {
+        let cp = [
+            0x61,
+            0xE9,
+            0x436,
+            0x4E2D,
+            0x1F600,
+            0x800 + k % 0xA0,
+            0x1_0000 + k * 7,
+        ][k as usize % 7];
+        view.push(char::from_u32(cp).unwrap());
+    }
+    let disk = to_disk(view.as_bytes());
+    let mut odd = disk.clone();
+    odd[900] = 0xF7; // a candidate the vector count leaves to the caller
+    for path in Path::available() {
+        for b in [&disk, &odd] {
+            let grows = reference_changes(b, false);
+            for from in 0..64 {
+                for stop in [from, from + 40, from + 500, b.len()] {
+                    let (i, n) = count_growing_on(path, b, from, stop);
+                    assert!(i == from || (i > from && i <= stop && i + 3 <= b.len()));
+                    assert_eq!(
+                        n,
+                        grows.iter().filter(|&&p| p >= from && p < i).count() as u64,
+                        "{path:?} from {from} stop {stop}"
+                    );
+                    if path.level() == Level::Portable {
+                        assert_eq!((i, n), (from, 0));
+                        continue;
+                    }
+                    let lanes = if path.level() == Level::Avx2 { 32 } else { 16 };
+                    assert_eq!((i - from) % lanes, 0);
+                    let room = i + lanes <= stop.min(b.len() - 3);
+                    if room {
+                        // Stopped before a vector with another candidate
+                        // (the F7, or the unit before it that it cut).
+                        assert!(
+                            (i..i + lanes)
+                                .any(|q| matches!(b[q], 0xDD..=0xDF | 0xEE | 0xEF | 0xF7)
+                                    && !grows.contains(&q)),
+                            "{path:?} from {from} stopped at {i}: {:02X?}",
+                            &b[i..i + lanes + 3]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
