@@ -461,6 +461,23 @@ fn reference_changes(b: &[u8], view: bool) -> Vec<usize> {
     out
 }
 
+/// Bytes crowded with the leads and second bytes that decide whether a
+/// unit changes length (and FE units), with some of anything.
+fn crowded_bytes() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => 0x80u8..0xC0,
+            3 => proptest::sample::select(vec![
+                0xDD, 0xDE, 0xDF, 0xEE, 0xEF, 0xE0, 0xF0, 0xF7, 0xFB, 0xFD, 0xFE,
+                0x90, 0x91, 0x82, 0x9F, 0xA0, 0xA1, 0xA2, 0xBD, 0xBE,
+            ]),
+            1 => any::<u8>(),
+            1 => 0x20u8..0x7F,
+        ],
+        0..300,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
 
@@ -470,15 +487,7 @@ proptest! {
     /// second bytes that decide it.
     #[test]
     fn scans_report_exactly_the_changing_units_on_every_level(
-        b in proptest::collection::vec(prop_oneof![
-            3 => 0x80u8..0xC0,
-            3 => proptest::sample::select(vec![
-                0xDD, 0xDE, 0xDF, 0xEE, 0xEF, 0xE0, 0xF0, 0xF7, 0xFB, 0xFD, 0xFE,
-                0x90, 0x91, 0x82, 0x9F, 0xA0, 0xA1, 0xA2, 0xBD, 0xBE,
-            ]),
-            1 => any::<u8>(),
-            1 => 0x20u8..0x7F,
-        ], 0..300),
+        b in crowded_bytes(),
     ) {
         let best = Level::best();
         for path in Path::available() {
@@ -631,15 +640,7 @@ proptest! {
     /// every level, for any block size and start, one-shot and in chunks.
     #[test]
     fn block_counts_equal_the_references_on_every_level(
-        b in proptest::collection::vec(prop_oneof![
-            3 => 0x80u8..0xC0,
-            3 => proptest::sample::select(vec![
-                0xDD, 0xDE, 0xDF, 0xEE, 0xEF, 0xE0, 0xF0, 0xF7, 0xFB, 0xFD, 0xFE,
-                0x90, 0x91, 0x82, 0x9F, 0xA0, 0xA1, 0xA2, 0xBD, 0xBE,
-            ]),
-            1 => any::<u8>(),
-            1 => 0x20u8..0x7F,
-        ], 0..300),
+        b in crowded_bytes(),
         start in prop_oneof![0u64..5000, Just(u64::MAX / 4)],
         cuts in proptest::collection::vec(0usize..300, 0..6),
     ) {
