@@ -175,7 +175,8 @@ pub fn build_range(file: &File, start: u64, end: u64) -> io::Result<OffsetIndex>
 /// `OffsetIndex::rescan_plan`). `fresh`, when given, holds the new bytes
 /// from `from` to the end (an append just written): they are counted where
 /// they are, not read back or copied; only the bytes from the start of
-/// `from`'s block (less than a block) are read.
+/// `from`'s block (less than a block) are read, and none when the fresh
+/// bytes start a unit at the old end (`OffsetIndex::append_units`).
 pub fn rescan(
     file: &File,
     index: &mut OffsetIndex,
@@ -184,9 +185,15 @@ pub fn rescan(
     new_disk_len: u64,
     fresh: Option<&[u8]>,
 ) -> io::Result<()> {
+    let fresh = fresh.filter(|b| from + b.len() as u64 == new_disk_len);
+    if let Some(fresh) = fresh {
+        // An append that starts a unit: counted alone.
+        if from == index.disk_len() && index.append_units(fresh) {
+            return Ok(());
+        }
+    }
     match index.rescan_plan(from, changed_to, new_disk_len) {
         Rescan::Tail { start } => {
-            let fresh = fresh.filter(|b| from + b.len() as u64 == new_disk_len);
             let tail = match fresh {
                 Some(fresh) => {
                     let head = read_raw(file, DATA_START + start, (from - start) as usize)?;

@@ -40,8 +40,8 @@ use nix::fcntl::{fallocate, FallocateFlags};
 
 pub use crate::journal::Journal;
 use crate::view::write::{
-    overlay, plan_allocate, plan_resize, plan_start, plan_write, plan_zero, span_for_resize,
-    spans_for,
+    overlay, plan_allocate, plan_append, plan_resize, plan_start, plan_write, plan_zero,
+    span_for_resize, spans_for,
 };
 use crate::view::{magic, Error as ViewError, OffsetIndex, Patch, Resize, Way, DATA_START};
 
@@ -77,6 +77,9 @@ pub fn write_at(
     }
     if data.is_empty() {
         return Ok(());
+    }
+    if let Some(patch) = plan_append(index, view_off, data) {
+        return apply(file, index, journal, &patch?);
     }
     let [l, r] = spans_for(view_off, view_off + data.len() as u64);
     let (left, right) = (span(file, index, l)?, span(file, index, r)?);

@@ -221,6 +221,21 @@ impl OffsetIndex {
         }
     }
 
+    /// Takes `fresh` disk bytes appended at the end when they start a
+    /// unit (their first byte is not a continuation byte): the units before
+    /// them are closed then, so only `fresh` is counted and the last block
+    /// goes on with its count; no byte before them is needed. False, and
+    /// nothing changed, otherwise (the caller rescans the block).
+    pub fn append_units(&mut self, fresh: &[u8]) -> bool {
+        if fresh.first().is_none_or(|&b| super::is_cont(b)) {
+            return false;
+        }
+        let start = self.disk_len;
+        count_disk_blocks(fresh, true, start, BLOCK, |c| self.note(c));
+        self.disk_len = start + fresh.len() as u64;
+        true
+    }
+
     /// Completes [`Rescan::Tail`]: `tail` indexes the new disk bytes from
     /// the plan's `start` to `new_disk_len`.
     pub fn apply_tail(&mut self, from: u64, new_disk_len: u64, tail: OffsetIndex) {

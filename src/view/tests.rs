@@ -5,7 +5,9 @@
 use cutf8::{decode_lossless, encode_lossless};
 use proptest::prelude::*;
 
-use super::write::{plan_resize, plan_write, plan_zero, span_for_resize, spans_for, Resize, Way};
+use super::write::{
+    plan_append, plan_resize, plan_write, plan_zero, span_for_resize, spans_for, Resize, Way,
+};
 use super::{Error, OffsetIndex, Rescan, Span};
 
 /// A read through [`super::Reading`] from disk bytes in memory (a slice
@@ -63,6 +65,10 @@ impl Mem {
             Way::Extend => assert_eq!(old_end, old_len),
             Way::Tail => {}
         }
+        // The mount counts an append that starts a unit alone: it must
+        // come to the index a rescan gives.
+        let mut quick = self.index.clone();
+        let appended = at == old_len && quick.append_units(new);
         self.disk
             .splice(at as usize..old_end as usize, new.iter().copied());
         let changed_to = if way == Way::InPlace {
@@ -71,11 +77,18 @@ impl Mem {
             self.disk.len() as u64
         };
         self.rescan(at, changed_to);
+        if appended {
+            assert_eq!(quick, self.index, "append_units differs from a rescan");
+        }
     }
 
     fn write(&mut self, off: u64, data: &[u8]) -> Result<(), Error> {
         let [l, r] = spans_for(off, off + data.len() as u64);
-        let p = plan_write(&self.index, &self.span(l), &self.span(r), off, data)?;
+        let p = plan_write(&self.index, &self.span(l), &self.span(r), off, data);
+        if let Some(quick) = plan_append(&self.index, off, data) {
+            assert_eq!(quick, p, "plan_append differs from plan_write");
+        }
+        let p = p?;
         self.splice(p.at, p.old_end, &p.new, p.way);
         Ok(())
     }

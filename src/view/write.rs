@@ -198,6 +198,30 @@ pub fn plan_write(
     })
 }
 
+/// Plans an append that starts a unit: `data` at the view's end, its
+/// first byte not a continuation byte. W restarts at every byte that is
+/// not a continuation byte, so the bytes already in the file stay as they
+/// are and the window is `data` alone: no span is needed (every sequential
+/// write but one that continues a character the last write cut). `None`
+/// when that is not the case: [`plan_write`] plans it then, and where
+/// both plan, they plan the same.
+pub fn plan_append(
+    index: &OffsetIndex,
+    view_off: u64,
+    data: &[u8],
+) -> Option<Result<Patch, Error>> {
+    if view_off != index.view_len() || data.first().is_none_or(|&b| is_cont(b)) {
+        return None;
+    }
+    let at = index.disk_len();
+    Some(encode(data, view_off).map(|new| Patch {
+        at,
+        old_end: at,
+        way: way(index, at, 0, new.len() as u64),
+        new,
+    }))
+}
+
 /// Plans replacing view bytes `[view_off, view_off + len)` (inside the
 /// view) with NULs, from the spans of [`spans_for`]. Bytes of a character
 /// cut by either boundary stay as they are (a lead byte and its first
