@@ -26,10 +26,16 @@ pub struct Identity {
     pub(super) groups: Vec<libc::gid_t>,
 }
 
-/// A field of `/proc/PID/status` (None if the process is gone).
+/// A field of `/proc/PID/status` (None if the process is gone). Read in
+/// one call into a buffer of a page or two (the file is about 1.5 KiB;
+/// `read_to_string` would take eight reads and a statx to find that out):
+/// this runs for every request that creates something.
 fn proc_status_field(pid: u32, field: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
+    use std::io::Read;
+    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let mut buf = Vec::with_capacity(8192);
+    f.by_ref().take(64 * 1024).read_to_end(&mut buf).ok()?;
+    String::from_utf8_lossy(&buf)
         .lines()
         .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_owned()))
 }
@@ -105,10 +111,51 @@ struct Saved {
     groups: Vec<libc::gid_t>,
 }
 
+thread_local! {
+    /// This thread's supplementary groups (sorted, no repeats) as last
+    /// read or set by [`set_thread_groups`]: only it changes them on the
+    /// daemon's threads, so a switch to the list the thread already has is
+    /// no system call at all (most callers and the daemon have the same
+    /// list, often none).
+    static THREAD_GROUPS: std::cell::RefCell<Option<Vec<libc::gid_t>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// This thread's supplementary groups, sorted, without repeats.
+fn read_thread_groups() -> io::Result<Vec<libc::gid_t>> {
+    let mut now: Vec<libc::gid_t> = unistd::getgroups()
+        .map_err(from_nix)?
+        .into_iter()
+        .map(Gid::as_raw)
+        .collect();
+    now.sort_unstable();
+    now.dedup();
+    Ok(now)
+}
+
+/// This thread's supplementary groups (as [`THREAD_GROUPS`] knows them).
+fn thread_groups() -> io::Result<Vec<libc::gid_t>> {
+    if let Some(g) = THREAD_GROUPS.with_borrow(|g| g.clone()) {
+        return Ok(g);
+    }
+    let now = read_thread_groups()?;
+    THREAD_GROUPS.set(Some(now.clone()));
+    Ok(now)
+}
+
 /// Sets this thread's supplementary groups. `nix::unistd::setgroups` goes
 /// through glibc, which changes every thread of the process; the raw
-/// system call changes this one only.
+/// system call changes this one only. A change is read back and must have
+/// taken; a list the thread has already is left as it is.
 fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
+    let mut want = groups.to_vec();
+    want.sort_unstable();
+    want.dedup();
+    if thread_groups()? == want {
+        return Ok(());
+    }
+    // Unknown until read back: a failure below leaves it unknown.
+    THREAD_GROUPS.set(None);
     // SAFETY: `groups` is readable for its length for the duration of the
     // call; the kernel only reads it.
     let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
@@ -116,21 +163,13 @@ fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // getgroups reads this thread's list: it must be the one just set.
-    let mut now: Vec<libc::gid_t> = unistd::getgroups()
-        .map_err(from_nix)?
-        .into_iter()
-        .map(Gid::as_raw)
-        .collect();
-    let mut want = groups.to_vec();
-    for v in [&mut now, &mut want] {
-        v.sort_unstable();
-        v.dedup();
-    }
+    let now = read_thread_groups()?;
     if now != want {
         return Err(io::Error::other(format!(
             "setgroups({want:?}) did not take effect (now {now:?})"
         )));
     }
+    THREAD_GROUPS.set(Some(now));
     Ok(())
 }
 
@@ -153,7 +192,17 @@ fn setfs(which: FsId, id: u32) -> u32 {
 /// call (same value) must report the value just set. Returns the value
 /// before.
 fn set_fs_id(which: FsId, id: u32) -> io::Result<u32> {
-    let before = setfs(which, id);
+    set_fs_id_from(which, setfs(which, id), id)
+}
+
+/// [`set_fs_id`] for a thread whose id is `before` now (read with
+/// `setfs(which, u32::MAX)`, which changes nothing): nothing to do when it
+/// is `id` already.
+fn set_fs_id_from(which: FsId, before: u32, id: u32) -> io::Result<u32> {
+    if before == id {
+        return Ok(before);
+    }
+    setfs(which, id);
     let now = setfs(which, id);
     if now != id {
         let what = match which {
@@ -174,25 +223,18 @@ impl ActAs {
         if !is_root() {
             return Ok(ActAs { saved: None });
         }
-        let groups = unistd::getgroups()
-            .map_err(from_nix)?
-            .into_iter()
-            .map(Gid::as_raw)
-            .collect();
+        let groups = thread_groups()?;
         // There is no getfsuid: setfs*(-1) changes nothing (an invalid id)
         // and returns the current value.
+        let (uid, gid) = (setfs(FsId::Uid, u32::MAX), setfs(FsId::Gid, u32::MAX));
         let guard = ActAs {
-            saved: Some(Saved {
-                uid: setfs(FsId::Uid, u32::MAX),
-                gid: setfs(FsId::Gid, u32::MAX),
-                groups,
-            }),
+            saved: Some(Saved { uid, gid, groups }),
         };
         // Groups and gid first: once fsuid is not 0 the thread has lost
         // the capabilities it needs to change them.
         set_thread_groups(&id.groups)?;
-        set_fs_id(FsId::Gid, id.gid)?;
-        set_fs_id(FsId::Uid, id.uid)?;
+        set_fs_id_from(FsId::Gid, gid, id.gid)?;
+        set_fs_id_from(FsId::Uid, uid, id.uid)?;
         Ok(guard)
     }
 }
@@ -223,6 +265,26 @@ thread_local! {
 /// POSIX ACLs (and FUSE_DONT_MASK); virtiofsd does the same.
 pub struct Umask {
     old: Mode,
+    new: Mode,
+}
+
+thread_local! {
+    /// This thread's umask once it has its own (`Umask` is the only code
+    /// that changes it): setting the one it has is no system call.
+    static THREAD_UMASK: std::cell::Cell<Option<Mode>> = const { std::cell::Cell::new(None) };
+}
+
+/// Sets this thread's umask (which it has of its own) and returns the one
+/// before; no system call when it is that already.
+fn set_thread_umask(mask: Mode) -> Mode {
+    match THREAD_UMASK.get() {
+        Some(now) if now == mask => now,
+        _ => {
+            let old = umask(mask);
+            THREAD_UMASK.set(Some(mask));
+            old
+        }
+    }
 }
 
 impl Umask {
@@ -232,13 +294,18 @@ impl Umask {
             unshare(CloneFlags::CLONE_FS).map_err(from_nix)?;
             OWN_FS.with(|o| o.set(true));
         }
-        let old = umask(Mode::from_bits_truncate(mask & 0o777));
-        Ok(Umask { old })
+        let new = Mode::from_bits_truncate(mask & 0o777);
+        Ok(Umask {
+            old: set_thread_umask(new),
+            new,
+        })
     }
 }
 
 impl Drop for Umask {
     fn drop(&mut self) {
-        umask(self.old);
+        if self.old != self.new {
+            set_thread_umask(self.old);
+        }
     }
 }
