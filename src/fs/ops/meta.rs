@@ -19,8 +19,11 @@ impl CutFs {
         req: &Request,
     ) -> Result<FileAttr> {
         let inode = self.inodes.get(ino)?;
+        // The stat after the last change, when that change took one (the
+        // reply needs no other).
+        let mut after = None;
         if uid.is_some() || gid.is_some() || mode.is_some() {
-            self.keeping_content(&inode, || {
+            let ((), st) = self.keeping_content_stat(&inode, || {
                 if uid.is_some() || gid.is_some() {
                     sys::chown(
                         inode.fd()?.as_fd(),
@@ -37,20 +40,26 @@ impl CutFs {
                 }
                 Ok(())
             })?;
+            after = st;
         }
         if let Some(size) = size {
             self.truncate(&inode, size, fh, req)?;
+            after = None;
         }
         if atime.is_some() || mtime.is_some() {
-            self.keeping_content(&inode, || {
+            let ((), st) = self.keeping_content_stat(&inode, || {
                 sys::utimens(
                     inode.fd()?.as_fd(),
                     &[attr::timespec(atime), attr::timespec(mtime)],
                 )
                 .map_err(io)
             })?;
+            after = st;
         }
-        let st = inode.stat()?;
+        let st = match after {
+            Some(st) => st,
+            None => inode.stat()?,
+        };
         self.attr(&inode, &st)
     }
 
@@ -92,17 +101,28 @@ impl CutFs {
         inode: &Inode,
         change: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
+        self.keeping_content_stat(inode, change).map(|(r, _)| r)
+    }
+
+    /// [`Self::keeping_content`], with the inode's stat right after the
+    /// change when it took one (regular files).
+    fn keeping_content_stat<T>(
+        &self,
+        inode: &Inode,
+        change: impl FnOnce() -> Result<T>,
+    ) -> Result<(T, Option<libc::stat>)> {
         if !inode.is_reg() {
-            return change();
+            return Ok((change()?, None));
         }
         let state = inode.state();
         let mut content = state.content.write();
         let before = inode.stat().map(|st| Stamp::of(&st));
         let r = change()?;
-        if let (Ok(old), Ok(st)) = (before, inode.stat()) {
-            state.carry(&mut content, &self.cache, old, Stamp::of(&st));
+        let after = inode.stat();
+        if let (Ok(old), Ok(st)) = (before, &after) {
+            state.carry(&mut content, &self.cache, old, Stamp::of(st));
         }
-        Ok(r)
+        Ok((r, after.ok()))
     }
 
     /// Removes from `file` what a write, truncate or fallocate by a caller
