@@ -27,7 +27,17 @@
 //! * O_DIRECT reads through passthrough go to BACKING as O_DIRECT reads,
 //!   with BACKING's alignment rules (ext4: EINVAL when unaligned), as
 //!   natively; the daemon's path served them unaligned.
-//! * An open **for writing** is never served by the kernel.
+//! * An open **for writing** is never served by the kernel. The cases that
+//!   look safe are not: an O_APPEND open of a raw file of eight bytes or
+//!   more writes only past the magic number's place, but fcntl(F_SETFL)
+//!   clears O_APPEND without a request reaching the daemon, after which
+//!   pwrite at offset 0 goes straight to BACKING; a truncation to 0 by
+//!   another handle (which the daemon sees) would leave an empty file whose
+//!   first write the daemon never sees, so its encoding would not be
+//!   decided; and the raw files written most (databases, `.git` objects,
+//!   images being edited) write their headers at offset 0. Writes are also
+//!   where passthrough gains least here: a raw write through the daemon is
+//!   one pwrite, measured at or below the peers (docs/performance.md).
 //! * The kernel does not mix modes on one inode: while one open of a file
 //!   is in passthrough, every other open of it must be too (else the open
 //!   fails with EIO in the kernel), and while a daemon-served open exists,
