@@ -32,9 +32,13 @@
 # with -o index_db=none (every size learned by reading the file), and
 # `ls -lR` right after a fresh `cutf8 migrate` of the tree (one run).
 # Raw files (FUSE passthrough), on a raw (binary) file of BENCH_RAW_MB (1024)
-# MiB, median of 3 warm: rawseq (sequential read), rawrand (BENCH_PREADS random
-# 4 KiB preads), rawmmap (mmap, one byte read from every 4 KiB page), where
-# cutf8fs also runs with -o passthrough=off (column "no-pt"); BENCH_TESTS picks
+# MiB, median of 3 warm: rawseq (sequential read), rawrand (BENCH_RAW_PREADS
+# (200000) random 4 KiB preads), rawmmap (mmap, one byte read from every 4 KiB
+# page), where cutf8fs also runs with -o passthrough=off (column "no-pt"), and
+# the kernel's own stacking is measured beside it: a read-only overlayfs whose
+# only layer is the native directory ("overlay": the same backing-file read
+# path passthrough uses, without FUSE; the floor for any stacked file);
+# BENCH_TESTS picks
 # the read part's tests. BENCH_PARTS="read index" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
 # apt-get if missing), cc and python3. Usage:
 #   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
@@ -48,6 +52,7 @@ W=${1:-${BENCH_DIR:-/var/tmp/cutf8fs-bench}}
 SIZE_MB=${BENCH_SIZE_MB:-256}
 FILES=${BENCH_FILES:-2000}
 PREADS=${BENCH_PREADS:-20000}
+RAW_PREADS=${BENCH_RAW_PREADS:-200000}
 PARTS=${BENCH_PARTS:-read index}
 RAW_MB=${BENCH_RAW_MB:-1024}
 MIXED_RAW_MB=${BENCH_MIXED_RAW_MB:-192}
@@ -64,12 +69,14 @@ CUTF8FS=$REPO/target/release/cutf8fs
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
 NAT=$W/native CORR=$W/corrected MC=$W/mnt-cutf8fs MB=$W/mnt-bindfs MN=$W/mnt-cutf8fs-nopt
-mkdir -p "$NAT" "$CORR" "$MC" "$MB" "$MN"
+MO=$W/mnt-overlay
+mkdir -p "$NAT" "$CORR" "$MC" "$MB" "$MN" "$MO" "$W/empty-lower"
 
 umount_all() {
     for m in "$MC" "$MB" "$MN"; do
         if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
     done
+    if mountpoint -q "$MO"; then umount "$MO" || umount -l "$MO"; fi
 }
 trap umount_all EXIT
 umount_all
@@ -230,6 +237,9 @@ mount_all() {
     "$CUTF8FS" "$CORR" "$MC" -o passthrough=on
     "$CUTF8FS" "$CORR" "$MN" -o passthrough=off
     bindfs "$NAT" "$MB"
+    # A read-only overlay of the native tree: lower layers only (the
+    # kernel wants two without an upper one; the second is empty).
+    mount -t overlay overlay -o ro,lowerdir="$NAT:$W/empty-lower" "$MO"
 }
 mount_all
 
@@ -267,7 +277,7 @@ run_grep() { grep -rc "no such words here" "$1/tree"; }
 run_stat() { find "$1/tree" -type f -printf '%s\n'; }
 run_tarc() { tar -cf - -C "$1" mixed | wc -c; }
 run_rawseq() { cat "$1/raw.bin"; }
-run_rawrand() { "$PREAD" "$1/raw.bin" "$PREADS"; }
+run_rawrand() { "$PREAD" "$1/raw.bin" "$RAW_PREADS"; }
 run_rawmmap() { "$MMAPREAD" "$1/raw.bin"; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -276,12 +286,13 @@ if [[ " $PARTS " == *" read "* ]]; then
 for test in $TESTS; do
     targets="native bindfs cutf8fs" warm=min3
     case $test in
-        raw*) targets="native bindfs cutf8fs no-pt" warm=med3 ;;
+        raw*) targets="native overlay bindfs cutf8fs no-pt" warm=med3 ;;
         tarc) targets="native bindfs cutf8fs no-pt" ;;
     esac
     for target in $targets; do
         case $target in
             native) dir=$NAT ;;
+            overlay) dir=$MO ;;
             bindfs) dir=$MB ;;
             cutf8fs) dir=$MC ;;
             no-pt) dir=$MN ;;
@@ -337,19 +348,23 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
     case " $TESTS " in *" raw"*)
         echo
         echo "raw.bin: $RAW_MB MiB of random bytes; cutf8fs reads it by passthrough, no-pt is"
-        echo "cutf8fs -o passthrough=off; warm = median of 3; ratios = time / native time"
+        echo "cutf8fs -o passthrough=off, overlay a read-only overlayfs of the native tree;"
+        echo "rawrand: $RAW_PREADS preads; warm = median of 3; ratios = time / native time"
         echo
-        echo "| test | native cold | native warm | bindfs cold | bindfs warm | cutf8fs cold | cutf8fs warm | no-pt cold | no-pt warm | cutf8fs/native cold | cutf8fs/native warm | no-pt/native warm | bindfs/native warm |"
-        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        echo "| test | native cold | native warm | overlay cold | overlay warm | bindfs cold | bindfs warm | cutf8fs cold | cutf8fs warm | no-pt cold | no-pt warm | cutf8fs/native cold | cutf8fs/native warm | overlay/native cold | overlay/native warm | no-pt/native warm | bindfs/native warm |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         for test in $TESTS; do
             case $test in raw*) ;; *) continue ;; esac
-            printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$test" \
+            printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$test" \
                 "${T[$test,native,cold]}" "${T[$test,native,warm]}" \
+                "${T[$test,overlay,cold]}" "${T[$test,overlay,warm]}" \
                 "${T[$test,bindfs,cold]}" "${T[$test,bindfs,warm]}" \
                 "${T[$test,cutf8fs,cold]}" "${T[$test,cutf8fs,warm]}" \
                 "${T[$test,no-pt,cold]}" "${T[$test,no-pt,warm]}" \
                 "$(ratio "${T[$test,cutf8fs,cold]}" "${T[$test,native,cold]}")" \
                 "$(ratio "${T[$test,cutf8fs,warm]}" "${T[$test,native,warm]}")" \
+                "$(ratio "${T[$test,overlay,cold]}" "${T[$test,native,cold]}")" \
+                "$(ratio "${T[$test,overlay,warm]}" "${T[$test,native,warm]}")" \
                 "$(ratio "${T[$test,no-pt,warm]}" "${T[$test,native,warm]}")" \
                 "$(ratio "${T[$test,bindfs,warm]}" "${T[$test,native,warm]}")"
         done ;;
