@@ -13,7 +13,7 @@
 //! assert_eq!(simd::set_max_level(Level::Portable), Level::Portable);
 //! assert_eq!(cutf8::decode_strict(&[0xC0, 0xAF])?, "Ï".as_bytes());
 //! // Asking for more than the CPU has gives what it has.
-//! assert_eq!(simd::set_max_level(Level::Avx2), best);
+//! assert_eq!(simd::set_max_level(Level::Avx512), best);
 //! assert_eq!("sse2".parse::<Level>().map(Level::name), Ok("sse2"));
 //! # Ok::<(), cutf8::ConvertError>(())
 //! ```
@@ -56,6 +56,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
 mod kernels;
 #[cfg(target_arch = "x86_64")]
 mod vector;
@@ -72,15 +74,20 @@ pub enum Level {
     Sse2 = 2,
     /// AVX2 blocks of 32 bytes (x86_64 with AVX2 only).
     Avx2 = 3,
+    /// AVX-512 blocks of 64 bytes for the conversions, AVX2 for the length
+    /// passes (x86_64 with AVX2, AVX-512 F, BW, VBMI and VBMI2, BMI2 and
+    /// POPCNT only).
+    Avx512 = 4,
 }
 
 impl Level {
-    /// `"portable"`, `"sse2"` or `"avx2"`.
+    /// `"portable"`, `"sse2"`, `"avx2"` or `"avx512"`.
     pub fn name(self) -> &'static str {
         match self {
             Level::Portable => "portable",
             Level::Sse2 => "sse2",
             Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
         }
     }
 
@@ -96,6 +103,7 @@ impl Level {
             1 => Some(Level::Portable),
             2 => Some(Level::Sse2),
             3 => Some(Level::Avx2),
+            4 => Some(Level::Avx512),
             _ => None,
         }
     }
@@ -115,7 +123,7 @@ impl std::fmt::Display for ParseLevelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "unknown SIMD level {:?}: use avx2, sse2 or portable",
+            "unknown SIMD level {:?}: use avx512, avx2, sse2 or portable",
             self.0
         )
     }
@@ -130,6 +138,7 @@ impl std::str::FromStr for Level {
             "portable" => Ok(Level::Portable),
             "sse2" => Ok(Level::Sse2),
             "avx2" => Ok(Level::Avx2),
+            "avx512" => Ok(Level::Avx512),
             _ => Err(ParseLevelError(s.to_owned())),
         }
     }
@@ -170,8 +179,19 @@ impl Path {
             Level::Sse2 => cfg!(target_arch = "x86_64"),
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => std::is_x86_feature_detected!("avx2"),
+            // The length passes run AVX2 code on this level.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => {
+                std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vbmi")
+                    && std::is_x86_feature_detected!("avx512vbmi2")
+                    && std::is_x86_feature_detected!("bmi2")
+                    && std::is_x86_feature_detected!("popcnt")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Level::Avx2 => false,
+            Level::Avx2 | Level::Avx512 => false,
         };
         ok.then_some(Path(level))
     }
@@ -188,7 +208,7 @@ impl Path {
 
     /// Every path this CPU can run, best last.
     pub(crate) fn available() -> Vec<Path> {
-        [Level::Portable, Level::Sse2, Level::Avx2]
+        [Level::Portable, Level::Sse2, Level::Avx2, Level::Avx512]
             .into_iter()
             .filter_map(Path::new)
             .collect()
@@ -258,9 +278,10 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
 pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u32, usize)> {
     match path().level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 if i + 32 + 3 <= s.len() => {
-            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
-            // has AVX2; the block and its look-ahead are inside `s`.
+        Level::Avx2 | Level::Avx512 if i + 32 + 3 <= s.len() => {
+            // SAFETY: a `Path` of `Level::Avx2` or `Level::Avx512` exists
+            // only when the CPU has AVX2 (the invariant of `Path`; see
+            // `Path::new`); the block and its look-ahead are inside `s`.
             let (exact, other) = unsafe { x86::block_avx2(s, i, view) };
             Some((exact, other, 32))
         }
@@ -285,8 +306,9 @@ pub(crate) fn count_growing(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
 pub(crate) fn count_growing_on(p: Path, s: &[u8], i: usize, stop: usize) -> (usize, u64) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            // SAFETY: as in `decode_run_on`.
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: a `Path` of either level exists only when the CPU
+            // has AVX2 (see `decode_run_on`, `Path::new`).
             unsafe { x86::count_growing_avx2(s, i, stop) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -305,6 +327,12 @@ fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
 pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => {
+            // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
+            // has every feature `decode_avx512` enables (`Path::new`).
+            unsafe { x86::decode_avx512(src, dst) }
+        }
+        #[cfg(target_arch = "x86_64")]
         Level::Avx2 => {
             // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
             // has AVX2 (the invariant of `Path`).
@@ -318,6 +346,11 @@ pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usiz
 
 pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => {
+            // SAFETY: as in `decode_run_on`.
+            unsafe { x86::encode_avx512(src, dst) }
+        }
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => {
             // SAFETY: as in `decode_run_on`.
@@ -333,8 +366,8 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
     let from = from.min(s.len());
     let i = match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            // SAFETY: as in `decode_run_on`.
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: as in `count_growing_on`.
             unsafe { x86::find_avx2(s, from, view) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -357,7 +390,7 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::kernels;
+    use super::{avx512, kernels};
     use core::arch::x86_64::{__m128i, __m256i};
 
     pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
@@ -446,6 +479,23 @@ mod x86 {
     pub(super) unsafe fn encode_avx2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_avx2`.
         unsafe { kernels::run::<__m256i, true>(src, dst) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW, VBMI and VBMI2, BMI2 and POPCNT.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn decode_avx512(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        // SAFETY: the caller guarantees the features; `run` stays inside
+        // the slices (see its `# Safety`).
+        unsafe { avx512::run::<false>(src, dst) }
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn encode_avx512(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        // SAFETY: as in `decode_avx512`.
+        unsafe { avx512::run::<true>(src, dst) }
     }
 
     /// # Safety

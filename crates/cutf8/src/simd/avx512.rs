@@ -1,0 +1,330 @@
+//! The conversion kernel for AVX-512: `kernels::run`'s scheme on blocks
+//! of 64 bytes, with lane masks held as bit masks (`k` registers, `u64`:
+//! bit `j` is lane `j`) instead of byte vectors. Compiled only inside
+//! `super`'s AVX-512 entry points; the length passes stay on AVX2.
+//!
+//! The arithmetic is `kernels`' (read its header first): each lane gets a
+//! digit of the offset, carries (W: borrows) run at most three lanes
+//! towards the lead. What AVX-512 changes:
+//!
+//! - every class of lane is one compare into a mask, and a byte's
+//!   neighbours are the mask shifted (`n1 >= 0xA0` at lane `j` is bit
+//!   `j + 1` of `v >= 0xA0`): no look-ahead loads and no lane shifts. The
+//!   last lanes see zeros where the next block begins, as `kernels` sees
+//!   its look-ahead, and only lanes past `commit` ever ask;
+//! - the digits are masked moves of constants, and the carry chain is
+//!   computed on the masks (generate and propagate, two rounds), then
+//!   applied by one masked add;
+//! - W's units that are shorter on disk are found from their bytes (E0
+//!   A0–A1, E0 A2 80–9F; F0 90, F0 91 80–81, F0 91 82 80–9F) before the
+//!   arithmetic, so that one pass with the digits of the shorter form
+//!   (`0xC2` = 2 − 0x40 and `0xA1` = 1 − 0x60 in the second lane, which
+//!   then becomes a C0 or E0 lead) converts every unit; `vpcompressb`
+//!   drops the old leads, into a register that is stored whole (the form
+//!   that stores to memory is microcoded on Zen 4);
+//! - V's grown units: per half block, `pdep`/`pext` turn the mask of
+//!   grown leads into the mask of the output places of the inserted E0/F0
+//!   bytes, two `vpexpandb` place the lanes and the inserted bytes.
+
+use core::arch::x86_64::*;
+
+const LANES: usize = 64;
+
+#[inline(always)]
+unsafe fn splat(b: u8) -> __m512i {
+    _mm512_set1_epi8(b as i8)
+}
+
+/// Lanes `>= t`, as unsigned bytes.
+#[inline(always)]
+unsafe fn ge(v: __m512i, t: u8) -> u64 {
+    _mm512_cmpge_epu8_mask(v, splat(t))
+}
+
+/// Lanes `== t`.
+#[inline(always)]
+unsafe fn is(v: __m512i, t: u8) -> u64 {
+    _mm512_cmpeq_epi8_mask(v, splat(t))
+}
+
+/// `v` with the lanes of `k` set to `b`.
+#[inline(always)]
+unsafe fn put(v: __m512i, k: u64, b: u8) -> __m512i {
+    _mm512_mask_mov_epi8(v, k, splat(b))
+}
+
+/// The 64 bytes at `p + at`.
+#[inline(always)]
+unsafe fn load(p: *const u8, at: usize) -> __m512i {
+    _mm512_loadu_si512(p.add(at) as *const __m512i)
+}
+
+/// Bits of the lanes below `commit`.
+#[inline(always)]
+fn live(commit: usize) -> u64 {
+    if commit >= LANES {
+        u64::MAX
+    } else {
+        (1u64 << commit) - 1
+    }
+}
+
+/// The lane classes of a block, as in `kernels::shape`.
+struct Shape {
+    /// C0–DF, E0–EF, F0–FF: leads of 2, 3 and 4 or more bytes.
+    l2: u64,
+    l3: u64,
+    l4: u64,
+    /// 80–BF.
+    cont: u64,
+    /// Continuation bytes followed by none: they take the digit 32.
+    last_cont: u64,
+    /// Some continuation byte does not match the leads before it (any
+    /// lane; see `kernels::Shape::misplaced`).
+    misplaced: bool,
+}
+
+#[inline(always)]
+unsafe fn shape(v: __m512i, high: u64) -> Shape {
+    let m2 = ge(v, 0xC0);
+    let m3 = ge(v, 0xE0);
+    let m4 = ge(v, 0xF0);
+    let cont = high & !m2;
+    // Bits shifted out at the top are the next block's lanes.
+    let expected = (m2 << 1) | (m3 << 2) | (m4 << 3);
+    Shape {
+        l2: m2 & !m3,
+        l3: m3 & !m4,
+        l4: m4,
+        cont,
+        last_cont: cont & !(cont >> 1),
+        misplaced: expected != cont,
+    }
+}
+
+/// The offset digit of every lane (see `kernels::digits`): `hi` the
+/// 3-byte leads that take the high offset, `s3` and `s4` (W only) the
+/// leads of units one byte shorter on disk, whose second lane gets the
+/// digit of the shorter form minus its new lead bits.
+#[inline(always)]
+unsafe fn digits(s: &Shape, hi: u64, s3: u64, s4: u64) -> __m512i {
+    let d = _mm512_maskz_mov_epi8(s.l2 | (hi << 1) | (s.l4 << 2), splat(2));
+    let d = put(d, hi, 1);
+    let d = put(d, (s.l3 & !hi & !s3) << 1, 34);
+    let d = put(d, (s.l4 & !s4) << 1, 17);
+    let d = put(d, s.last_cont, 32);
+    if s3 | s4 == 0 {
+        return d;
+    }
+    // 2 - 0x40 and 1 - 0x60: the lane comes out as the C0–DF or E0–EF
+    // lead of the disk form.
+    let d = put(d, s3 << 1, 0xC2);
+    put(d, s4 << 1, 0xA1)
+}
+
+/// Carry (W: borrow) out of each continuation lane, given the lanes that
+/// generate one and those that pass one on: chains are at most three
+/// continuation lanes long, so two rounds settle them.
+#[inline(always)]
+fn carries(generate: u64, propagate: u64) -> u64 {
+    let c = generate | (propagate & (generate >> 1));
+    generate | (propagate & (c >> 1))
+}
+
+/// V of one block, as `kernels::decode_block`: the converted block, the
+/// view's lead bytes to insert (E0 or F0, valid in the lanes of the third
+/// value) and the lead lanes below `commit` of the units one byte longer
+/// in the view, which hold the view's second byte; `None` when a lane
+/// below `commit` holds a unit the fast path does not take.
+#[inline(always)]
+unsafe fn decode_block(v: __m512i, high: u64, commit: usize) -> Option<(__m512i, __m512i, u64)> {
+    let s = shape(v, high);
+    // High offset when the bytes are above EC BD 9F (the structure check
+    // makes the next two lanes continuation bytes).
+    let n1_bd = is(v, 0xBD) >> 1;
+    let n1_above = ge(v, 0xBE) >> 1;
+    let n2_above = ge(v, 0xA0) >> 2;
+    let hi = s.l3 & (ge(v, 0xED) | (is(v, 0xEC) & (n1_above | (n1_bd & n2_above))));
+    let d = digits(&s, hi, 0, 0);
+    let sum = _mm512_add_epi8(v, d);
+    // A continuation lane holds 0x80 + its digit sum (below 0x100): bit 6
+    // is the carry out, 0xBF passes one on.
+    let g = _mm512_mask_test_epi8_mask(s.cont, sum, splat(0x40));
+    let p = _mm512_mask_cmpeq_epi8_mask(s.cont, sum, splat(0xBF));
+    let c = carries(g, p);
+    let out = _mm512_mask_add_epi8(sum, c >> 1, sum, splat(1));
+    let out = _mm512_mask_sub_epi8(out, c, out, splat(0x40));
+    // Leads that overflow their length (E0–E2 from a 2-byte lead, F0–F1
+    // from a 3-byte one) and leads F3 and up, as in `kernels`.
+    let g2 = _mm512_mask_cmpgt_epu8_mask(s.l2, out, splat(0xDF));
+    let g3 = _mm512_mask_cmpgt_epu8_mask(s.l3, out, splat(0xEF));
+    let bad = ge(v, 0xF3);
+    let live = live(commit);
+    if s.misplaced || bad & live != 0 {
+        return None;
+    }
+    let grow = (g2 | g3) & live;
+    if grow == 0 {
+        return Some((out, out, 0));
+    }
+    let out = _mm512_mask_sub_epi8(out, g2, out, splat(0x40));
+    let out = _mm512_mask_sub_epi8(out, g3, out, splat(0x60));
+    let ins = put(splat(0xF0), g2, 0xE0);
+    Some((out, ins, grow))
+}
+
+/// W of one block, as `kernels::encode_block`: the converted block and
+/// the lead lanes below `commit` to drop (units one byte shorter on disk,
+/// whose second lane holds the disk form's lead).
+#[inline(always)]
+unsafe fn encode_block(v: __m512i, high: u64, commit: usize) -> Option<(__m512i, u64)> {
+    let s = shape(v, high);
+    let hi = s.l3 & ge(v, 0xEE);
+    // U+0800–U+089F: E0 A0–A1, E0 A2 80–9F; U+10000–U+1109F: F0 90,
+    // F0 91 80–81, F0 91 82 80–9F. (The structure check makes the lanes
+    // after E0 and F0 continuation bytes, so `< 0xA0` is 80–9F.)
+    let ge_a0 = ge(v, 0xA0);
+    let n1_a2 = is(v, 0xA2) >> 1;
+    let s3 = is(v, 0xE0) & (((ge_a0 & !ge(v, 0xA2)) >> 1) | (n1_a2 & !(ge_a0 >> 2)));
+    let below_82 = !ge(v, 0x82);
+    let n2_tail = (below_82 >> 2) | ((is(v, 0x82) >> 2) & !(ge_a0 >> 3));
+    let s4 = is(v, 0xF0) & ((is(v, 0x90) >> 1) | ((is(v, 0x91) >> 1) & n2_tail));
+    let d = digits(&s, hi, s3, s4);
+    let diff = _mm512_sub_epi8(v, d);
+    // A continuation lane holds 0x80 + its digit difference (from -34):
+    // below 0x80 it borrows, 0x80 passes a borrow on.
+    let g = _mm512_mask_cmplt_epu8_mask(s.cont, diff, splat(0x80));
+    let p = _mm512_mask_cmpeq_epi8_mask(s.cont, diff, splat(0x80));
+    let b = carries(g, p);
+    let out = _mm512_mask_sub_epi8(diff, b >> 1, diff, splat(1));
+    let out = _mm512_mask_add_epi8(out, b, out, splat(0x40));
+    // A lead that borrows below its range had a code point too small for
+    // its length (overlong, C1; the shorter units no longer borrow); ED
+    // A0–BF: surrogates; F4 and up: U+100000 and beyond, 5- and 6-byte
+    // forms, FE/FF.
+    let low2 = _mm512_mask_cmple_epu8_mask(s.l2, out, splat(0xBF));
+    let low3 = _mm512_mask_cmple_epu8_mask(s.l3, out, splat(0xDF));
+    let low4 = _mm512_mask_cmple_epu8_mask(s.l4, out, splat(0xEF));
+    let surrogate = is(v, 0xED) & (ge_a0 >> 1);
+    let bad = low2 | low3 | low4 | surrogate | ge(v, 0xF4);
+    let live = live(commit);
+    if s.misplaced || bad & live != 0 {
+        return None;
+    }
+    Some((out, (s3 | s4) & live))
+}
+
+/// Lanes `0..32` of `src` (and the scribble after them) with
+/// `ins[0..popcount(grow)]` inserted before each lane whose bit is set in
+/// `grow` (bits `0..32`): `32 + popcount(grow)` bytes that count.
+#[inline(always)]
+unsafe fn spread_half(src: __m512i, ins: __m512i, grow: u64) -> __m512i {
+    // Two places per lane, the insertion (if any) then the lane: keep the
+    // places that exist, and which of them are insertions.
+    let insertions = _pdep_u64(grow, 0x5555_5555_5555_5555);
+    let places = insertions | 0xAAAA_AAAA_AAAA_AAAA;
+    let at = _pext_u64(insertions, places);
+    _mm512_mask_expand_epi8(_mm512_maskz_expand_epi8(!at, src), at, ins)
+}
+
+/// Run [`encode_block`] (`ENCODE`) or [`decode_block`] over `src` into
+/// `dst` while it accepts; returns how many bytes were read and written,
+/// as `kernels::run` (the same loop on 64-byte blocks).
+///
+/// # Safety
+///
+/// The CPU must have AVX-512 F, BW and VBMI2, BMI2 and POPCNT. Memory
+/// safety is this function's own: every load is of a block at `i` after
+/// checking `i + 64 <= src.len()` (`i + 256` for the ASCII quad); every
+/// store of 64 bytes starts at `o` after checking `o + 64 <= dst.len()`
+/// (`o + 256` for the ASCII quad), and a block that grows is stored as
+/// two 64-byte halves at `o` and `o + n0` after checking `o + n0 + 64 <=
+/// dst.len()`.
+#[inline(always)]
+pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+    let (slen, dlen) = (src.len(), dst.len());
+    let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
+    let (mut i, mut o) = (0, 0);
+    // The last block and where it goes, stored after the next load (4 KiB
+    // aliasing, see `kernels::run`).
+    let mut held: Option<(__m512i, usize)> = None;
+    let mut ascii = true;
+    loop {
+        if ascii && i + 4 * LANES <= slen && o + 4 * LANES <= dlen {
+            let a = load(sp, i);
+            let b = load(sp, i + LANES);
+            let c = load(sp, i + 2 * LANES);
+            let e = load(sp, i + 3 * LANES);
+            let any = _mm512_or_si512(_mm512_or_si512(a, b), _mm512_or_si512(c, e));
+            if _mm512_movepi8_mask(any) == 0 {
+                if let Some((h, at)) = held.take() {
+                    _mm512_storeu_si512(dp.add(at) as *mut __m512i, h);
+                }
+                for (k, x) in [a, b, c, e].into_iter().enumerate() {
+                    _mm512_storeu_si512(dp.add(o + k * LANES) as *mut __m512i, x);
+                }
+                i += 4 * LANES;
+                o += 4 * LANES;
+                continue;
+            }
+        }
+        if i + LANES > slen || o + LANES > dlen {
+            break;
+        }
+        let v = load(sp, i);
+        let high = _mm512_movepi8_mask(v);
+        if high == 0 {
+            if let Some((h, at)) = held.take() {
+                _mm512_storeu_si512(dp.add(at) as *mut __m512i, h);
+            }
+            _mm512_storeu_si512(dp.add(o) as *mut __m512i, v);
+            i += LANES;
+            o += LANES;
+            ascii = true;
+            continue;
+        }
+        ascii = false;
+        // The lanes before a lead whose sequence runs past the block.
+        let cut = |k: usize, lead: u8| k * (*sp.add(i + LANES - k) >= lead) as usize;
+        let commit = LANES - cut(3, 0xF0).max(cut(2, 0xE0)).max(cut(1, 0xC0));
+        if let Some((h, at)) = held.take() {
+            _mm512_storeu_si512(dp.add(at) as *mut __m512i, h);
+        }
+        if ENCODE {
+            let Some((out, drop)) = encode_block(v, high, commit) else {
+                break;
+            };
+            held = Some((_mm512_maskz_compress_epi8(!drop, out), o));
+            o += commit - drop.count_ones() as usize;
+        } else {
+            let Some((out, ins, grow)) = decode_block(v, high, commit) else {
+                break;
+            };
+            if grow == 0 {
+                held = Some((out, o));
+                o += commit;
+            } else {
+                let low = grow & 0xFFFF_FFFF;
+                let n0 = 32 + low.count_ones() as usize;
+                if o + n0 + LANES > dlen {
+                    break;
+                }
+                let r0 = spread_half(out, _mm512_maskz_compress_epi8(low, ins), low);
+                let upper = _mm512_shuffle_i64x2::<0b11_10_11_10>(out, out);
+                let r1 = spread_half(
+                    upper,
+                    _mm512_maskz_compress_epi8(grow & !low, ins),
+                    grow >> 32,
+                );
+                _mm512_storeu_si512(dp.add(o) as *mut __m512i, r0);
+                _mm512_storeu_si512(dp.add(o + n0) as *mut __m512i, r1);
+                o += commit + grow.count_ones() as usize;
+            }
+        }
+        i += commit;
+    }
+    if let Some((h, at)) = held {
+        _mm512_storeu_si512(dp.add(at) as *mut __m512i, h);
+    }
+    (i, o)
+}
