@@ -446,6 +446,97 @@ fn length_changing_units_at_every_position() {
     }
 }
 
+/// Blocks made only of units whose length differs on disk (every lane of
+/// a 64-byte block shrinking or growing), and such units among others,
+/// after 0..64 bytes of padding (and after an ASCII stretch long enough
+/// for four blocks at once): on every path, with the input cut at each of
+/// its last 70 bytes (a sequence cut at the end, `commit` below a block),
+/// and with every output room from nothing to more than enough (the
+/// output filling `dst` exactly, a grown block that does not fit).
+#[test]
+fn dense_blocks_at_every_offset_cut_and_room() {
+    let fills = [
+        "\u{800}",
+        "\u{1_0000}",
+        "\u{1_109F}\u{89F}",
+        "\u{800}a\u{1_0000}é中\u{1_109F}😀\u{89F}ж",
+        "\u{8A0}\u{1_10A0}\u{FFFF}\u{7FF}",
+    ];
+    for path in Path::available()
+        .into_iter()
+        .filter(|p| p.level() != Level::Portable)
+    {
+        for fill in fills {
+            for pad in (0..64).chain(250..262) {
+                let mut view = "a".repeat(pad);
+                while view.len() < pad + 200 {
+                    view.push_str(fill);
+                }
+                let view = view.into_bytes();
+                let disk = to_disk(&view);
+                for (encode, src) in [(true, &view), (false, &disk)] {
+                    let out_len = if encode { disk.len() } else { view.len() };
+                    for end in src.len().saturating_sub(70)..=src.len() {
+                        check_run(path, encode, &src[..end], 2 * end + 64).unwrap();
+                    }
+                    for room in 0..out_len + 70 {
+                        check_run(path, encode, src, room).unwrap();
+                    }
+                    // With room, a run stops only within the last block.
+                    let mut dst = vec![0u8; 2 * src.len() + 64];
+                    let (n, _) = if encode {
+                        encode_run_on(path, src, &mut dst)
+                    } else {
+                        decode_run_on(path, src, &mut dst)
+                    };
+                    assert!(
+                        n + run_block(path) + 3 >= src.len(),
+                        "{path:?} {fill:?} pad {pad} encode {encode}: {n} of {}",
+                        src.len()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The levels the tests iterate are the ones the CPU has: on a CPU with
+/// AVX-512 (this project's machines), `Path::available` offers it, and
+/// every test above runs it.
+#[test]
+fn every_level_the_cpu_has_is_available() {
+    let levels: Vec<Level> = Path::available().iter().map(|p| p.level()).collect();
+    assert!(levels.windows(2).all(|w| w[0] < w[1]), "{levels:?}");
+    assert_eq!(Level::best(), *levels.last().unwrap());
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx512 = [
+            "avx2",
+            "avx512f",
+            "avx512bw",
+            "avx512vbmi",
+            "avx512vbmi2",
+            "bmi2",
+            "popcnt",
+        ];
+        let has = |f: &str| match f {
+            "avx2" => std::is_x86_feature_detected!("avx2"),
+            "avx512f" => std::is_x86_feature_detected!("avx512f"),
+            "avx512bw" => std::is_x86_feature_detected!("avx512bw"),
+            "avx512vbmi" => std::is_x86_feature_detected!("avx512vbmi"),
+            "avx512vbmi2" => std::is_x86_feature_detected!("avx512vbmi2"),
+            "bmi2" => std::is_x86_feature_detected!("bmi2"),
+            _ => std::is_x86_feature_detected!("popcnt"),
+        };
+        assert_eq!(
+            levels.contains(&Level::Avx512),
+            avx512.iter().all(|f| has(f))
+        );
+        assert_eq!(levels.contains(&Level::Avx2), has("avx2"));
+        assert!(levels.contains(&Level::Sse2));
+    }
+}
+
 /// Offsets of the units whose view is longer (disk side, `view = false`)
 /// or whose disk form is shorter (view side), unit by unit: every lead
 /// byte begins a unit.
