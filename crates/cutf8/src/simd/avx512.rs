@@ -13,18 +13,22 @@
 //!   last lanes see zeros where the next block begins, as `kernels` sees
 //!   its look-ahead, and only lanes past `commit` ever ask;
 //! - the digits are masked moves of constants, and the carry chain is
-//!   computed on the masks (generate and propagate, two rounds), then
-//!   applied by one masked add;
-//! - W's units that are shorter on disk are found from their bytes (E0
-//!   A0–A1, E0 A2 80–9F; F0 90, F0 91 80–81, F0 91 82 80–9F) before the
-//!   arithmetic, so that one pass with the digits of the shorter form
-//!   (`0xC2` = 2 − 0x40 and `0xA1` = 1 − 0x60 in the second lane, which
-//!   then becomes a C0 or E0 lead) converts every unit; `vpcompressb`
-//!   drops the old leads, into a register that is stored whole (the form
-//!   that stores to memory is microcoded on Zen 4);
+//!   computed on the masks (generate and propagate, one round per
+//!   continuation byte after the first), then applied by masked adds;
+//! - a block is converted by one of three copies of the code, for the
+//!   longest lead in it (2, 3, 4 bytes), so that Latin, Greek or Cyrillic
+//!   text does not pay for the checks of longer units, nor CJK for those
+//!   of 4-byte ones: the mask work, not the vector arithmetic, is what
+//!   costs on Zen 4;
+//! - W's units that are shorter on disk borrow below E0 or F0 in the one
+//!   pass, as in `kernels`, but need no second pass: their second lane
+//!   differs from the shorter form's lead by a constant (see
+//!   `encode_block`); `vpcompressb` drops the old leads, into a register
+//!   that is stored whole (the form that stores to memory is microcoded on
+//!   Zen 4);
 //! - V's grown units: per half block, `pdep`/`pext` turn the mask of
 //!   grown leads into the mask of the output places of the inserted E0/F0
-//!   bytes, two `vpexpandb` place the lanes and the inserted bytes.
+//!   bytes, and two `vpexpandb` place the lanes and the inserted bytes.
 
 use core::arch::x86_64::*;
 
@@ -59,6 +63,20 @@ unsafe fn load(p: *const u8, at: usize) -> __m512i {
     _mm512_loadu_si512(p.add(at) as *const __m512i)
 }
 
+/// How many lanes of the block ending at `tail + 4` to take: all but a
+/// sequence whose lead is among the last three bytes and that runs past
+/// the block. The next block's address depends on it, so it is read with
+/// a scalar load, ready sooner than the block's vector; `volatile` keeps
+/// the compiler from taking the bytes out of that vector instead (it did:
+/// Latin text converted a third slower, CJK 7 % slower).
+#[inline(always)]
+unsafe fn commit_at(tail: *const u8) -> usize {
+    let t = u32::from_le_bytes((tail as *const [u8; 4]).read_volatile());
+    let byte = |k: usize| (t >> (8 * (4 - k))) as u8;
+    let cut = |k: usize, lead: u8| k * (byte(k) >= lead) as usize;
+    LANES - cut(3, 0xF0).max(cut(2, 0xE0)).max(cut(1, 0xC0))
+}
+
 /// Bits of the lanes below `commit`.
 #[inline(always)]
 fn live(commit: usize) -> u64 {
@@ -77,8 +95,6 @@ struct Shape {
     l4: u64,
     /// 80–BF.
     cont: u64,
-    /// Continuation bytes followed by none: they take the digit 32.
-    last_cont: u64,
     /// Some continuation byte does not match the leads before it (any
     /// lane; see `kernels::Shape::misplaced`).
     misplaced: bool,
@@ -97,68 +113,89 @@ unsafe fn shape(v: __m512i, high: u64) -> Shape {
         l3: m3 & !m4,
         l4: m4,
         cont,
-        last_cont: cont & !(cont >> 1),
         misplaced: expected != cont,
     }
 }
 
-/// The offset digit of every lane (see `kernels::digits`): `hi` the
-/// 3-byte leads that take the high offset, `s3` and `s4` (W only) the
-/// leads of units one byte shorter on disk, whose second lane gets the
-/// digit of the shorter form minus its new lead bits.
+/// The offset digit of every lane (see `kernels::digits`), `hi` the
+/// 3-byte leads that take the high offset. `LONGEST` is the longest lead
+/// in the block (2: ASCII, 2-byte units and strays, as in most Latin,
+/// Greek or Cyrillic text; 3; 4 for F0 and up): digits, carries and
+/// checks of longer units are left out.
 #[inline(always)]
-unsafe fn digits(s: &Shape, hi: u64, s3: u64, s4: u64) -> __m512i {
+unsafe fn digits<const LONGEST: usize>(s: &Shape, hi: u64) -> __m512i {
+    if LONGEST == 2 {
+        return put(_mm512_maskz_mov_epi8(s.l2, splat(2)), s.cont, 32);
+    }
+    let last_cont = s.cont & !(s.cont >> 1);
     let d = _mm512_maskz_mov_epi8(s.l2 | (hi << 1) | (s.l4 << 2), splat(2));
     let d = put(d, hi, 1);
-    let d = put(d, (s.l3 & !hi & !s3) << 1, 34);
-    let d = put(d, (s.l4 & !s4) << 1, 17);
-    let d = put(d, s.last_cont, 32);
-    if s3 | s4 == 0 {
-        return d;
-    }
-    // 2 - 0x40 and 1 - 0x60: the lane comes out as the C0–DF or E0–EF
-    // lead of the disk form.
-    let d = put(d, s3 << 1, 0xC2);
-    put(d, s4 << 1, 0xA1)
+    let d = put(d, (s.l3 & !hi) << 1, 34);
+    let d = if LONGEST == 4 {
+        put(d, s.l4 << 1, 17)
+    } else {
+        d
+    };
+    put(d, last_cont, 32)
 }
 
 /// Carry (W: borrow) out of each continuation lane, given the lanes that
-/// generate one and those that pass one on: chains are at most three
-/// continuation lanes long, so two rounds settle them.
+/// generate one and those that pass one on: a chain is as long as the
+/// longest sequence's continuation bytes, so `LONGEST - 2` rounds settle
+/// them.
 #[inline(always)]
-fn carries(generate: u64, propagate: u64) -> u64 {
-    let c = generate | (propagate & (generate >> 1));
-    generate | (propagate & (c >> 1))
+fn carries<const LONGEST: usize>(generate: u64, propagate: u64) -> u64 {
+    let mut c = generate;
+    for _ in 2..LONGEST {
+        c = generate | (propagate & (c >> 1));
+    }
+    c
 }
 
 /// V of one block, as `kernels::decode_block`: the converted block, the
 /// view's lead bytes to insert (E0 or F0, valid in the lanes of the third
 /// value) and the lead lanes below `commit` of the units one byte longer
 /// in the view, which hold the view's second byte; `None` when a lane
-/// below `commit` holds a unit the fast path does not take.
+/// below `commit` holds a unit the fast path does not take. `LONGEST` as
+/// in [`digits`].
 #[inline(always)]
-unsafe fn decode_block(v: __m512i, high: u64, commit: usize) -> Option<(__m512i, __m512i, u64)> {
-    let s = shape(v, high);
+unsafe fn decode_block<const LONGEST: usize>(
+    v: __m512i,
+    s: &Shape,
+    commit: usize,
+) -> Option<(__m512i, __m512i, u64)> {
     // High offset when the bytes are above EC BD 9F (the structure check
     // makes the next two lanes continuation bytes).
-    let n1_bd = is(v, 0xBD) >> 1;
-    let n1_above = ge(v, 0xBE) >> 1;
-    let n2_above = ge(v, 0xA0) >> 2;
-    let hi = s.l3 & (ge(v, 0xED) | (is(v, 0xEC) & (n1_above | (n1_bd & n2_above))));
-    let d = digits(&s, hi, 0, 0);
+    let hi = if LONGEST > 2 {
+        let n1_bd = is(v, 0xBD) >> 1;
+        let n1_above = ge(v, 0xBE) >> 1;
+        let n2_above = ge(v, 0xA0) >> 2;
+        s.l3 & (ge(v, 0xED) | (is(v, 0xEC) & (n1_above | (n1_bd & n2_above))))
+    } else {
+        0
+    };
+    let d = digits::<LONGEST>(s, hi);
     let sum = _mm512_add_epi8(v, d);
     // A continuation lane holds 0x80 + its digit sum (below 0x100): bit 6
     // is the carry out, 0xBF passes one on.
     let g = _mm512_mask_test_epi8_mask(s.cont, sum, splat(0x40));
-    let p = _mm512_mask_cmpeq_epi8_mask(s.cont, sum, splat(0xBF));
-    let c = carries(g, p);
+    let p = if LONGEST > 2 {
+        _mm512_mask_cmpeq_epi8_mask(s.cont, sum, splat(0xBF))
+    } else {
+        0
+    };
+    let c = carries::<LONGEST>(g, p);
     let out = _mm512_mask_add_epi8(sum, c >> 1, sum, splat(1));
     let out = _mm512_mask_sub_epi8(out, c, out, splat(0x40));
     // Leads that overflow their length (E0–E2 from a 2-byte lead, F0–F1
     // from a 3-byte one) and leads F3 and up, as in `kernels`.
     let g2 = _mm512_mask_cmpgt_epu8_mask(s.l2, out, splat(0xDF));
-    let g3 = _mm512_mask_cmpgt_epu8_mask(s.l3, out, splat(0xEF));
-    let bad = ge(v, 0xF3);
+    let g3 = if LONGEST > 2 {
+        _mm512_mask_cmpgt_epu8_mask(s.l3, out, splat(0xEF))
+    } else {
+        0
+    };
+    let bad = if LONGEST > 3 { ge(v, 0xF3) } else { 0 };
     let live = live(commit);
     if s.misplaced || bad & live != 0 {
         return None;
@@ -175,43 +212,70 @@ unsafe fn decode_block(v: __m512i, high: u64, commit: usize) -> Option<(__m512i,
 
 /// W of one block, as `kernels::encode_block`: the converted block and
 /// the lead lanes below `commit` to drop (units one byte shorter on disk,
-/// whose second lane holds the disk form's lead).
+/// whose second lane holds the disk form's lead). `LONGEST` as in
+/// [`digits`].
 #[inline(always)]
-unsafe fn encode_block(v: __m512i, high: u64, commit: usize) -> Option<(__m512i, u64)> {
-    let s = shape(v, high);
-    let hi = s.l3 & ge(v, 0xEE);
-    // U+0800–U+089F: E0 A0–A1, E0 A2 80–9F; U+10000–U+1109F: F0 90,
-    // F0 91 80–81, F0 91 82 80–9F. (The structure check makes the lanes
-    // after E0 and F0 continuation bytes, so `< 0xA0` is 80–9F.)
-    let ge_a0 = ge(v, 0xA0);
-    let n1_a2 = is(v, 0xA2) >> 1;
-    let s3 = is(v, 0xE0) & (((ge_a0 & !ge(v, 0xA2)) >> 1) | (n1_a2 & !(ge_a0 >> 2)));
-    let below_82 = !ge(v, 0x82);
-    let n2_tail = (below_82 >> 2) | ((is(v, 0x82) >> 2) & !(ge_a0 >> 3));
-    let s4 = is(v, 0xF0) & ((is(v, 0x90) >> 1) | ((is(v, 0x91) >> 1) & n2_tail));
-    let d = digits(&s, hi, s3, s4);
+unsafe fn encode_block<const LONGEST: usize>(
+    v: __m512i,
+    s: &Shape,
+    commit: usize,
+) -> Option<(__m512i, u64)> {
+    let hi = if LONGEST > 2 {
+        _mm512_mask_cmpge_epu8_mask(s.l3, v, splat(0xEE))
+    } else {
+        0
+    };
+    let d = digits::<LONGEST>(s, hi);
     let diff = _mm512_sub_epi8(v, d);
     // A continuation lane holds 0x80 + its digit difference (from -34):
     // below 0x80 it borrows, 0x80 passes a borrow on.
     let g = _mm512_mask_cmplt_epu8_mask(s.cont, diff, splat(0x80));
-    let p = _mm512_mask_cmpeq_epi8_mask(s.cont, diff, splat(0x80));
-    let b = carries(g, p);
+    let p = if LONGEST > 2 {
+        _mm512_mask_cmpeq_epi8_mask(s.cont, diff, splat(0x80))
+    } else {
+        0
+    };
+    let b = carries::<LONGEST>(g, p);
     let out = _mm512_mask_sub_epi8(diff, b >> 1, diff, splat(1));
     let out = _mm512_mask_add_epi8(out, b, out, splat(0x40));
     // A lead that borrows below its range had a code point too small for
-    // its length (overlong, C1; the shorter units no longer borrow); ED
+    // its length: overlong, a C1 control, or one stored shorter on disk
+    // (E0 A0–A2 ..: U+0800–U+089F; F0 90–91 ..: U+10000–U+1109F). ED
     // A0–BF: surrogates; F4 and up: U+100000 and beyond, 5- and 6-byte
     // forms, FE/FF.
     let low2 = _mm512_mask_cmple_epu8_mask(s.l2, out, splat(0xBF));
-    let low3 = _mm512_mask_cmple_epu8_mask(s.l3, out, splat(0xDF));
-    let low4 = _mm512_mask_cmple_epu8_mask(s.l4, out, splat(0xEF));
-    let surrogate = is(v, 0xED) & (ge_a0 >> 1);
-    let bad = low2 | low3 | low4 | surrogate | ge(v, 0xF4);
     let live = live(commit);
+    if LONGEST == 2 {
+        if s.misplaced || low2 & live != 0 {
+            return None;
+        }
+        return Some((out, 0));
+    }
+    // Only E0 and F0 leads can borrow below their range; the shorter
+    // units are those that do with a second byte from A0 and from 90.
+    let low3 = _mm512_mask_cmple_epu8_mask(s.l3, out, splat(0xDF));
+    let ge_a0 = ge(v, 0xA0);
+    let shrink3 = low3 & (ge_a0 >> 1);
+    let surrogate = is(v, 0xED) & (ge_a0 >> 1);
+    let (low4, shrink4, beyond) = if LONGEST > 3 {
+        let low4 = _mm512_mask_cmple_epu8_mask(s.l4, out, splat(0xEF));
+        (low4, low4 & (ge(v, 0x90) >> 1), ge(v, 0xF4))
+    } else {
+        (0, 0, 0)
+    };
+    let bad = low2 | (low3 & !shrink3) | (low4 & !shrink4) | surrogate | beyond;
     if s.misplaced || bad & live != 0 {
         return None;
     }
-    Some((out, (s3 | s4) & live))
+    // The second lane of a shorter unit becomes its lead. Its digit was
+    // 34 (after E0) or 17 (after F0) where the shorter form's is 2 (the
+    // 2-byte form) or 1 (the high 3-byte form); the borrows from the
+    // lanes after it are the same. So it holds the lead's low bits minus
+    // 32 or 16, modulo 64, as a continuation byte (BD–BF, BE–BF): adding
+    // 0x20 or 0x30 gives the lead (DD–DF, EE–EF).
+    let out = _mm512_mask_add_epi8(out, shrink3 << 1, out, splat(0x20));
+    let out = _mm512_mask_add_epi8(out, shrink4 << 1, out, splat(0x30));
+    Some((out, (shrink3 | shrink4) & live))
 }
 
 /// Lanes `0..32` of `src` (and the scribble after them) with
@@ -285,19 +349,39 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
         }
         ascii = false;
         // The lanes before a lead whose sequence runs past the block.
-        let cut = |k: usize, lead: u8| k * (*sp.add(i + LANES - k) >= lead) as usize;
-        let commit = LANES - cut(3, 0xF0).max(cut(2, 0xE0)).max(cut(1, 0xC0));
+        let commit = commit_at(sp.add(i + LANES - 4));
         if let Some((h, at)) = held.take() {
             _mm512_storeu_si512(dp.add(at) as *mut __m512i, h);
         }
         if ENCODE {
-            let Some((out, drop)) = encode_block(v, high, commit) else {
+            let s = shape(v, high);
+            let converted = if s.l4 != 0 {
+                encode_block::<4>(v, &s, commit)
+            } else if s.l3 != 0 {
+                encode_block::<3>(v, &s, commit)
+            } else {
+                encode_block::<2>(v, &s, commit)
+            };
+            let Some((out, drop)) = converted else {
                 break;
             };
-            held = Some((_mm512_maskz_compress_epi8(!drop, out), o));
-            o += commit - drop.count_ones() as usize;
+            if drop == 0 {
+                held = Some((out, o));
+                o += commit;
+            } else {
+                held = Some((_mm512_maskz_compress_epi8(!drop, out), o));
+                o += commit - drop.count_ones() as usize;
+            }
         } else {
-            let Some((out, ins, grow)) = decode_block(v, high, commit) else {
+            let s = shape(v, high);
+            let converted = if s.l4 != 0 {
+                decode_block::<4>(v, &s, commit)
+            } else if s.l3 != 0 {
+                decode_block::<3>(v, &s, commit)
+            } else {
+                decode_block::<2>(v, &s, commit)
+            };
+            let Some((out, ins, grow)) = converted else {
                 break;
             };
             if grow == 0 {

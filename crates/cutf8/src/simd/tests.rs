@@ -461,6 +461,9 @@ fn dense_blocks_at_every_offset_cut_and_room() {
         "\u{1_109F}\u{89F}",
         "\u{800}a\u{1_0000}é中\u{1_109F}😀\u{89F}ж",
         "\u{8A0}\u{1_10A0}\u{FFFF}\u{7FF}",
+        // Blocks whose longest units are two bytes (a lighter kernel).
+        "é\u{7FF}a\u{A0}ж",
+        "\u{800}é",
     ];
     for path in Path::available()
         .into_iter()
