@@ -348,13 +348,15 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
             continue;
         }
         ascii = false;
-        // The lanes before a lead whose sequence runs past the block.
+        // The lanes before a lead whose sequence runs past the block (61
+        // to 64; its last four bytes are inside `src` as the block is).
         let commit = commit_at(sp.add(i + LANES - 4));
         if let Some((h, at)) = held.take() {
+            // In bounds: `at + 64 <= dlen` was checked before it was held.
             _mm512_storeu_si512(dp.add(at) as *mut __m512i, h);
         }
+        let s = shape(v, high);
         if ENCODE {
-            let s = shape(v, high);
             let converted = if s.l4 != 0 {
                 encode_block::<4>(v, &s, commit)
             } else if s.l3 != 0 {
@@ -365,6 +367,7 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
             let Some((out, drop)) = converted else {
                 break;
             };
+            // Held for a store at `o`, checked above: a block shrinks.
             if drop == 0 {
                 held = Some((out, o));
                 o += commit;
@@ -373,7 +376,6 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
                 o += commit - drop.count_ones() as usize;
             }
         } else {
-            let s = shape(v, high);
             let converted = if s.l4 != 0 {
                 decode_block::<4>(v, &s, commit)
             } else if s.l3 != 0 {
@@ -388,6 +390,8 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
                 held = Some((out, o));
                 o += commit;
             } else {
+                // Lanes 0..32 (all below `commit`) and their insertions
+                // make `n0` bytes, at most 48; the rest goes after them.
                 let low = grow & 0xFFFF_FFFF;
                 let n0 = 32 + low.count_ones() as usize;
                 if o + n0 + LANES > dlen {

@@ -1,11 +1,14 @@
 //! Which vector code the converters run: [`level`] names it,
 //! [`set_max_level`] lowers it (for measurements and tests).
 //!
-//! The level is detected once, on first use: AVX2 when the CPU has it, SSE2
-//! otherwise (always there on x86_64), and on other targets the portable
+//! The level is detected once, on first use: AVX-512 when the CPU has
+//! every instruction its kernel uses (AVX-512 F, BW, VBMI and VBMI2, with
+//! AVX2, BMI2 and POPCNT), else AVX2 when it has that, SSE2 otherwise
+//! (always there on x86_64), and on other targets the portable
 //! word-at-a-time code. Nothing here reads the environment; a program that
-//! wants a knob (the `cutf8` tools honour `CUTF8FS_SIMD=sse2|portable`)
-//! parses it into a [`Level`] and calls [`set_max_level`]:
+//! wants a knob (the `cutf8` tools honour
+//! `CUTF8FS_SIMD=avx512|avx2|sse2|portable`) parses it into a [`Level`]
+//! and calls [`set_max_level`]:
 //!
 //! ```
 //! use cutf8::simd::{self, Level};
@@ -33,6 +36,12 @@
 //! byte shuffle, the blocks whose units change length are spread or
 //! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
 //! 0.6 with AVX2's `pshufb` and 5 before either).
+//!
+//! The AVX-512 level has its own conversion kernel (`avx512`: 64-byte
+//! blocks, lane classes as `k` masks, `vpcompressb` and `vpexpandb` for
+//! the units whose length changes) and runs the length passes with the
+//! AVX2 code: where those are slow (text dense in growing units) the time
+//! goes to the scalar decision per unit, not to the vector search.
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
