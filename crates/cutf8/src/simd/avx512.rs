@@ -26,9 +26,11 @@
 //!   `encode_block`); `vpcompressb` drops the old leads, into a register
 //!   that is stored whole (the form that stores to memory is microcoded on
 //!   Zen 4);
-//! - V's grown units: per half block, `pdep`/`pext` turn the mask of
-//!   grown leads into the mask of the output places of the inserted E0/F0
-//!   bytes, and two `vpexpandb` place the lanes and the inserted bytes.
+//! - V's grown units: per half block, a `vpermi2b` pairs each lane with
+//!   the E0/F0 byte that would go before it, `pdep` spreads the mask of
+//!   grown leads over those pairs, and `vpcompressb` keeps every lane and
+//!   the bytes inserted before the grown ones (a third faster than placing
+//!   lanes and insertions with two `vpexpandb` per half).
 
 use core::arch::x86_64::*;
 
@@ -278,17 +280,37 @@ unsafe fn encode_block<const LONGEST: usize>(
     Some((out, (shrink3 | shrink4) & live))
 }
 
-/// Lanes `0..32` of `src` (and the scribble after them) with
-/// `ins[0..popcount(grow)]` inserted before each lane whose bit is set in
-/// `grow` (bits `0..32`): `32 + popcount(grow)` bytes that count.
+/// `vpermi2b` indices that pair each of the 32 lanes of a half block
+/// (`HALF` 0 or 1) of the second operand with the same lane of the first,
+/// first operand's byte first.
+static PAIRS: [[u8; 64]; 2] = pairs();
+
+const fn pairs() -> [[u8; 64]; 2] {
+    let mut t = [[0u8; 64]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut j = 0;
+        while j < 32 {
+            t[h][2 * j] = (32 * h + j) as u8;
+            t[h][2 * j + 1] = (64 + 32 * h + j) as u8;
+            j += 1;
+        }
+        h += 1;
+    }
+    t
+}
+
+/// Lanes `32 * HALF ..` of `out` with the lane of `ins` inserted before
+/// each lane whose bit is set in `grow` (bits `0..32` for the half):
+/// `32 + popcount(grow)` bytes that count, then zeros.
 #[inline(always)]
-unsafe fn spread_half(src: __m512i, ins: __m512i, grow: u64) -> __m512i {
-    // Two places per lane, the insertion (if any) then the lane: keep the
-    // places that exist, and which of them are insertions.
-    let insertions = _pdep_u64(grow, 0x5555_5555_5555_5555);
-    let places = insertions | 0xAAAA_AAAA_AAAA_AAAA;
-    let at = _pext_u64(insertions, places);
-    _mm512_mask_expand_epi8(_mm512_maskz_expand_epi8(!at, src), at, ins)
+unsafe fn spread_half<const HALF: usize>(out: __m512i, ins: __m512i, grow: u64) -> __m512i {
+    // Each lane as the pair (inserted byte, lane): keep the lane, and the
+    // inserted byte where the lane grows.
+    let idx = _mm512_loadu_si512(PAIRS[HALF].as_ptr() as *const __m512i);
+    let pairs = _mm512_permutex2var_epi8(ins, idx, out);
+    let keep = _pdep_u64(grow, 0x5555_5555_5555_5555) | 0xAAAA_AAAA_AAAA_AAAA;
+    _mm512_maskz_compress_epi8(keep, pairs)
 }
 
 /// Run [`encode_block`] (`ENCODE`) or [`decode_block`] over `src` into
@@ -397,13 +419,8 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
                 if o + n0 + LANES > dlen {
                     break;
                 }
-                let r0 = spread_half(out, _mm512_maskz_compress_epi8(low, ins), low);
-                let upper = _mm512_shuffle_i64x2::<0b11_10_11_10>(out, out);
-                let r1 = spread_half(
-                    upper,
-                    _mm512_maskz_compress_epi8(grow & !low, ins),
-                    grow >> 32,
-                );
+                let r0 = spread_half::<0>(out, ins, low);
+                let r1 = spread_half::<1>(out, ins, grow >> 32);
                 _mm512_storeu_si512(dp.add(o) as *mut __m512i, r0);
                 _mm512_storeu_si512(dp.add(o + n0) as *mut __m512i, r1);
                 o += commit + grow.count_ones() as usize;
