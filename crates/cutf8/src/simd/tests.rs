@@ -135,29 +135,56 @@ fn to_disk(view: &[u8]) -> Vec<u8> {
     encode_to_vec(view, false).unwrap_or_else(|_| view.to_vec())
 }
 
-/// The bytes of a conversion block on `path` (on clean text, a fast run
-/// stops fewer than this and three bytes before the end of its input).
+/// The bytes of the last conversion block on `path` (on clean text, a
+/// fast run stops fewer than this and three bytes before the end of its
+/// input): the AVX-512 level ends its runs with 32-byte blocks.
 fn run_block(path: Path) -> usize {
     match path.level() {
         Level::Portable => 0,
         Level::Sse2 => 16,
-        Level::Avx2 => 32,
-        Level::Avx512 => 64,
+        Level::Avx2 | Level::Avx512 => 32,
     }
 }
 
+/// A fast run on `path` (`encode`: W, else V), or with `blocks` the
+/// AVX-512 level's 64-byte blocks alone (`None` on other paths).
+fn run_on(
+    path: Path,
+    blocks: bool,
+    encode: bool,
+    src: &[u8],
+    dst: &mut [u8],
+) -> Option<(usize, usize)> {
+    match (blocks, encode) {
+        (true, _) => blocks_avx512_on(path, encode, src, dst),
+        (false, true) => Some(encode_run_on(path, src, dst)),
+        (false, false) => Some(decode_run_on(path, src, dst)),
+    }
+}
+
+/// [`check_one_run`] of the run on `path`, and of the AVX-512 blocks
+/// alone on that level.
 fn check_run(
     path: Path,
     encode: bool,
     src: &[u8],
     room: usize,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
+    check_one_run(path, false, encode, src, room)?;
+    check_one_run(path, true, encode, src, room)
+}
+
+fn check_one_run(
+    path: Path,
+    blocks: bool,
+    encode: bool,
+    src: &[u8],
+    room: usize,
+) -> Result<(), proptest::test_runner::TestCaseError> {
     // A guard zone after `dst`: the kernels must never store past it.
     let mut big = vec![0xA5u8; room + 64];
-    let (r, w) = if encode {
-        encode_run_on(path, src, &mut big[..room])
-    } else {
-        decode_run_on(path, src, &mut big[..room])
+    let Some((r, w)) = run_on(path, blocks, encode, src, &mut big[..room]) else {
+        return Ok(());
     };
     prop_assert!(r <= src.len() && w <= room);
     let want = if encode {
@@ -222,10 +249,11 @@ proptest! {
         let disk = to_disk(&view);
         for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
             let mut dst = vec![0u8; 2 * view.len() + 64];
-            let (n, _) = encode_run_on(path, &view, &mut dst);
-            prop_assert!(n + run_block(path) + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
-            let (n, _) = decode_run_on(path, &disk, &mut dst);
-            prop_assert!(n + run_block(path) + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
+            for (blocks, (encode, src)) in [false, true].into_iter().flat_map(|b| [(b, (true, &view)), (b, (false, &disk))]) {
+                let Some((n, _)) = run_on(path, blocks, encode, src, &mut dst) else { continue };
+                let block = if blocks { 64 } else { run_block(path) };
+                prop_assert!(n + block + 3 >= src.len(), "{:?} blocks {} encode {} {} of {}", path, blocks, encode, n, src.len());
+            }
         }
     }
 
@@ -246,14 +274,19 @@ proptest! {
         let disk = to_disk(view.as_bytes());
         for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
             let mut dst = vec![0u8; 2 * view.len() + 64];
-            let (n, w) = decode_run_on(path, &disk, &mut dst);
-            prop_assert!(n + run_block(path) + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
-            let want = reference_fast_v(&disk[..n]);
-            prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
-            let (n, w) = encode_run_on(path, view.as_bytes(), &mut dst);
-            prop_assert!(n + run_block(path) + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
-            let want = reference_fast_w(&view.as_bytes()[..n]);
-            prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+            for blocks in [false, true] {
+                let block = if blocks { 64 } else { run_block(path) };
+                if let Some((n, w)) = run_on(path, blocks, false, &disk, &mut dst) {
+                    prop_assert!(n + block + 3 >= disk.len(), "{:?} blocks {} decode {} of {}", path, blocks, n, disk.len());
+                    let want = reference_fast_v(&disk[..n]);
+                    prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+                }
+                if let Some((n, w)) = run_on(path, blocks, true, view.as_bytes(), &mut dst) {
+                    prop_assert!(n + block + 3 >= view.len(), "{:?} blocks {} encode {} of {}", path, blocks, n, view.len());
+                    let want = reference_fast_w(&view.as_bytes()[..n]);
+                    prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+                }
+            }
         }
     }
 
@@ -487,16 +520,17 @@ fn dense_blocks_at_every_offset_cut_and_room() {
                     }
                     // With room, a run stops only within the last block.
                     let mut dst = vec![0u8; 2 * src.len() + 64];
-                    let (n, _) = if encode {
-                        encode_run_on(path, src, &mut dst)
-                    } else {
-                        decode_run_on(path, src, &mut dst)
-                    };
-                    assert!(
-                        n + run_block(path) + 3 >= src.len(),
-                        "{path:?} {fill:?} pad {pad} encode {encode}: {n} of {}",
-                        src.len()
-                    );
+                    for blocks in [false, true] {
+                        let Some((n, _)) = run_on(path, blocks, encode, src, &mut dst) else {
+                            continue;
+                        };
+                        let block = if blocks { 64 } else { run_block(path) };
+                        assert!(
+                            n + block + 3 >= src.len(),
+                            "{path:?} {fill:?} pad {pad} blocks {blocks} encode {encode}: {n} of {}",
+                            src.len()
+                        );
+                    }
                 }
             }
         }
@@ -882,7 +916,7 @@ fn count_growing_counts_whole_vectors() {
                         continue;
                     }
                     // The AVX-512 level counts with the AVX2 code.
-                    let lanes = run_block(path).min(32);
+                    let lanes = run_block(path);
                     assert_eq!((i - from) % lanes, 0);
                     let room = i + lanes <= stop.min(b.len() - 3);
                     if room {
