@@ -41,7 +41,8 @@
 //! blocks, lane classes as `k` masks, `vpcompressb` for the units whose
 //! length changes); each of its runs goes on with the AVX2 kernel, which
 //! takes the last 34–63 bytes (or output room) a 64-byte block cannot and
-//! the part of a refused block before the unit that stopped it. It runs
+//! a refused block's first half when the unit that stopped it lies in the
+//! second. It runs
 //! the length passes with the AVX2 code: where those are slow (text dense
 //! in growing units) the time goes to the scalar decision per unit, not
 //! to the vector search.
@@ -339,15 +340,16 @@ fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
 pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => {
+        Level::Avx512 if src.len().min(dst.len()) >= 64 => {
             // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
             // has every feature `decode_avx512` enables (`Path::new`).
             unsafe { x86::decode_avx512(src, dst) }
         }
+        // Too short for a 64-byte block: straight to the AVX2 blocks.
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
-            // has AVX2 (the invariant of `Path`).
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: a `Path` of `Level::Avx2` or `Level::Avx512` exists
+            // only when the CPU has AVX2 (the invariant of `Path`).
             unsafe { x86::decode_avx2(src, dst) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -359,12 +361,12 @@ pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usiz
 pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => {
+        Level::Avx512 if src.len().min(dst.len()) >= 64 => {
             // SAFETY: as in `decode_run_on`.
             unsafe { x86::encode_avx512(src, dst) }
         }
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
+        Level::Avx2 | Level::Avx512 => {
             // SAFETY: as in `decode_run_on`.
             unsafe { x86::encode_avx2(src, dst) }
         }
@@ -547,9 +549,9 @@ mod x86 {
     }
 
     /// After a 64-byte run that read `r` and wrote `w` bytes: the rest in
-    /// 32-byte blocks, which take the last 34 to 64 bytes (and output
-    /// room) the 64-byte blocks cannot, and the part of a refused block
-    /// before the unit that stopped it, to a 32-byte block.
+    /// 32-byte blocks, which take the last 34 to 63 bytes (and output
+    /// room) the 64-byte blocks cannot, and a refused block's first half
+    /// when the unit that stopped it lies in the second.
     ///
     /// # Safety
     /// The CPU must have AVX2; `r <= src.len()` and `w <= dst.len()`.
