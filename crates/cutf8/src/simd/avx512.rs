@@ -29,8 +29,9 @@
 //! - V's grown units: per half block, a `vpermi2b` pairs each lane with
 //!   the E0/F0 byte that would go before it, `pdep` spreads the mask of
 //!   grown leads over those pairs, and `vpcompressb` keeps every lane and
-//!   the bytes inserted before the grown ones (a third faster than placing
-//!   lanes and insertions with two `vpexpandb` per half).
+//!   the bytes inserted before the grown ones (V on dense text 3.0 → 3.5
+//!   GB/s against placing lanes and insertions with two `vpexpandb` and a
+//!   `vpcompressb` per half).
 
 use core::arch::x86_64::*;
 
@@ -70,7 +71,7 @@ unsafe fn load(p: *const u8, at: usize) -> __m512i {
 /// the block. The next block's address depends on it, so it is read with
 /// a scalar load, ready sooner than the block's vector; `volatile` keeps
 /// the compiler from taking the bytes out of that vector instead (it did:
-/// Latin text converted a third slower, CJK 7 % slower).
+/// Latin text converted a third slower, CJK 6–11 % slower).
 #[inline(always)]
 unsafe fn commit_at(tail: *const u8) -> usize {
     let t = u32::from_le_bytes((tail as *const [u8; 4]).read_volatile());
