@@ -7,8 +7,8 @@
 //!
 //! `cargo run -p cutf8 --release --example bench_table -- [MIB] [REPEATS]
 //! [CORPUS…]` (defaults: 64 MiB, 9 repeats, all seven corpora: english latin
-//! cjk emoji mixed random dense). `CUTF8FS_SIMD=sse2` or `=portable` measures a lower
-//! code path (through `cutf8::simd::set_max_level`).
+//! cjk emoji mixed random dense). `CUTF8FS_SIMD=avx2`, `=sse2` or `=portable` measures a
+//! lower code path than the best (through `cutf8::simd::set_max_level`).
 
 #[path = "../benches/support/mod.rs"]
 mod support;

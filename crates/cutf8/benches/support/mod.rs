@@ -750,7 +750,7 @@ pub fn describe(cs: &[Corpus]) -> String {
 }
 
 /// Which vector code the codec runs, after lowering it as
-/// `CUTF8FS_SIMD=sse2|portable` asks (the codec itself reads no
+/// `CUTF8FS_SIMD=avx512|avx2|sse2|portable` asks (the codec itself reads no
 /// environment).
 pub fn simd_path() -> &'static str {
     if let Ok(v) = std::env::var("CUTF8FS_SIMD") {

@@ -1,5 +1,7 @@
 //! The vector kernels, written once over [`Vector`] and compiled for SSE2
-//! and AVX2 by `super`.
+//! and AVX2 by `super`. (The AVX-512 level converts with its own kernel,
+//! `super::avx512`, on the scheme described here, and uses `find`,
+//! `masks_at` and `count_growing` at AVX2 width.)
 //!
 //! Both conversions keep the byte structure: in the units the fast path
 //! takes (ASCII, and 2-, 3- and 4-byte sequences whose length is the same on

@@ -1,11 +1,14 @@
 //! Which vector code the converters run: [`level`] names it,
 //! [`set_max_level`] lowers it (for measurements and tests).
 //!
-//! The level is detected once, on first use: AVX2 when the CPU has it, SSE2
-//! otherwise (always there on x86_64), and on other targets the portable
+//! The level is detected once, on first use: AVX-512 when the CPU has
+//! every instruction its kernel uses (AVX-512 F, BW, VBMI and VBMI2, with
+//! AVX2, BMI2 and POPCNT), else AVX2 when it has that, SSE2 otherwise
+//! (always there on x86_64), and on other targets the portable
 //! word-at-a-time code. Nothing here reads the environment; a program that
-//! wants a knob (the `cutf8` tools honour `CUTF8FS_SIMD=sse2|portable`)
-//! parses it into a [`Level`] and calls [`set_max_level`]:
+//! wants a knob (the `cutf8` tools honour
+//! `CUTF8FS_SIMD=avx512|avx2|sse2|portable`) parses it into a [`Level`]
+//! and calls [`set_max_level`]:
 //!
 //! ```
 //! use cutf8::simd::{self, Level};
@@ -13,7 +16,7 @@
 //! assert_eq!(simd::set_max_level(Level::Portable), Level::Portable);
 //! assert_eq!(cutf8::decode_strict(&[0xC0, 0xAF])?, "Ï".as_bytes());
 //! // Asking for more than the CPU has gives what it has.
-//! assert_eq!(simd::set_max_level(Level::Avx2), best);
+//! assert_eq!(simd::set_max_level(Level::Avx512), best);
 //! assert_eq!("sse2".parse::<Level>().map(Level::name), Ok("sse2"));
 //! # Ok::<(), cutf8::ConvertError>(())
 //! ```
@@ -34,6 +37,15 @@
 //! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
 //! 0.6 with AVX2's `pshufb` and 5 before either).
 //!
+//! The AVX-512 level has its own conversion kernel (`avx512`: 64-byte
+//! blocks, lane classes as `k` masks, `vpcompressb` for the units whose
+//! length changes); each of its runs goes on with the AVX2 kernel, which
+//! takes the last 34–63 bytes (or output room) a 64-byte block cannot and
+//! a refused block's first half when the unit that stopped it lies in the
+//! second. It runs the length passes with the AVX2 code: where those are
+//! slow (text dense in growing units) the time goes to the scalar
+//! decision per unit, not to the vector search.
+//!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
 //! which returns `None` when the CPU lacks the level's instructions. The
@@ -53,8 +65,30 @@
 //! characters in U+0800–U+089F or U+10000–U+1109F) 7–9× faster: 0.57 and
 //! 0.69 CPU ns/byte for V and W, where the scalar fallback took 5.1 and 5.4
 //! (`docs/performance.md`).
+//!
+//! AVX-512 blocks of 64 bytes (same machine, `scripts/bench-codec.sh 64
+//! 9`, medians of six runs each, GB/s, AVX2 → AVX-512) convert text dense
+//! in units whose length changes about twice as fast or more: V 1.67 →
+//! 3.25 on `dense` and 1.73 → 3.24 on `random`, W 1.42 → 3.83 and 1.40 →
+//! 3.66; the other corpora gain too (V and W: Latin 4.1 → 7.9 and 4.2 →
+//! 9.1, CJK 3.5 → 5.0 and 3.7 → 4.8, emoji 3.1 → 4.2 and 3.3 → 3.9,
+//! mixed 2.7 → 4.0 and 2.8 → 4.0), and ASCII stays at memcpy speed
+//! (about 10). The width alone did not do it: Zen 4 executes a 512-bit
+//! operation as two 256-bit halves, and the first 64-byte kernel, which
+//! built every lane mask for every block, ran W on Latin and CJK text at
+//! 0.8–0.9× the AVX2 speed. What gained: `vpcompressb` and `vpermi2b`,
+//! which make a block whose units change length cost little more than
+//! one whose units do not (AVX2's `pshufb` tables take eight lanes at a
+//! time); one copy of the block code per longest lead, as mask work is
+//! what a block costs; and reading the block's cut with a scalar load,
+//! which the next block's address waits on. The inputs the 64-byte
+//! blocks cannot take, under 64 bytes or at the end of a run, go to the
+//! AVX2 blocks (before that, the AVX-512 level converted 40- and
+//! 100-byte chunks at 0.35–0.7× the AVX2 speed).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod kernels;
 #[cfg(target_arch = "x86_64")]
@@ -72,15 +106,20 @@ pub enum Level {
     Sse2 = 2,
     /// AVX2 blocks of 32 bytes (x86_64 with AVX2 only).
     Avx2 = 3,
+    /// AVX-512 blocks of 64 bytes for the conversions (their last bytes in
+    /// AVX2 blocks), AVX2 for the length passes (x86_64 with AVX2, AVX-512
+    /// F, BW, VBMI and VBMI2, BMI2 and POPCNT only).
+    Avx512 = 4,
 }
 
 impl Level {
-    /// `"portable"`, `"sse2"` or `"avx2"`.
+    /// `"portable"`, `"sse2"`, `"avx2"` or `"avx512"`.
     pub fn name(self) -> &'static str {
         match self {
             Level::Portable => "portable",
             Level::Sse2 => "sse2",
             Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
         }
     }
 
@@ -96,6 +135,7 @@ impl Level {
             1 => Some(Level::Portable),
             2 => Some(Level::Sse2),
             3 => Some(Level::Avx2),
+            4 => Some(Level::Avx512),
             _ => None,
         }
     }
@@ -115,7 +155,7 @@ impl std::fmt::Display for ParseLevelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "unknown SIMD level {:?}: use avx2, sse2 or portable",
+            "unknown SIMD level {:?}: use avx512, avx2, sse2 or portable",
             self.0
         )
     }
@@ -130,6 +170,7 @@ impl std::str::FromStr for Level {
             "portable" => Ok(Level::Portable),
             "sse2" => Ok(Level::Sse2),
             "avx2" => Ok(Level::Avx2),
+            "avx512" => Ok(Level::Avx512),
             _ => Err(ParseLevelError(s.to_owned())),
         }
     }
@@ -170,8 +211,19 @@ impl Path {
             Level::Sse2 => cfg!(target_arch = "x86_64"),
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => std::is_x86_feature_detected!("avx2"),
+            // The length passes run AVX2 code on this level.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => {
+                std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vbmi")
+                    && std::is_x86_feature_detected!("avx512vbmi2")
+                    && std::is_x86_feature_detected!("bmi2")
+                    && std::is_x86_feature_detected!("popcnt")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Level::Avx2 => false,
+            Level::Avx2 | Level::Avx512 => false,
         };
         ok.then_some(Path(level))
     }
@@ -188,7 +240,7 @@ impl Path {
 
     /// Every path this CPU can run, best last.
     pub(crate) fn available() -> Vec<Path> {
-        [Level::Portable, Level::Sse2, Level::Avx2]
+        [Level::Portable, Level::Sse2, Level::Avx2, Level::Avx512]
             .into_iter()
             .filter_map(Path::new)
             .collect()
@@ -258,9 +310,10 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
 pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u32, usize)> {
     match path().level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 if i + 32 + 3 <= s.len() => {
-            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
-            // has AVX2; the block and its look-ahead are inside `s`.
+        Level::Avx2 | Level::Avx512 if i + 32 + 3 <= s.len() => {
+            // SAFETY: a `Path` of `Level::Avx2` or `Level::Avx512` exists
+            // only when the CPU has AVX2 (the invariant of `Path`; see
+            // `Path::new`); the block and its look-ahead are inside `s`.
             let (exact, other) = unsafe { x86::block_avx2(s, i, view) };
             Some((exact, other, 32))
         }
@@ -285,8 +338,9 @@ pub(crate) fn count_growing(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
 pub(crate) fn count_growing_on(p: Path, s: &[u8], i: usize, stop: usize) -> (usize, u64) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            // SAFETY: as in `decode_run_on`.
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: a `Path` of either level exists only when the CPU
+            // has AVX2 (see `decode_run_on`, `Path::new`).
             unsafe { x86::count_growing_avx2(s, i, stop) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -305,9 +359,16 @@ fn portable_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
 pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
-            // has AVX2 (the invariant of `Path`).
+        Level::Avx512 if src.len().min(dst.len()) >= 64 => {
+            // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
+            // has every feature `decode_avx512` enables (`Path::new`).
+            unsafe { x86::decode_avx512(src, dst) }
+        }
+        // Too short for a 64-byte block: straight to the AVX2 blocks.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: a `Path` of `Level::Avx2` or `Level::Avx512` exists
+            // only when the CPU has AVX2 (the invariant of `Path`).
             unsafe { x86::decode_avx2(src, dst) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -319,7 +380,12 @@ pub(crate) fn decode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usiz
 pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
+        Level::Avx512 if src.len().min(dst.len()) >= 64 => {
+            // SAFETY: as in `decode_run_on`.
+            unsafe { x86::encode_avx512(src, dst) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 | Level::Avx512 => {
             // SAFETY: as in `decode_run_on`.
             unsafe { x86::encode_avx2(src, dst) }
         }
@@ -329,12 +395,33 @@ pub(crate) fn encode_run_on(p: Path, src: &[u8], dst: &mut [u8]) -> (usize, usiz
     }
 }
 
+/// The AVX-512 level's 64-byte blocks alone, without the 32-byte blocks
+/// that end its runs (`None` on other paths): for the tests, so that the
+/// AVX2 code cannot hide what the 64-byte kernel refuses.
+#[cfg(test)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn blocks_avx512_on(
+    p: Path,
+    encode: bool,
+    src: &[u8],
+    dst: &mut [u8],
+) -> Option<(usize, usize)> {
+    match p.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => {
+            // SAFETY: as in `decode_run_on`.
+            Some(unsafe { x86::blocks_avx512(encode, src, dst) })
+        }
+        _ => None,
+    }
+}
+
 pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
     let from = from.min(s.len());
     let i = match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
-            // SAFETY: as in `decode_run_on`.
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: as in `count_growing_on`.
             unsafe { x86::find_avx2(s, from, view) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -357,7 +444,7 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::kernels;
+    use super::{avx512, kernels};
     use core::arch::x86_64::{__m128i, __m256i};
 
     pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
@@ -446,6 +533,65 @@ mod x86 {
     pub(super) unsafe fn encode_avx2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_avx2`.
         unsafe { kernels::run::<__m256i, true>(src, dst) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2, AVX-512 F, BW, VBMI and VBMI2, BMI2 and
+    /// POPCNT.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn decode_avx512(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        // SAFETY: the caller guarantees the features; both runs stay
+        // inside the slices they are given (see their `# Safety`).
+        unsafe { tail_avx2::<false>(avx512::run::<false>(src, dst), src, dst) }
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn encode_avx512(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        // SAFETY: as in `decode_avx512`.
+        unsafe { tail_avx2::<true>(avx512::run::<true>(src, dst), src, dst) }
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[cfg(test)]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn blocks_avx512(encode: bool, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        // SAFETY: as in `decode_avx512`.
+        unsafe {
+            if encode {
+                avx512::run::<true>(src, dst)
+            } else {
+                avx512::run::<false>(src, dst)
+            }
+        }
+    }
+
+    /// After a 64-byte run that read `r` and wrote `w` bytes: the rest in
+    /// 32-byte blocks, which take the last 34 to 63 bytes (and output
+    /// room) the 64-byte blocks cannot, and a refused block's first half
+    /// when the unit that stopped it lies in the second.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline(always)]
+    unsafe fn tail_avx2<const ENCODE: bool>(
+        (r, w): (usize, usize),
+        src: &[u8],
+        dst: &mut [u8],
+    ) -> (usize, usize) {
+        let (src, dst) = (&src[r..], &mut dst[w..]);
+        // SAFETY: the caller guarantees AVX2; the AVX2 entry points stay
+        // inside the slices (`decode_avx2`).
+        let (r2, w2) = unsafe {
+            if ENCODE {
+                encode_avx2(src, dst)
+            } else {
+                decode_avx2(src, dst)
+            }
+        };
+        (r + r2, w + w2)
     }
 
     /// # Safety

@@ -135,18 +135,56 @@ fn to_disk(view: &[u8]) -> Vec<u8> {
     encode_to_vec(view, false).unwrap_or_else(|_| view.to_vec())
 }
 
+/// The bytes of the last conversion block on `path` (on clean text, a
+/// fast run stops fewer than this and three bytes before the end of its
+/// input): the AVX-512 level ends its runs with 32-byte blocks.
+fn run_block(path: Path) -> usize {
+    match path.level() {
+        Level::Portable => 0,
+        Level::Sse2 => 16,
+        Level::Avx2 | Level::Avx512 => 32,
+    }
+}
+
+/// A fast run on `path` (`encode`: W, else V), or with `blocks` the
+/// AVX-512 level's 64-byte blocks alone (`None` on other paths).
+fn run_on(
+    path: Path,
+    blocks: bool,
+    encode: bool,
+    src: &[u8],
+    dst: &mut [u8],
+) -> Option<(usize, usize)> {
+    match (blocks, encode) {
+        (true, _) => blocks_avx512_on(path, encode, src, dst),
+        (false, true) => Some(encode_run_on(path, src, dst)),
+        (false, false) => Some(decode_run_on(path, src, dst)),
+    }
+}
+
+/// [`check_one_run`] of the run on `path`, and of the AVX-512 blocks
+/// alone on that level.
 fn check_run(
     path: Path,
     encode: bool,
     src: &[u8],
     room: usize,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
+    check_one_run(path, false, encode, src, room)?;
+    check_one_run(path, true, encode, src, room)
+}
+
+fn check_one_run(
+    path: Path,
+    blocks: bool,
+    encode: bool,
+    src: &[u8],
+    room: usize,
+) -> Result<(), proptest::test_runner::TestCaseError> {
     // A guard zone after `dst`: the kernels must never store past it.
     let mut big = vec![0xA5u8; room + 64];
-    let (r, w) = if encode {
-        encode_run_on(path, src, &mut big[..room])
-    } else {
-        decode_run_on(path, src, &mut big[..room])
+    let Some((r, w)) = run_on(path, blocks, encode, src, &mut big[..room]) else {
+        return Ok(());
     };
     prop_assert!(r <= src.len() && w <= room);
     let want = if encode {
@@ -211,10 +249,11 @@ proptest! {
         let disk = to_disk(&view);
         for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
             let mut dst = vec![0u8; 2 * view.len() + 64];
-            let (n, _) = encode_run_on(path, &view, &mut dst);
-            prop_assert!(n + 32 + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
-            let (n, _) = decode_run_on(path, &disk, &mut dst);
-            prop_assert!(n + 32 + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
+            for (blocks, (encode, src)) in [false, true].into_iter().flat_map(|b| [(b, (true, &view)), (b, (false, &disk))]) {
+                let Some((n, _)) = run_on(path, blocks, encode, src, &mut dst) else { continue };
+                let block = if blocks { 64 } else { run_block(path) };
+                prop_assert!(n + block + 3 >= src.len(), "{:?} blocks {} encode {} {} of {}", path, blocks, encode, n, src.len());
+            }
         }
     }
 
@@ -235,14 +274,19 @@ proptest! {
         let disk = to_disk(view.as_bytes());
         for path in Path::available().into_iter().filter(|p| p.level() != Level::Portable) {
             let mut dst = vec![0u8; 2 * view.len() + 64];
-            let (n, w) = decode_run_on(path, &disk, &mut dst);
-            prop_assert!(n + 32 + 3 >= disk.len(), "{:?} decode {} of {}", path, n, disk.len());
-            let want = reference_fast_v(&disk[..n]);
-            prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
-            let (n, w) = encode_run_on(path, view.as_bytes(), &mut dst);
-            prop_assert!(n + 32 + 3 >= view.len(), "{:?} encode {} of {}", path, n, view.len());
-            let want = reference_fast_w(&view.as_bytes()[..n]);
-            prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+            for blocks in [false, true] {
+                let block = if blocks { 64 } else { run_block(path) };
+                if let Some((n, w)) = run_on(path, blocks, false, &disk, &mut dst) {
+                    prop_assert!(n + block + 3 >= disk.len(), "{:?} blocks {} decode {} of {}", path, blocks, n, disk.len());
+                    let want = reference_fast_v(&disk[..n]);
+                    prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+                }
+                if let Some((n, w)) = run_on(path, blocks, true, view.as_bytes(), &mut dst) {
+                    prop_assert!(n + block + 3 >= view.len(), "{:?} blocks {} encode {} of {}", path, blocks, n, view.len());
+                    let want = reference_fast_w(&view.as_bytes()[..n]);
+                    prop_assert_eq!(want.as_deref(), Some(&dst[..w]));
+                }
+            }
         }
     }
 
@@ -432,6 +476,101 @@ fn length_changing_units_at_every_position() {
                 }
             }
         }
+    }
+}
+
+/// Blocks made only of units whose length differs on disk (every lane of
+/// a 64-byte block shrinking or growing), and such units among others,
+/// after 0..64 bytes of padding (and after an ASCII stretch long enough
+/// for four blocks at once): on every path, with the input cut at each of
+/// its last 70 bytes (a sequence cut at the end, `commit` below a block),
+/// and with every output room from nothing to more than enough (the
+/// output filling `dst` exactly, a grown block that does not fit).
+#[test]
+fn dense_blocks_at_every_offset_cut_and_room() {
+    let fills = [
+        "\u{800}",
+        "\u{1_0000}",
+        "\u{1_109F}\u{89F}",
+        "\u{800}a\u{1_0000}é中\u{1_109F}😀\u{89F}ж",
+        "\u{8A0}\u{1_10A0}\u{FFFF}\u{7FF}",
+        // Blocks whose longest units are two bytes (a lighter kernel).
+        "é\u{7FF}a\u{A0}ж",
+        "\u{800}é",
+    ];
+    for path in Path::available()
+        .into_iter()
+        .filter(|p| p.level() != Level::Portable)
+    {
+        for fill in fills {
+            for pad in (0..64).chain(250..262) {
+                let mut view = "a".repeat(pad);
+                while view.len() < pad + 200 {
+                    view.push_str(fill);
+                }
+                let view = view.into_bytes();
+                let disk = to_disk(&view);
+                for (encode, src) in [(true, &view), (false, &disk)] {
+                    let out_len = if encode { disk.len() } else { view.len() };
+                    for end in src.len().saturating_sub(70)..=src.len() {
+                        check_run(path, encode, &src[..end], 2 * end + 64).unwrap();
+                    }
+                    for room in 0..out_len + 70 {
+                        check_run(path, encode, src, room).unwrap();
+                    }
+                    // With room, a run stops only within the last block.
+                    let mut dst = vec![0u8; 2 * src.len() + 64];
+                    for blocks in [false, true] {
+                        let Some((n, _)) = run_on(path, blocks, encode, src, &mut dst) else {
+                            continue;
+                        };
+                        let block = if blocks { 64 } else { run_block(path) };
+                        assert!(
+                            n + block + 3 >= src.len(),
+                            "{path:?} {fill:?} pad {pad} blocks {blocks} encode {encode}: {n} of {}",
+                            src.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The levels the tests iterate are the ones the CPU has: on a CPU with
+/// AVX-512 (this project's machines), `Path::available` offers it, and
+/// every test above runs it.
+#[test]
+fn every_level_the_cpu_has_is_available() {
+    let levels: Vec<Level> = Path::available().iter().map(|p| p.level()).collect();
+    assert!(levels.windows(2).all(|w| w[0] < w[1]), "{levels:?}");
+    assert_eq!(Level::best(), *levels.last().unwrap());
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx512 = [
+            "avx2",
+            "avx512f",
+            "avx512bw",
+            "avx512vbmi",
+            "avx512vbmi2",
+            "bmi2",
+            "popcnt",
+        ];
+        let has = |f: &str| match f {
+            "avx2" => std::is_x86_feature_detected!("avx2"),
+            "avx512f" => std::is_x86_feature_detected!("avx512f"),
+            "avx512bw" => std::is_x86_feature_detected!("avx512bw"),
+            "avx512vbmi" => std::is_x86_feature_detected!("avx512vbmi"),
+            "avx512vbmi2" => std::is_x86_feature_detected!("avx512vbmi2"),
+            "bmi2" => std::is_x86_feature_detected!("bmi2"),
+            _ => std::is_x86_feature_detected!("popcnt"),
+        };
+        assert_eq!(
+            levels.contains(&Level::Avx512),
+            avx512.iter().all(|f| has(f))
+        );
+        assert_eq!(levels.contains(&Level::Avx2), has("avx2"));
+        assert!(levels.contains(&Level::Sse2));
     }
 }
 
@@ -776,7 +915,8 @@ fn count_growing_counts_whole_vectors() {
                         assert_eq!((i, n), (from, 0));
                         continue;
                     }
-                    let lanes = if path.level() == Level::Avx2 { 32 } else { 16 };
+                    // The AVX-512 level counts with the AVX2 code.
+                    let lanes = run_block(path);
                     assert_eq!((i - from) % lanes, 0);
                     let room = i + lanes <= stop.min(b.len() - 3);
                     if room {
