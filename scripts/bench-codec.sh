@@ -5,7 +5,7 @@
 #
 #   scripts/bench-codec.sh [MIB] [REPEATS] [CORPUS...]
 #       defaults: 64 MiB, 9 repeats, all of english latin cjk emoji mixed random dense
-#   CUTF8FS_SIMD=sse2 scripts/bench-codec.sh    the SSE2 path (or =portable)
+#   CUTF8FS_SIMD=avx2 scripts/bench-codec.sh    the AVX2 path on an AVX-512 CPU (or =sse2, =portable)
 #
 # `cargo bench -p cutf8 --bench codec` gives the same operations through criterion;
 # `cargo run -p cutf8 --release --example bench_cpu -- CORPUS OP` one of them in

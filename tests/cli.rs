@@ -245,7 +245,7 @@ fn help_and_version() {
     let r = cutf8(&["--version"], b"").ok();
     let long = String::from_utf8_lossy(&r.stdout).trim().to_string();
     assert!(
-        ["avx2", "sse2", "portable"]
+        ["avx512", "avx2", "sse2", "portable"]
             .iter()
             .any(|p| long == format!("{version} (codec: {p})")),
         "--version says {long:?}"
