@@ -43,7 +43,9 @@ use crate::view::write::{
     overlay, plan_allocate, plan_append, plan_resize, plan_start, plan_write, plan_zero,
     span_for_resize, spans_for,
 };
-use crate::view::{magic, Error as ViewError, OffsetIndex, Patch, Resize, Way, DATA_START};
+use crate::view::{
+    magic, Error as ViewError, OffsetIndex, Patch, Resize, Span, Way, DATA_START, END_SPAN,
+};
 
 use super::{read_full_at, read_raw, read_view_into, rescan, span, Result};
 
@@ -78,8 +80,19 @@ pub fn write_at(
     if data.is_empty() {
         return Ok(());
     }
-    if let Some(patch) = plan_append(index, view_off, data) {
-        return apply(file, index, journal, &patch?);
+    if view_off == index.view_len() {
+        // Appends: no span from a block's start. One that starts a unit
+        // needs no bytes of the file; one that continues the character the
+        // file ends in, its last few.
+        if let Some(patch) = plan_append(index, view_off, data) {
+            return apply(file, index, journal, &patch?);
+        }
+        let n = index.disk_len().min(END_SPAN as u64);
+        let tail = read_raw(file, DATA_START + index.disk_len() - n, n as usize)?;
+        if let Some(left) = index.end_span(&tail) {
+            let patch = plan_write(index, &left, &Span::end(index), view_off, data)?;
+            return apply(file, index, journal, &patch);
+        }
     }
     let [l, r] = spans_for(view_off, view_off + data.len() as u64);
     let (left, right) = (span(file, index, l)?, span(file, index, r)?);

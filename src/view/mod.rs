@@ -23,7 +23,7 @@ pub mod write;
 use cutf8::{Problem, MAGIC};
 
 pub use index::{OffsetIndex, Piece, Rescan};
-pub use read::{Reading, Span, SpanPlan};
+pub use read::{Reading, Span, SpanPlan, END_SPAN};
 pub use write::{Patch, Resize, Way, ZeroPatch};
 
 /// Where the text starts in a corrected file.

@@ -207,6 +207,52 @@ impl OffsetIndex {
     }
 }
 
+/// How many of a file's last disk bytes [`OffsetIndex::end_span`] takes:
+/// a unit boundary and [`super::write::REACH`] view bytes after it, in
+/// any text but a run of stray continuation bytes.
+pub const END_SPAN: usize = 16;
+
+impl OffsetIndex {
+    /// The span of the view's last bytes, from `tail`: the last
+    /// `min(END_SPAN, disk length)` disk bytes. A write at the view's end
+    /// that continues a character the file ends in needs only these (the
+    /// window reaches [`super::write::REACH`] view bytes back), not the
+    /// bytes from a block's start that [`OffsetIndex::span_plan`] asks for.
+    /// The span starts at the first byte of `tail` that begins a unit (a
+    /// byte that is not a continuation byte, where V restarts; or the
+    /// file's first byte) and covers at least `REACH` view bytes. `None`
+    /// when `tail` has no such start (stray continuation bytes) or is not
+    /// as long as asked (the file changed): plan from `span_plan` then.
+    pub fn end_span(&self, tail: &[u8]) -> Option<Span> {
+        let disk_len = self.disk_len();
+        if tail.len() as u64 != disk_len.min(END_SPAN as u64) {
+            return None;
+        }
+        let whole = tail.len() as u64 == disk_len;
+        let p = if whole {
+            0
+        } else {
+            tail.iter().position(|&b| !super::is_cont(b))?
+        };
+        let bytes = tail[p..].to_vec();
+        let view = self
+            .view_len()
+            .checked_sub(cutf8::length::view_len(&bytes))?;
+        if !whole && view + super::write::REACH > self.view_len() {
+            return None;
+        }
+        Some(Span {
+            disk: disk_len - bytes.len() as u64,
+            view,
+            bytes,
+            at_end: true,
+            short: false,
+            disk_len,
+            view_len: self.view_len(),
+        })
+    }
+}
+
 impl Span {
     /// The whole view as one span: for a file whose disk bytes are all in
     /// memory.
@@ -220,6 +266,25 @@ impl Span {
             disk_len: index.disk_len(),
             view_len: index.view_len(),
         }
+    }
+
+    /// The empty span at the view's end: all a write there needs on its
+    /// right.
+    pub fn end(index: &OffsetIndex) -> Span {
+        Span {
+            disk: index.disk_len(),
+            view: index.view_len(),
+            bytes: Vec::new(),
+            at_end: true,
+            short: false,
+            disk_len: index.disk_len(),
+            view_len: index.view_len(),
+        }
+    }
+
+    /// The view offset of the span's first byte.
+    pub fn view_start(&self) -> u64 {
+        self.view
     }
 
     /// Fails with [`Error::Changed`] when the file was shorter than its

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::write::{
     plan_append, plan_resize, plan_write, plan_zero, span_for_resize, spans_for, Resize, Way,
 };
-use super::{Error, OffsetIndex, Rescan, Span};
+use super::{Error, OffsetIndex, Rescan, Span, END_SPAN};
 
 /// A read through [`super::Reading`] from disk bytes in memory (a slice
 /// shorter than the index says ends the read, as a short read does).
@@ -87,6 +87,14 @@ impl Mem {
         let p = plan_write(&self.index, &self.span(l), &self.span(r), off, data);
         if let Some(quick) = plan_append(&self.index, off, data) {
             assert_eq!(quick, p, "plan_append differs from plan_write");
+        }
+        if off == self.index.view_len() {
+            // An append plans the same from the file's last bytes alone.
+            let n = self.disk.len().min(END_SPAN);
+            if let Some(left) = self.index.end_span(&self.disk[self.disk.len() - n..]) {
+                let quick = plan_write(&self.index, &left, &Span::end(&self.index), off, data);
+                assert_eq!(quick, p, "planned from end_span, not as from span_plan");
+            }
         }
         let p = p?;
         self.splice(p.at, p.old_end, &p.new, p.way);
@@ -251,6 +259,66 @@ proptest! {
             }
             mem.check(&model);
         }
+    }
+
+    /// A write at the view's end that continues the character the file
+    /// ends in (a piece cut after `cut` bytes) plans the same from the
+    /// file's last bytes (`end_span`, what the mount reads for appends) as
+    /// from a block's start; text always has a unit start among them.
+    #[test]
+    fn appends_continuing_a_character_plan_the_same_from_the_end(
+        start in text(),
+        piece in 0..PIECES.len(),
+        cut in 1usize..4,
+        more in data(),
+    ) {
+        let piece = PIECES[piece].as_bytes();
+        prop_assume!(cut < piece.len());
+        let mut view = start;
+        view.extend_from_slice(&piece[..cut]);
+        prop_assume!(encode_lossless(&view).is_ok());
+        let mem = Mem::new(&view);
+        let mut data = piece[cut..].to_vec();
+        data.extend_from_slice(&more);
+        let off = mem.index.view_len();
+        let [l, r] = spans_for(off, off + data.len() as u64);
+        let full = plan_write(&mem.index, &mem.span(l), &mem.span(r), off, &data);
+        let n = mem.disk.len().min(END_SPAN);
+        let left = mem.index.end_span(&mem.disk[mem.disk.len() - n..]);
+        prop_assert!(left.is_some(), "no end span for {:?}", &mem.disk[mem.disk.len() - n..]);
+        let quick = plan_write(&mem.index, &left.unwrap(), &Span::end(&mem.index), off, &data);
+        prop_assert_eq!(quick, full);
+    }
+
+    /// `end_span` starts where a unit starts, at that unit's view offset,
+    /// and covers `REACH` view bytes, or gives up; for disk bytes of any
+    /// kind (text, stray continuation bytes in runs, cut units), short
+    /// files included.
+    #[test]
+    fn end_spans_start_at_a_unit_and_reach_back_far_enough(
+        parts in prop::collection::vec(prop_oneof![
+            3 => (0..PIECES.len()).prop_map(|i| encode_lossless(PIECES[i].as_bytes()).unwrap()),
+            1 => prop::collection::vec(0x80u8..0xC0, 1..14),
+            1 => prop::sample::select(vec![vec![0xDD], vec![0xEE, 0xBD], vec![0xF0, 0x80]]),
+        ], 0..12),
+    ) {
+        let disk: Vec<u8> = parts.concat();
+        let index = OffsetIndex::from_bytes(&disk);
+        let n = disk.len().min(END_SPAN);
+        let Some(span) = index.end_span(&disk[disk.len() - n..]) else {
+            // Only a tail without a unit start that reaches back far enough.
+            let ok = disk[disk.len() - n..]
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| !crate::view::is_cont(**b))
+                .any(|(p, _)| cutf8::length::view_len(&disk[disk.len() - n + p..]) >= super::write::REACH);
+            prop_assert!(!ok && n < disk.len(), "no end span for {:?}", disk);
+            return Ok(());
+        };
+        let at = span.disk_offset_of(span.view_start());
+        prop_assert!(at == 0 || !crate::view::is_cont(disk[at as usize]), "starts inside a unit");
+        prop_assert_eq!(decode_lossless(&disk[..at as usize]).len() as u64, span.view_start());
+        prop_assert!(at == 0 || span.view_start() + super::write::REACH <= index.view_len());
     }
 
     /// A read of any range gives the model's bytes there.
