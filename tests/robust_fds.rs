@@ -75,7 +75,7 @@ fn daemon_limit(m: &Mount) -> String {
 /// (with characters whose view is longer than their disk bytes).
 fn content(i: usize) -> Vec<u8> {
     let text = format!("file {i}\n");
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         let mut disk = text.into_bytes();
         disk.extend(enc(0x3042 + (i as u32 % 64)));
         disk.extend(enc(0x1F600));

@@ -270,7 +270,7 @@ impl OffsetIndex {
         let limit = (span_end.saturating_sub(k1 * BLOCK)) as usize;
         let mut counts = vec![0u64; (k2 - k1 + 1) as usize];
         let mut exempt_new = 0u64;
-        if n > limit && limit % BLOCK as usize != 0 {
+        if n > limit && !limit.is_multiple_of(BLOCK as usize) {
             // The span ends inside a block (the file's end) and `disk`
             // runs past it (the file grew after the plan): units from
             // `limit` on are not counted. Rare; unit by unit.
