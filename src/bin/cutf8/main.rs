@@ -60,6 +60,13 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The environment, for --help and the man page: (variable, meaning).
+const ENVIRONMENT: &[(&str, &str)] = &[(
+    "CUTF8FS_SIMD=avx512|avx2|sse2|portable",
+    "Run the codec's vector code at most at this level (for measurements; the best \
+     the CPU has is chosen by default, and cutf8 --version names it).",
+)];
+
 const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: docs/format.md \
      (installed in /usr/local/share/doc/cutf8fs); converting trees: docs/migrate.md.";
 
@@ -86,6 +93,10 @@ fn after_long_help() -> String {
     s.push_str("\nExamples:\n");
     for (cmd, what) in EXAMPLES {
         s.push_str(&format!("  {cmd}\n      {what}\n"));
+    }
+    s.push_str("\nEnvironment:\n");
+    for (var, what) in ENVIRONMENT {
+        s.push_str(&format!("  {var}\n      {what}\n"));
     }
     s.push_str(&format!("\nSee also: {SEE_ALSO}"));
     s
@@ -489,7 +500,7 @@ fn run_check(a: &CheckArgs) -> u8 {
 
 /// The man page: clap_mangen's sections for the top command, one section
 /// per subcommand (synopsis, description, options), then EXIT STATUS,
-/// EXAMPLES and SEE ALSO from the same constants as --help.
+/// EXAMPLES, ENVIRONMENT and SEE ALSO from the same constants as --help.
 fn man_page() -> std::io::Result<Vec<u8>> {
     // Without the machine-dependent codec path: the page is committed.
     let mut cmd = Cli::command().long_version(None);
@@ -575,6 +586,10 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             roff_text(example),
             roff_text(what)
         )?;
+    }
+    writeln!(w, ".SH ENVIRONMENT")?;
+    for (var, what) in ENVIRONMENT {
+        writeln!(w, ".TP\n\\fB{}\\fR\n{}", roff_text(var), roff_text(what))?;
     }
     writeln!(w, ".SH \"SEE ALSO\"\n{}", roff_text(SEE_ALSO))?;
     man.render_version_section(&mut w)?;
