@@ -215,7 +215,7 @@ pub fn count_disk_blocks(
         cur.grow = 0;
         cur.exempt = 0;
     };
-    let below = |k: usize| if k >= 32 { u32::MAX } else { (1u32 << k) - 1 };
+    let below = |k: usize| if k >= 64 { u64::MAX } else { (1u64 << k) - 1 };
     let mut i = 0;
     loop {
         if i >= end {

@@ -42,9 +42,12 @@
 //! length changes); each of its runs goes on with the AVX2 kernel, which
 //! takes the last 34–63 bytes (or output room) a 64-byte block cannot and
 //! a refused block's first half when the unit that stopped it lies in the
-//! second. It runs the length passes with the AVX2 code: where those are
-//! slow (text dense in growing units) the time goes to the scalar
-//! decision per unit, not to the vector search.
+//! second. Its length kernels are 64 bytes wide too (`avx512_len`: the
+//! next candidate, a block's candidates as two `u64` masks, and the count
+//! of growing units a vector at a time, with the bytes after each lead
+//! compared against thresholds a `vpermb` looks up per lead); the search
+//! ends with the AVX2 one, and a block with fewer than 67 bytes left is an
+//! AVX2 block.
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
@@ -90,6 +93,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+mod avx512_len;
+#[cfg(target_arch = "x86_64")]
 mod kernels;
 #[cfg(target_arch = "x86_64")]
 mod vector;
@@ -106,8 +111,8 @@ pub enum Level {
     Sse2 = 2,
     /// AVX2 blocks of 32 bytes (x86_64 with AVX2 only).
     Avx2 = 3,
-    /// AVX-512 blocks of 64 bytes for the conversions (their last bytes in
-    /// AVX2 blocks), AVX2 for the length passes (x86_64 with AVX2, AVX-512
+    /// AVX-512 blocks of 64 bytes for the conversions and the length
+    /// passes (their last bytes in AVX2 blocks; x86_64 with AVX2, AVX-512
     /// F, BW, VBMI and VBMI2, BMI2 and POPCNT only).
     Avx512 = 4,
 }
@@ -211,7 +216,7 @@ impl Path {
             Level::Sse2 => cfg!(target_arch = "x86_64"),
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => std::is_x86_feature_detected!("avx2"),
-            // The length passes run AVX2 code on this level.
+            // Its kernels end their runs and searches with AVX2 code.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => {
                 std::is_x86_feature_detected!("avx2")
@@ -304,23 +309,43 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
 /// The candidates (as [`find_disk_candidate`], or [`find_view_candidate`]
 /// with `view`) among the block of bytes at `i` as two masks (bit `j` for
 /// `s[i + j]`): the units that certainly change length, and the others;
-/// then the block's length. `None` on the portable path and where fewer
-/// than a block and three bytes of look-ahead remain.
+/// then the block's length (16, 32 or 64). `None` on the portable path and
+/// where fewer than a block and three bytes of look-ahead remain.
 #[inline]
-pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u32, usize)> {
-    match path().level() {
+pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u64, u64, usize)> {
+    candidate_block_on(path(), s, i, view)
+}
+
+/// [`candidate_block`] on the path `p`.
+#[inline]
+pub(crate) fn candidate_block_on(
+    p: Path,
+    s: &[u8],
+    i: usize,
+    view: bool,
+) -> Option<(u64, u64, usize)> {
+    match p.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 if i + 64 + 3 <= s.len() => {
+            // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
+            // has every feature `block_avx512` enables (`Path::new`); the
+            // block and its look-ahead are inside `s`.
+            let (exact, other) = unsafe { x86::block_avx512(s, i, view) };
+            Some((exact, other, 64))
+        }
+        // Near the end, the AVX-512 level goes on with 32-byte blocks.
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 | Level::Avx512 if i + 32 + 3 <= s.len() => {
             // SAFETY: a `Path` of `Level::Avx2` or `Level::Avx512` exists
             // only when the CPU has AVX2 (the invariant of `Path`; see
             // `Path::new`); the block and its look-ahead are inside `s`.
             let (exact, other) = unsafe { x86::block_avx2(s, i, view) };
-            Some((exact, other, 32))
+            Some((exact.into(), other.into(), 32))
         }
         #[cfg(target_arch = "x86_64")]
         Level::Sse2 if i + 16 + 3 <= s.len() => {
             let (exact, other) = x86::block_sse2(s, i, view);
-            Some((exact, other, 16))
+            Some((exact.into(), other.into(), 16))
         }
         _ => None,
     }
@@ -338,8 +363,14 @@ pub(crate) fn count_growing(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
 pub(crate) fn count_growing_on(p: Path, s: &[u8], i: usize, stop: usize) -> (usize, u64) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 | Level::Avx512 => {
-            // SAFETY: a `Path` of either level exists only when the CPU
+        Level::Avx512 => {
+            // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
+            // has every feature `count_growing_avx512` enables.
+            unsafe { x86::count_growing_avx512(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => {
+            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
             // has AVX2 (see `decode_run_on`, `Path::new`).
             unsafe { x86::count_growing_avx2(s, i, stop) }
         }
@@ -420,7 +451,12 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
     let from = from.min(s.len());
     let i = match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 | Level::Avx512 => {
+        Level::Avx512 => {
+            // SAFETY: as in `count_growing_on`.
+            unsafe { x86::find_avx512(s, from, view) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => {
             // SAFETY: as in `count_growing_on`.
             unsafe { x86::find_avx2(s, from, view) }
         }
@@ -444,7 +480,7 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{avx512, kernels};
+    use super::{avx512, avx512_len, kernels};
     use core::arch::x86_64::{__m128i, __m256i};
 
     pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
@@ -592,6 +628,49 @@ mod x86 {
             }
         };
         (r + r2, w + w2)
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn count_growing_avx512(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees the features; `count_growing`
+        // loads only whole vectors with their look-ahead inside `s`.
+        unsafe { avx512_len::count_growing(s, i, stop) }
+    }
+
+    /// Candidate masks of the 64 bytes at `i`; needs `i + 67 <= s.len()`.
+    ///
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn block_avx512(s: &[u8], i: usize, view: bool) -> (u64, u64) {
+        assert!(i + 64 + 3 <= s.len());
+        // SAFETY: the caller guarantees the features; the loads (64 bytes
+        // at `i` to `i + 3`) are inside `s` by the assertion.
+        unsafe {
+            if view {
+                avx512_len::masks_at::<true>(s.as_ptr().add(i))
+            } else {
+                avx512_len::masks_at::<false>(s.as_ptr().add(i))
+            }
+        }
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn find_avx512(s: &[u8], from: usize, view: bool) -> usize {
+        // SAFETY: the caller guarantees the features (AVX2 among them);
+        // `find` loads only vectors with their look-ahead inside `s` (see
+        // `find_sse2`).
+        unsafe {
+            if view {
+                avx512_len::find::<true>(s, from)
+            } else {
+                avx512_len::find::<false>(s, from)
+            }
+        }
     }
 
     /// # Safety
