@@ -269,3 +269,33 @@ pub(super) unsafe fn count_growing(s: &[u8], mut i: usize, stop: usize) -> (usiz
     }
     (i, n)
 }
+
+/// `kernels::count_shrinking` on 64 lanes: counts the view units that
+/// certainly shrink on disk in whole vectors from `i` on, and stops
+/// before the first vector that holds another view candidate, that would
+/// reach past `stop`, or after which fewer than three bytes of
+/// look-ahead remain.
+///
+/// # Safety
+///
+/// The CPU must have AVX-512 F, BW and VBMI, and POPCNT. Loads stay
+/// inside `s`: a vector at `i` (and at `i + 1` to `i + 3`) is loaded only
+/// when `i + 64 + 3 <= s.len()`.
+#[inline(always)]
+pub(super) unsafe fn count_shrinking(s: &[u8], mut i: usize, stop: usize) -> (usize, u64) {
+    let p = s.as_ptr();
+    let stop = stop.min(s.len().saturating_sub(3));
+    let view = table(&VIEW_N1);
+    let mut n = 0u64;
+    while i + LANES <= stop {
+        if view_candidates(load(p.add(i)), load(p.add(i + 1)), view) != 0 {
+            let (exact, all) = view_masks(p.add(i));
+            if all & !exact != 0 {
+                break;
+            }
+            n += exact.count_ones() as u64;
+        }
+        i += LANES;
+    }
+    (i, n)
+}

@@ -512,6 +512,40 @@ pub(super) unsafe fn count_growing<V: Vector>(s: &[u8], mut i: usize, stop: usiz
     (i, n)
 }
 
+/// The view side of [`count_growing`]: counts the view units that
+/// certainly shrink on disk (the first mask of [`masks_at`] with `VIEW`)
+/// in whole vectors from `i` on, and stops before the first vector that
+/// holds another view candidate, that would reach past `stop`, or after
+/// which fewer than three bytes of look-ahead remain.
+///
+/// # Safety
+///
+/// The CPU must have `V`'s instructions. Loads stay inside `s`: a vector
+/// at `i` (and at `i + 1` to `i + 3`) is loaded only when `i + LANES + 3
+/// <= s.len()`.
+#[inline(always)]
+pub(super) unsafe fn count_shrinking<V: Vector>(
+    s: &[u8],
+    mut i: usize,
+    stop: usize,
+) -> (usize, u64) {
+    let lanes = V::LANES;
+    let p = s.as_ptr();
+    let stop = stop.min(s.len().saturating_sub(3));
+    let mut n = 0u64;
+    while i + lanes <= stop {
+        if candidates_at::<V, true>(p.add(i)) != 0 {
+            let (exact, other) = masks_at::<V, true>(p.add(i));
+            if other != 0 {
+                break;
+            }
+            n += exact.count_ones() as u64;
+        }
+        i += lanes;
+    }
+    (i, n)
+}
+
 #[inline(always)]
 unsafe fn is<V: Vector>(x: V, t: u8) -> V {
     x.eq(V::splat(t))

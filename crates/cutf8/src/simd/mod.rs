@@ -29,9 +29,10 @@
 //! their input made of units the vector kernels take (see `kernels`), and
 //! `find_disk_candidate` / `find_view_candidate` skip to the next byte the
 //! length passes must look at, `candidate_block` gives a block's candidates
-//! as masks where they are dense, and `count_growing` counts the disk
-//! units that certainly grow a vector at a time (one popcount each) for
-//! the per-block counts the offset index is built from. They know nothing of streaming state: a
+//! as masks where they are dense, and `count_changing` counts the disk
+//! units that certainly grow (or view units that certainly shrink) a
+//! vector at a time, one popcount each, for the per-block counts the
+//! offset index is built from and the whole-buffer lengths. They know nothing of streaming state: a
 //! run starts at a unit boundary and stops at one. On SSE2, which has no
 //! byte shuffle, the blocks whose units change length are spread or
 //! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
@@ -351,31 +352,40 @@ pub(crate) fn candidate_block_on(
     }
 }
 
-/// How many disk units certainly grow in whole vectors from `i` on, up to
-/// the first vector holding a candidate [`candidate_block`] would mark
-/// `other`, one reaching past `stop`, or the last whole block with its
-/// look-ahead: `(where it stopped, count)`. `(i, 0)` on the portable path.
+/// How many units certainly change length (disk units that grow in the
+/// view; with `view`, view units that shrink on disk) in whole vectors
+/// from `i` on, up to the first vector holding a candidate
+/// [`candidate_block`] would mark `other`, one reaching past `stop`, or
+/// the last whole block with its look-ahead: `(where it stopped, count)`.
+/// `(i, 0)` on the portable path.
 #[inline]
-pub(crate) fn count_growing(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
-    count_growing_on(path(), s, i, stop)
+pub(crate) fn count_changing(s: &[u8], i: usize, stop: usize, view: bool) -> (usize, u64) {
+    count_changing_on(path(), s, i, stop, view)
 }
 
-pub(crate) fn count_growing_on(p: Path, s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+/// [`count_changing`] on the path `p`.
+pub(crate) fn count_changing_on(
+    p: Path,
+    s: &[u8],
+    i: usize,
+    stop: usize,
+    view: bool,
+) -> (usize, u64) {
     match p.level() {
         #[cfg(target_arch = "x86_64")]
         Level::Avx512 => {
             // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
-            // has every feature `count_growing_avx512` enables.
-            unsafe { x86::count_growing_avx512(s, i, stop) }
+            // has every feature `count_changing_avx512` enables.
+            unsafe { x86::count_changing_avx512(s, i, stop, view) }
         }
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => {
             // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
             // has AVX2 (see `decode_run_on`, `Path::new`).
-            unsafe { x86::count_growing_avx2(s, i, stop) }
+            unsafe { x86::count_changing_avx2(s, i, stop, view) }
         }
         #[cfg(target_arch = "x86_64")]
-        Level::Sse2 => x86::count_growing_sse2(s, i, stop),
+        Level::Sse2 => x86::count_changing_sse2(s, i, stop, view),
         _ => (i, 0),
     }
 }
@@ -452,12 +462,12 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
     let i = match p.level() {
         #[cfg(target_arch = "x86_64")]
         Level::Avx512 => {
-            // SAFETY: as in `count_growing_on`.
+            // SAFETY: as in `count_changing_on`.
             unsafe { x86::find_avx512(s, from, view) }
         }
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => {
-            // SAFETY: as in `count_growing_on`.
+            // SAFETY: as in `count_changing_on`.
             unsafe { x86::find_avx2(s, from, view) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -508,19 +518,36 @@ mod x86 {
         }
     }
 
-    pub(super) fn count_growing_sse2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
-        // SAFETY: SSE2 is baseline; `count_growing` loads only whole
-        // vectors with their look-ahead inside `s`.
-        unsafe { kernels::count_growing::<__m128i>(s, i, stop) }
+    pub(super) fn count_changing_sse2(s: &[u8], i: usize, stop: usize, view: bool) -> (usize, u64) {
+        // SAFETY: SSE2 is baseline; `count_growing` and `count_shrinking`
+        // load only whole vectors with their look-ahead inside `s`.
+        unsafe {
+            if view {
+                kernels::count_shrinking::<__m128i>(s, i, stop)
+            } else {
+                kernels::count_growing::<__m128i>(s, i, stop)
+            }
+        }
     }
 
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn count_growing_avx2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
-        // SAFETY: the caller guarantees AVX2; `count_growing` stays inside
-        // `s` as in `count_growing_sse2`.
-        unsafe { kernels::count_growing::<__m256i>(s, i, stop) }
+    pub(super) unsafe fn count_changing_avx2(
+        s: &[u8],
+        i: usize,
+        stop: usize,
+        view: bool,
+    ) -> (usize, u64) {
+        // SAFETY: the caller guarantees AVX2; the counts stay inside `s`
+        // as in `count_changing_sse2`.
+        unsafe {
+            if view {
+                kernels::count_shrinking::<__m256i>(s, i, stop)
+            } else {
+                kernels::count_growing::<__m256i>(s, i, stop)
+            }
+        }
     }
 
     /// Candidate masks of the 16 bytes at `i`; needs `i + 19 <= s.len()`.
@@ -633,10 +660,21 @@ mod x86 {
     /// # Safety
     /// As [`decode_avx512`].
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
-    pub(super) unsafe fn count_growing_avx512(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
-        // SAFETY: the caller guarantees the features; `count_growing`
-        // loads only whole vectors with their look-ahead inside `s`.
-        unsafe { avx512_len::count_growing(s, i, stop) }
+    pub(super) unsafe fn count_changing_avx512(
+        s: &[u8],
+        i: usize,
+        stop: usize,
+        view: bool,
+    ) -> (usize, u64) {
+        // SAFETY: the caller guarantees the features; the counts load
+        // only whole vectors with their look-ahead inside `s`.
+        unsafe {
+            if view {
+                avx512_len::count_shrinking(s, i, stop)
+            } else {
+                avx512_len::count_growing(s, i, stop)
+            }
+        }
     }
 
     /// Candidate masks of the 64 bytes at `i`; needs `i + 67 <= s.len()`.

@@ -147,7 +147,7 @@ fn run_block(path: Path) -> usize {
 }
 
 /// The bytes of a vector of the length passes on `path` (the blocks of
-/// [`count_growing_on`] and [`candidate_block_on`]).
+/// [`count_changing_on`] and [`candidate_block_on`]).
 fn length_block(path: Path) -> usize {
     match path.level() {
         Level::Portable => 0,
@@ -634,10 +634,12 @@ proptest! {
     /// The length scans report exactly the units whose length changes, in
     /// order, on every level (the block masks of the vector levels and the
     /// byte loop of the portable one), on bytes crowded with the leads and
-    /// second bytes that decide it.
+    /// second bytes that decide it; the whole-buffer lengths and the
+    /// streaming counters (cut at `cut`) count exactly those.
     #[test]
     fn scans_report_exactly_the_changing_units_on_every_level(
         b in crowded_bytes(),
+        cut in 0usize..300,
     ) {
         let best = Level::best();
         for path in Path::available() {
@@ -654,7 +656,20 @@ proptest! {
                     })
                 };
                 prop_assert_eq!(done, b.len());
-                prop_assert_eq!(&got, &reference_changes(&b, view), "{:?} view {}", path, view);
+                let want = reference_changes(&b, view);
+                prop_assert_eq!(&got, &want, "{:?} view {}", path, view);
+                let (len, n) = (b.len() as u64, want.len() as u64);
+                let (one_shot, mut c) = if view {
+                    (length::disk_len(&b), length::LengthCounter::view_to_disk())
+                } else {
+                    (length::view_len(&b), length::LengthCounter::disk_to_view())
+                };
+                let other = if view { len - n } else { len + n };
+                prop_assert_eq!(one_shot, other, "{:?} view {}", path, view);
+                let cut = cut.min(b.len());
+                c.push(&b[..cut]);
+                c.push(&b[cut..]);
+                prop_assert_eq!(c.finish(), other, "{:?} view {} cut {}", path, view, cut);
             }
         }
         crate::simd::set_max_level(best);
@@ -915,7 +930,7 @@ fn count_growing_counts_whole_vectors() {
             let grows = reference_changes(b, false);
             for from in 0..64 {
                 for stop in [from, from + 40, from + 500, b.len()] {
-                    let (i, n) = count_growing_on(path, b, from, stop);
+                    let (i, n) = count_changing_on(path, b, from, stop, false);
                     assert!(i == from || (i > from && i <= stop && i + 3 <= b.len()));
                     assert_eq!(
                         n,
@@ -1023,17 +1038,17 @@ fn check_block(path: Path, b: &[u8], i: usize, view: bool) {
     }
 }
 
-/// What [`count_growing_on`] must return with vectors of `lanes` bytes:
+/// What [`count_changing_on`] must return with vectors of `lanes` bytes:
 /// whole vectors from `from` while one fits before `stop` with three
-/// bytes of look-ahead and all its candidates certainly grow, and the
-/// count of those.
-fn reference_count_growing(b: &[u8], from: usize, stop: usize, lanes: usize) -> (usize, u64) {
+/// bytes of look-ahead and all its candidates certainly change length,
+/// and the count of those.
+fn reference_count(b: &[u8], from: usize, stop: usize, lanes: usize, view: bool) -> (usize, u64) {
     let (mut i, mut n) = (from, 0);
     if lanes == 0 {
         return (from, 0);
     }
     while i + lanes <= stop.min(b.len().saturating_sub(3)) {
-        let rules: Vec<_> = (i..i + lanes).map(|j| rule(b, j, false)).collect();
+        let rules: Vec<_> = (i..i + lanes).map(|j| rule(b, j, view)).collect();
         if rules.iter().any(|&(e, c)| c && !e) {
             break;
         }
@@ -1076,30 +1091,33 @@ proptest! {
         }
     }
 
-    /// The vector count on every level, from every offset and to every
-    /// stop, takes exactly the whole vectors the rule allows.
+    /// The vector counts on every level, from every offset and to every
+    /// stop, take exactly the whole vectors the rule allows.
     #[test]
-    fn count_growing_follows_the_rule(b in crowded_bytes(), from in 0usize..80) {
+    fn counts_follow_the_rule(b in crowded_bytes(), from in 0usize..80) {
         for path in Path::available() {
             let lanes = length_block(path);
-            for stop in from..=b.len() + 1 {
-                prop_assert_eq!(
-                    count_growing_on(path, &b, from, stop),
-                    reference_count_growing(&b, from, stop, lanes),
-                    "{:?} from {} stop {}", path, from, stop
-                );
+            for view in [false, true] {
+                for stop in from..=b.len() + 1 {
+                    prop_assert_eq!(
+                        count_changing_on(path, &b, from, stop, view),
+                        reference_count(&b, from, stop, lanes, view),
+                        "{:?} view {} from {} stop {}", path, view, from, stop
+                    );
+                }
             }
         }
     }
 }
 
-/// Each kind of candidate (growing, cut, not growing by its second or
-/// third byte, exempt and far leads) at every position of three 64-byte
-/// vectors, so at lanes 61–63 with its look-ahead in the next vector, on
-/// text that is otherwise growing units and é: the candidate masks of
-/// every block, the vector count from every offset 0..64 to stops at and
-/// around every vector's end, and the search for the next candidate,
-/// follow the rule on every level.
+/// Each kind of candidate (changing length, cut, not changing by its
+/// second, third or fourth byte, exempt and far leads; disk and view) at
+/// every position of three 64-byte vectors, so at lanes 61–63 with its
+/// look-ahead in the next vector, on text that is otherwise units that
+/// change length and é: the candidate masks of every block, the vector
+/// counts from every offset 0..64 to stops at and around every vector's
+/// end, and the search for the next candidate, follow the rule on every
+/// level.
 #[test]
 fn candidates_at_vector_edges() {
     let disk: [&[u8]; 14] = [
@@ -1129,28 +1147,22 @@ fn candidates_at_vector_edges() {
         &[0xF8, 0x88],
         &[0xE0, 0xA0],
     ];
-    let fill: [&[u8]; 3] = [b"\xDF\xBF", b"\xEF\xBF\xBF", "é".as_bytes()];
-    for (is_view, units) in [(false, &disk[..]), (true, &view[..])] {
+    // Units that change length (U+089F, U+1109F) and é, on each side.
+    let disk_fill: [&[u8]; 3] = [b"\xDF\xBF", b"\xEF\xBF\xBF", "é".as_bytes()];
+    let view_fill: [&[u8]; 3] = [b"\xE0\xA2\x9F", b"\xF0\x91\x82\x9F", "é".as_bytes()];
+    for (is_view, units, fill) in [(false, &disk[..], disk_fill), (true, &view[..], view_fill)] {
         for unit in units {
             for pos in 0..3 * 64 {
                 let mut b = Vec::new();
                 let mut k = 0;
                 while b.len() < pos {
-                    b.extend_from_slice(if is_view {
-                        "é".as_bytes()
-                    } else {
-                        fill[k % 3]
-                    });
+                    b.extend_from_slice(fill[k % 3]);
                     k += 1;
                 }
                 b.truncate(pos);
                 b.extend_from_slice(unit);
                 while b.len() < 4 * 64 + 3 {
-                    b.extend_from_slice(if is_view {
-                        "é".as_bytes()
-                    } else {
-                        fill[k % 3]
-                    });
+                    b.extend_from_slice(fill[k % 3]);
                     k += 1;
                 }
                 check_rule(&b, is_view);
@@ -1171,16 +1183,13 @@ fn candidates_at_vector_edges() {
                             "{path:?} view {is_view} {unit:02X?} at {pos} from {from}: {got} {first:?}"
                         );
                     }
-                    if is_view {
-                        continue;
-                    }
                     let lanes = length_block(path);
                     for from in 0..64 {
                         for end in (0..=4usize).map(|v| from + v * 64) {
                             for stop in end.saturating_sub(1)..=end + 1 {
                                 assert_eq!(
-                                    count_growing_on(path, &b, from, stop),
-                                    reference_count_growing(&b, from, stop, lanes),
+                                    count_changing_on(path, &b, from, stop, is_view),
+                                    reference_count(&b, from, stop, lanes, is_view),
                                     "{path:?} {unit:02X?} at {pos} from {from} stop {stop}"
                                 );
                             }
