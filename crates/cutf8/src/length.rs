@@ -82,7 +82,8 @@ pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usi
 /// that the unit there certainly changes length; `unit` returns `Err` when
 /// the unit is cut by the end of `buf`, which ends the scan at that offset.
 /// Sparse candidates are skipped to a vector at a time; where they are
-/// dense, each block's candidates come from its masks.
+/// dense, each block's candidates come from its masks, block after block
+/// until one holds none (no search before each).
 #[inline(always)]
 fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), ()>) -> usize {
     let mut i = 0;
@@ -95,7 +96,16 @@ fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), 
         if i == buf.len() {
             return i;
         }
-        if let Some((exact, other, lanes)) = simd::candidate_block(buf, i, view) {
+        let Some((exact, other, lanes)) = simd::candidate_block(buf, i, view) else {
+            // The last bytes: this candidate alone.
+            if unit(i, false).is_err() {
+                return i;
+            }
+            i += 1;
+            continue;
+        };
+        let (mut exact, mut other, mut lanes) = (exact, other, lanes);
+        loop {
             let mut mask = exact | other;
             while mask != 0 {
                 let k = mask.trailing_zeros();
@@ -106,11 +116,10 @@ fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), 
                 }
             }
             i += lanes;
-        } else {
-            if unit(i, false).is_err() {
-                return i;
+            match simd::candidate_block(buf, i, view) {
+                Some(next) if next.0 | next.1 != 0 => (exact, other, lanes) = next,
+                _ => break,
             }
-            i += 1;
         }
     }
 }
