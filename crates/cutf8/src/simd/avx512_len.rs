@@ -1,9 +1,10 @@
 //! The length passes' kernels for AVX-512: `kernels::find`,
-//! `kernels::masks_at` and `kernels::count_growing` on vectors of 64
-//! bytes, with lane classes as `u64` masks (bit `j` is lane `j`, as in
-//! `avx512`). Same definitions, same results and the same look-ahead as
-//! those (read their docs first): only the width and the instructions
-//! differ. Compiled only inside `super`'s AVX-512 entry points.
+//! `kernels::masks_at`, `kernels::count_growing` and
+//! `kernels::count_shrinking` on vectors of 64 bytes, with lane classes
+//! as `u64` masks (bit `j` is lane `j`, as in `avx512`). Same
+//! definitions, same results and the same look-ahead as those (read their
+//! docs first): only the width and the instructions differ. Compiled only
+//! inside `super`'s AVX-512 entry points.
 //!
 //! A unit is decided by its lead and the bytes after it, which are
 //! loaded as vectors at `p + 1`, `p + 2` (and `p + 3`), as `kernels`
@@ -11,21 +12,21 @@
 //! lanes see the next bytes.
 //!
 //! On disk, where the index is built (`count_growing`: the hot kernel),
-//! the conditions are not a compare per byte value and per condition
-//! (fifteen compares into masks, and the logic between them), but a
-//! `vpermb` per lead from small tables of thresholds (`GROW_N1`,
+//! the conditions are not a compare per byte value and per condition,
+//! but a `vpermb` per lead from small tables of thresholds (`GROW_N1`,
 //! `CAND_N1`, `N2`), and the second and third bytes compared against
 //! those thresholds, each compare masked by the one before (a masked
-//! compare is an AND for free): about half the mask work. On Zen 4 that
-//! is what counts: a compare into a mask, and an operation between
-//! masks, issue about once a cycle each, and moving a mask to a general
-//! register takes two, which the first version, with its mask logic in
-//! `u64` arithmetic, did eight times a vector: it counted dense text at
-//! 11 GB/s, no faster than the AVX2 kernel, this one at 19 (16 MiB,
-//! wall-clock best of 30). The view side (`disk_len`, `scan_view`; not
-//! used by the mount) keeps plain compares.
+//! compare is an AND for free). On Zen 4 the mask work is what counts: a
+//! compare into a mask and an operation between masks issue about once a
+//! cycle each, and moving a mask to a general register takes two (measured
+//! on this project's machine). The first versions, fifteen compares and
+//! the logic between them, or ten with the logic in `u64` arithmetic
+//! (five mask moves a vector), counted dense text at 11–12 GB/s, about
+//! the AVX2 speed; this one at 19 (16 MiB, wall-clock best of 30). The
+//! view side (`disk_len`, `scan_view`; not used by the mount) looks its
+//! candidates up the same way and decides the ones that certainly shrink
+//! with plain compares.
 
-use super::kernels;
 use core::arch::x86_64::*;
 
 const LANES: usize = 64;
@@ -214,15 +215,17 @@ pub(super) unsafe fn masks_at<const VIEW: bool>(p: *const u8) -> (u64, u64) {
     (exact, all & !exact)
 }
 
-/// `kernels::find` on 64 lanes, its last bytes (from where fewer than 66
-/// remain) on 32: the index of the first candidate in `s[i..]`, or the
-/// first index from which fewer than 34 bytes remain.
+/// `kernels::find` on 64 lanes: the index of the first candidate in
+/// `s[i..]`, or the first index from which fewer than 66 bytes remain
+/// (`super` goes on from there with the AVX2 search, in a function of its
+/// own: instantiating `kernels::find` in here made LLVM compile the AVX2
+/// count 5 % slower).
 ///
 /// # Safety
 ///
-/// The CPU must have AVX-512 F, BW and VBMI, and AVX2. Loads stay inside
-/// `s`: a vector at `i` (and at `i + 1`, `i + 2`) only when `i + 66 <=
-/// s.len()`, and `kernels::find` keeps its own bounds.
+/// The CPU must have AVX-512 F, BW and VBMI. Loads stay inside `s`: a
+/// vector at `i` (and at `i + 1`, `i + 2`) only when `i + 66 <=
+/// s.len()`.
 #[inline(always)]
 pub(super) unsafe fn find<const VIEW: bool>(s: &[u8], mut i: usize) -> usize {
     let p = s.as_ptr();
@@ -239,7 +242,7 @@ pub(super) unsafe fn find<const VIEW: bool>(s: &[u8], mut i: usize) -> usize {
         }
         i += LANES;
     }
-    kernels::find::<__m256i, VIEW>(s, i)
+    i
 }
 
 /// `kernels::count_growing` on 64 lanes: counts the disk units that

@@ -1,8 +1,8 @@
 //! The vector kernels, written once over [`Vector`] and compiled for SSE2
 //! and AVX2 by `super`. (The AVX-512 level converts with its own kernel,
 //! `super::avx512`, on the scheme described here, and has its own `find`,
-//! `masks_at` and `count_growing`, `super::avx512_len`, which end their
-//! searches with this `find` at AVX2 width.)
+//! `masks_at` and counts, `super::avx512_len`; its searches end with this
+//! `find` at AVX2 width.)
 //!
 //! Both conversions keep the byte structure: in the units the fast path
 //! takes (ASCII, and 2-, 3- and 4-byte sequences whose length is the same on

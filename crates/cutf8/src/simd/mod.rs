@@ -371,21 +371,35 @@ pub(crate) fn count_changing_on(
     stop: usize,
     view: bool,
 ) -> (usize, u64) {
-    match p.level() {
+    // A function per kernel: the disk counts compile as they did before
+    // the view counts existed.
+    match (p.level(), view) {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => {
+        (Level::Avx512, false) => {
             // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
-            // has every feature `count_changing_avx512` enables.
-            unsafe { x86::count_changing_avx512(s, i, stop, view) }
+            // has every feature `count_growing_avx512` enables.
+            unsafe { x86::count_growing_avx512(s, i, stop) }
         }
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => {
+        (Level::Avx512, true) => {
+            // SAFETY: as for `count_growing_avx512`.
+            unsafe { x86::count_shrinking_avx512(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2, false) => {
             // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
             // has AVX2 (see `decode_run_on`, `Path::new`).
-            unsafe { x86::count_changing_avx2(s, i, stop, view) }
+            unsafe { x86::count_growing_avx2(s, i, stop) }
         }
         #[cfg(target_arch = "x86_64")]
-        Level::Sse2 => x86::count_changing_sse2(s, i, stop, view),
+        (Level::Avx2, true) => {
+            // SAFETY: as for `count_growing_avx2`.
+            unsafe { x86::count_shrinking_avx2(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Level::Sse2, false) => x86::count_growing_sse2(s, i, stop),
+        #[cfg(target_arch = "x86_64")]
+        (Level::Sse2, true) => x86::count_shrinking_sse2(s, i, stop),
         _ => (i, 0),
     }
 }
@@ -518,36 +532,34 @@ mod x86 {
         }
     }
 
-    pub(super) fn count_changing_sse2(s: &[u8], i: usize, stop: usize, view: bool) -> (usize, u64) {
-        // SAFETY: SSE2 is baseline; `count_growing` and `count_shrinking`
-        // load only whole vectors with their look-ahead inside `s`.
-        unsafe {
-            if view {
-                kernels::count_shrinking::<__m128i>(s, i, stop)
-            } else {
-                kernels::count_growing::<__m128i>(s, i, stop)
-            }
-        }
+    pub(super) fn count_growing_sse2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: SSE2 is baseline; `count_growing` loads only whole
+        // vectors with their look-ahead inside `s`.
+        unsafe { kernels::count_growing::<__m128i>(s, i, stop) }
+    }
+
+    pub(super) fn count_shrinking_sse2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: SSE2 is baseline; `count_shrinking` loads only whole
+        // vectors with their look-ahead inside `s`.
+        unsafe { kernels::count_shrinking::<__m128i>(s, i, stop) }
     }
 
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn count_changing_avx2(
-        s: &[u8],
-        i: usize,
-        stop: usize,
-        view: bool,
-    ) -> (usize, u64) {
-        // SAFETY: the caller guarantees AVX2; the counts stay inside `s`
-        // as in `count_changing_sse2`.
-        unsafe {
-            if view {
-                kernels::count_shrinking::<__m256i>(s, i, stop)
-            } else {
-                kernels::count_growing::<__m256i>(s, i, stop)
-            }
-        }
+    pub(super) unsafe fn count_growing_avx2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees AVX2; `count_growing` stays inside
+        // `s` as in `count_growing_sse2`.
+        unsafe { kernels::count_growing::<__m256i>(s, i, stop) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn count_shrinking_avx2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees AVX2; `count_shrinking` stays
+        // inside `s` as in `count_shrinking_sse2`.
+        unsafe { kernels::count_shrinking::<__m256i>(s, i, stop) }
     }
 
     /// Candidate masks of the 16 bytes at `i`; needs `i + 19 <= s.len()`.
@@ -660,21 +672,19 @@ mod x86 {
     /// # Safety
     /// As [`decode_avx512`].
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
-    pub(super) unsafe fn count_changing_avx512(
-        s: &[u8],
-        i: usize,
-        stop: usize,
-        view: bool,
-    ) -> (usize, u64) {
-        // SAFETY: the caller guarantees the features; the counts load
-        // only whole vectors with their look-ahead inside `s`.
-        unsafe {
-            if view {
-                avx512_len::count_shrinking(s, i, stop)
-            } else {
-                avx512_len::count_growing(s, i, stop)
-            }
-        }
+    pub(super) unsafe fn count_growing_avx512(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees the features; `count_growing`
+        // loads only whole vectors with their look-ahead inside `s`.
+        unsafe { avx512_len::count_growing(s, i, stop) }
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn count_shrinking_avx512(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees the features; `count_shrinking`
+        // loads only whole vectors with their look-ahead inside `s`.
+        unsafe { avx512_len::count_shrinking(s, i, stop) }
     }
 
     /// Candidate masks of the 64 bytes at `i`; needs `i + 67 <= s.len()`.
@@ -695,20 +705,28 @@ mod x86 {
         }
     }
 
+    /// The 64-byte search, then from where it stopped (fewer than 66
+    /// bytes left, or a candidate there) the 32-byte one.
+    ///
     /// # Safety
     /// As [`decode_avx512`].
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
     pub(super) unsafe fn find_avx512(s: &[u8], from: usize, view: bool) -> usize {
         // SAFETY: the caller guarantees the features (AVX2 among them);
-        // `find` loads only vectors with their look-ahead inside `s` (see
-        // `find_sse2`).
-        unsafe {
+        // both searches load only vectors with their look-ahead inside `s`
+        // (see `find_sse2`).
+        let i = unsafe {
             if view {
                 avx512_len::find::<true>(s, from)
             } else {
                 avx512_len::find::<false>(s, from)
             }
+        };
+        if i + 64 + 2 <= s.len() {
+            return i;
         }
+        // SAFETY: as above (a candidate at `i` is found again at once).
+        unsafe { find_avx2(s, i, view) }
     }
 
     /// # Safety
