@@ -11,21 +11,23 @@
 //! does, so that a lane's conditions line up bit for bit and the last
 //! lanes see the next bytes.
 //!
-//! On disk, where the index is built (`count_growing`: the hot kernel),
-//! the conditions are not a compare per byte value and per condition,
-//! but a `vpermb` per lead from small tables of thresholds (`GROW_N1`,
-//! `CAND_N1`, `N2`), and the second and third bytes compared against
-//! those thresholds, each compare masked by the one before (a masked
-//! compare is an AND for free). On Zen 4 the mask work is what counts: a
-//! compare into a mask and an operation between masks issue about once a
-//! cycle each, and moving a mask to a general register takes two (measured
-//! on this project's machine). The first versions, fifteen compares and
-//! the logic between them, or ten with the logic in `u64` arithmetic
-//! (five mask moves a vector), counted dense text at 11–12 GB/s, about
-//! the AVX2 speed; this one at 19 (16 MiB, wall-clock best of 30). The
-//! view side (`disk_len`, `scan_view`; not used by the mount) looks its
-//! candidates up the same way and decides the ones that certainly shrink
-//! with plain compares.
+//! The conditions are not a compare per byte value and per condition,
+//! but a `vpermb` per lead from small tables of thresholds (disk:
+//! `GROW_N1`, `CAND_N1`, `N2`; view: `VIEW_N1`, `SHRINK_N1`), a
+//! `vpermi2b` by the second or third byte where the bound on the next
+//! byte depends on it (`EE_BD`; `N2_MAX`, `N3_MAX_BY_N1`, `N3_MAX_BY_N2`),
+//! and the bytes after the lead compared against those bounds, each
+//! compare masked by the one before (a masked compare is an AND for
+//! free). On Zen 4 the mask work is what counts: a compare into a mask
+//! and an operation between masks issue about once a cycle each, and
+//! moving a mask to a general register takes two (measured on this
+//! project's machine). The first versions of the disk count (the hot
+//! kernel: the index is built with it), fifteen compares and the logic
+//! between them, or ten with the logic in `u64` arithmetic (five mask
+//! moves a vector), counted dense text at 11–12 GB/s, about the AVX2
+//! speed; this one at 19 (16 MiB, wall-clock best of 30). The view count
+//! with plain compares ran `disk_len` on dense text at the AVX2 speed (8
+//! GB/s, 64 MiB), with its tables at 17.
 
 use core::arch::x86_64::*;
 
@@ -46,12 +48,6 @@ unsafe fn splat(b: u8) -> __m512i {
 #[inline(always)]
 unsafe fn is(v: __m512i, t: u8) -> u64 {
     _mm512_cmpeq_epi8_mask(v, splat(t))
-}
-
-/// Lanes `< t`, as unsigned bytes.
-#[inline(always)]
-unsafe fn below(v: __m512i, t: u8) -> u64 {
-    _mm512_cmplt_epu8_mask(v, splat(t))
 }
 
 /// 80–BF: the bytes below C0 as signed bytes.
@@ -104,6 +100,18 @@ unsafe fn table(t: &[u8]) -> __m512i {
     _mm512_loadu_si512(t.as_ptr() as *const __m512i)
 }
 
+/// A table of 128 bytes in two registers.
+#[inline(always)]
+unsafe fn table2(t: &[u8; 128]) -> (__m512i, __m512i) {
+    (table(&t[..64]), table(&t[64..]))
+}
+
+/// `t[x & 0x7F]` in each lane (a `vpermi2b`).
+#[inline(always)]
+unsafe fn lookup2(t: (__m512i, __m512i), x: __m512i) -> __m512i {
+    _mm512_permutex2var_epi8(t.0, x, t.1)
+}
+
 /// The disk tables in registers.
 #[derive(Clone, Copy)]
 struct Disk {
@@ -120,7 +128,7 @@ impl Disk {
             grow_n1: table(&GROW_N1),
             cand_n1: table(&CAND_N1),
             n2: table(&N2),
-            ee_bd: (table(&EE_BD[..64]), table(&EE_BD[64..])),
+            ee_bd: table2(&EE_BD),
         }
     }
 
@@ -160,42 +168,110 @@ impl Disk {
     }
 }
 
-/// For a `vpermb` indexed as the disk tables: the highest second byte
-/// with which a view unit of this lead is a candidate (E0: A2, F0: 91;
-/// F8 FC FE: any), and 0 for the bytes that are no candidate lead.
-static VIEW_N1: [u8; 64] = {
-    let mut t = [0u8; 64];
-    t[0xE0 - 0xBF] = 0xA2;
-    t[0xF0 - 0xBF] = 0x91;
-    t[0xF8 - 0xBF] = 0xFF;
-    t[0xFC - 0xBF] = 0xFF;
-    t[0xFE - 0xBF] = 0xFF;
-    t
-};
+/// View tables for a `vpermb` indexed as the disk tables. `VIEW_N1`: the
+/// highest second byte with which a unit of this lead is a candidate (E0:
+/// A2, F0: 91; F8 FC FE: any), 0 for the bytes that are no candidate
+/// lead. `SHRINK_N1`: the lowest continuation byte after which a complete
+/// unit of this lead shrinks on disk (E0: A0, F0: 90; C0: none).
+/// `N3_ANY`: C0 for E0, whose unit has no fourth byte (see `View::masks`).
+static VIEW_N1: [u8; 64] = view_table([0xA2, 0x91, 0xFF, 0x00]);
+static SHRINK_N1: [u8; 64] = view_table([0xA0, 0x90, 0xC0, 0xC0]);
+static N3_ANY: [u8; 64] = view_table([0xC0, 0x00, 0x00, 0x00]);
 
-/// The view candidates among the lanes of `v`, `n1` the bytes one lane
-/// further (`kernels::view_candidates`), `table` [`VIEW_N1`].
-#[inline(always)]
-unsafe fn view_candidates(v: __m512i, n1: __m512i, table: __m512i) -> u64 {
-    let n1_max = _mm512_permutexvar_epi8(_mm512_subs_epu8(v, splat(0xBF)), table);
-    _mm512_mask_cmple_epu8_mask(_mm512_test_epi8_mask(n1_max, n1_max), n1, n1_max)
+/// A table of the values for E0, F0, F8 FC FE, and every other byte.
+const fn view_table(v: [u8; 4]) -> [u8; 64] {
+    let mut t = [v[3]; 64];
+    t[0xE0 - 0xBF] = v[0];
+    t[0xF0 - 0xBF] = v[1];
+    t[0xF8 - 0xBF] = v[2];
+    t[0xFC - 0xBF] = v[2];
+    t[0xFE - 0xBF] = v[2];
+    t
 }
 
-/// The view candidates among the 64 lanes at `p` (`p + 66` readable):
-/// those that certainly shrink on disk (as `kernels::masks_at` decides
-/// them), and all of them.
-#[inline(always)]
-unsafe fn view_masks(p: *const u8) -> (u64, u64) {
-    let (v, n1, n2, n3) = (load(p), load(p.add(1)), load(p.add(2)), load(p.add(3)));
-    let (c1, c2) = (cont(n1), cont(n2));
-    // E0 A0–A1, E0 A2 80–9F (U+0800–U+089F); F0 90, F0 91 80–81, F0 91
-    // 82 80–9F (U+10000–U+1109F).
-    let a0_a1 =
-        _mm512_mask_cmplt_epu8_mask(_mm512_cmpge_epu8_mask(n1, splat(0xA0)), n1, splat(0xA2));
-    let low3 = a0_a1 | (is(n1, 0xA2) & below(n2, 0xA0));
-    let low4 = is(n1, 0x90) | (is(n1, 0x91) & (below(n2, 0x82) | (is(n2, 0x82) & below(n3, 0xA0))));
-    let exact = (is(v, 0xE0) & low3 & c1 & c2) | (is(v, 0xF0) & low4 & c1 & c2 & cont(n3));
-    (exact, view_candidates(v, n1, table(&VIEW_N1)))
+/// For a `vpermi2b` by a continuation byte's low seven bits: the highest
+/// byte after it in a unit that shrinks, as a continuation byte, and
+/// whether it is one of the last of the range (bytes that share those
+/// seven bits are no continuation bytes, and the compares before take
+/// only continuation bytes). `N2_MAX`, by the second byte: E0 A2 then up
+/// to 9F, F0 91 then up to 82, else BF. `N3_MAX_BY_N1` and
+/// `N3_MAX_BY_N2`: 9F after F0 91 and after 82, BF else; the fourth byte
+/// of F0 91 82 is up to 9F, `N3_MAX_BY_N1 | N3_MAX_BY_N2` (9F and BF
+/// differ in one bit).
+static N2_MAX: [u8; 128] = cont_table(&[(0xA2, 0x9F), (0x91, 0x82)]);
+static N3_MAX_BY_N1: [u8; 128] = cont_table(&[(0x91, 0x9F)]);
+static N3_MAX_BY_N2: [u8; 128] = cont_table(&[(0x82, 0x9F)]);
+
+/// BF for every continuation byte but those listed.
+const fn cont_table(special: &[(u8, u8)]) -> [u8; 128] {
+    let mut t = [0xBF; 128];
+    let mut k = 0;
+    while k < special.len() {
+        t[(special[k].0 & 0x7F) as usize] = special[k].1;
+        k += 1;
+    }
+    t
+}
+
+/// The view tables in registers.
+#[derive(Clone, Copy)]
+struct View {
+    cand_n1: __m512i,
+    shrink_n1: __m512i,
+    n3_any: __m512i,
+    n2_max: (__m512i, __m512i),
+    n3_by_n1: (__m512i, __m512i),
+    n3_by_n2: (__m512i, __m512i),
+}
+
+impl View {
+    #[inline(always)]
+    unsafe fn new() -> View {
+        View {
+            cand_n1: table(&VIEW_N1),
+            shrink_n1: table(&SHRINK_N1),
+            n3_any: table(&N3_ANY),
+            n2_max: table2(&N2_MAX),
+            n3_by_n1: table2(&N3_MAX_BY_N1),
+            n3_by_n2: table2(&N3_MAX_BY_N2),
+        }
+    }
+
+    /// The view candidates among the lanes of `v`, `n1` the bytes one
+    /// lane further (`kernels::view_candidates`).
+    #[inline(always)]
+    unsafe fn candidates(self, v: __m512i, n1: __m512i) -> u64 {
+        let n1_max = _mm512_permutexvar_epi8(_mm512_subs_epu8(v, splat(0xBF)), self.cand_n1);
+        _mm512_mask_cmple_epu8_mask(_mm512_test_epi8_mask(n1_max, n1_max), n1, n1_max)
+    }
+
+    /// The view candidates among the 64 lanes at `p` (`p + 66` readable):
+    /// those that certainly shrink on disk (E0 A0–A1, E0 A2 80–9F:
+    /// U+0800–U+089F; F0 90, F0 91 80–81, F0 91 82 80–9F: U+10000–U+1109F;
+    /// complete), and all of them.
+    #[inline(always)]
+    unsafe fn masks(self, p: *const u8) -> (u64, u64) {
+        let (v, n1, n2, n3) = (load(p), load(p.add(1)), load(p.add(2)), load(p.add(3)));
+        let idx = _mm512_subs_epu8(v, splat(0xBF));
+        let n1_max = _mm512_permutexvar_epi8(idx, self.cand_n1);
+        let n1_min = _mm512_permutexvar_epi8(idx, self.shrink_n1);
+        let any = _mm512_permutexvar_epi8(idx, self.n3_any);
+        let n2_max = lookup2(self.n2_max, n1);
+        // BF or 9F, then 7F (any) after E0: `(a | b) ^ any` (0x56: the
+        // truth table, bit `4a + 2b + c`).
+        let n3_max = _mm512_ternarylogic_epi32::<0x56>(
+            lookup2(self.n3_by_n1, n1),
+            lookup2(self.n3_by_n2, n2),
+            any,
+        );
+        // Signed `<=` a bound from 80 on: a continuation byte up to it.
+        let exact = _mm512_mask_cmpge_epu8_mask(cont(n1), n1, n1_min);
+        let exact = _mm512_mask_cmple_epu8_mask(exact, n1, n1_max);
+        let exact = _mm512_mask_cmple_epi8_mask(exact, n2, n2_max);
+        let exact = _mm512_mask_cmple_epi8_mask(exact, n3, n3_max);
+        let all = _mm512_mask_cmple_epu8_mask(_mm512_test_epi8_mask(n1_max, n1_max), n1, n1_max);
+        (exact, all)
+    }
 }
 
 /// `kernels::masks_at` on 64 lanes: the candidates among the bytes at `p`
@@ -208,7 +284,7 @@ unsafe fn view_masks(p: *const u8) -> (u64, u64) {
 #[inline(always)]
 pub(super) unsafe fn masks_at<const VIEW: bool>(p: *const u8) -> (u64, u64) {
     let (exact, all) = if VIEW {
-        view_masks(p)
+        View::new().masks(p)
     } else {
         Disk::new().masks(p)
     };
@@ -230,10 +306,10 @@ pub(super) unsafe fn masks_at<const VIEW: bool>(p: *const u8) -> (u64, u64) {
 pub(super) unsafe fn find<const VIEW: bool>(s: &[u8], mut i: usize) -> usize {
     let p = s.as_ptr();
     let disk = Disk::new();
-    let view = table(&VIEW_N1);
+    let view = View::new();
     while i + LANES + 2 <= s.len() {
         let m = if VIEW {
-            view_candidates(load(p.add(i)), load(p.add(i + 1)), view)
+            view.candidates(load(p.add(i)), load(p.add(i + 1)))
         } else {
             disk.candidates(p.add(i))
         };
@@ -288,11 +364,11 @@ pub(super) unsafe fn count_growing(s: &[u8], mut i: usize, stop: usize) -> (usiz
 pub(super) unsafe fn count_shrinking(s: &[u8], mut i: usize, stop: usize) -> (usize, u64) {
     let p = s.as_ptr();
     let stop = stop.min(s.len().saturating_sub(3));
-    let view = table(&VIEW_N1);
+    let view = View::new();
     let mut n = 0u64;
     while i + LANES <= stop {
-        if view_candidates(load(p.add(i)), load(p.add(i + 1)), view) != 0 {
-            let (exact, all) = view_masks(p.add(i));
+        if view.candidates(load(p.add(i)), load(p.add(i + 1))) != 0 {
+            let (exact, all) = view.masks(p.add(i));
             if all & !exact != 0 {
                 break;
             }
