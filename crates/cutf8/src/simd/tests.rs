@@ -1116,8 +1116,8 @@ proptest! {
 /// look-ahead in the next vector, on text that is otherwise units that
 /// change length and é: the candidate masks of every block, the vector
 /// counts from every offset 0..64 to stops at and around every vector's
-/// end, and the search for the next candidate, follow the rule on every
-/// level.
+/// end, and the search for the next candidate (there and with the unit
+/// alone), follow the rule on every level.
 #[test]
 fn candidates_at_vector_edges() {
     let disk: [&[u8]; 14] = [
@@ -1173,15 +1173,23 @@ fn candidates_at_vector_edges() {
                     // The first rule candidate from each offset (the
                     // search may stop earlier at a lead it does not judge
                     // by the next bytes: everywhere on the portable path,
-                    // on the vector paths only near the end).
-                    for from in 0..b.len() {
-                        let first = (from..b.len()).find(|&j| rule(&b, j, is_view).1);
-                        let got = find_on(path, &b, from, is_view);
-                        let unjudged = path.level() == Level::Portable || got + 34 > b.len();
-                        assert!(
-                            first == Some(got) || (first.is_none_or(|f| got < f) && unjudged),
-                            "{path:?} view {is_view} {unit:02X?} at {pos} from {from}: {got} {first:?}"
-                        );
+                    // on the vector paths only near the end); also with
+                    // the unit alone among é, where the search has to
+                    // skip whole vectors to reach it.
+                    let mut alone = "é".repeat(pos / 2).into_bytes();
+                    alone.resize(pos, b'a');
+                    alone.extend_from_slice(unit);
+                    alone.resize(4 * 64 + 3, b'z');
+                    for s in [&b, &alone] {
+                        for from in 0..s.len() {
+                            let first = (from..s.len()).find(|&j| rule(s, j, is_view).1);
+                            let got = find_on(path, s, from, is_view);
+                            let unjudged = path.level() == Level::Portable || got + 34 > s.len();
+                            assert!(
+                                first == Some(got) || (first.is_none_or(|f| got < f) && unjudged),
+                                "{path:?} view {is_view} {unit:02X?} at {pos} from {from}: {got} {first:?}"
+                            );
+                        }
                     }
                     let lanes = length_block(path);
                     for from in 0..64 {
