@@ -32,11 +32,12 @@
 //! as masks where they are dense, and `count_changing` counts the disk
 //! units that certainly grow (or view units that certainly shrink) a
 //! vector at a time, one popcount each, for the per-block counts the
-//! offset index is built from and the whole-buffer lengths. They know nothing of streaming state: a
-//! run starts at a unit boundary and stops at one. On SSE2, which has no
-//! byte shuffle, the blocks whose units change length are spread or
-//! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
-//! 0.6 with AVX2's `pshufb` and 5 before either).
+//! offset index is built from and for the whole-buffer lengths. They know
+//! nothing of streaming state: a run starts at a unit boundary and stops
+//! at one. On SSE2, which has no byte shuffle, the blocks whose units
+//! change length are spread or packed by a byte loop (3 CPU ns/byte on
+//! property-test-like text, against 0.6 with AVX2's `pshufb` and 5 before
+//! either).
 //!
 //! The AVX-512 level has its own conversion kernel (`avx512`: 64-byte
 //! blocks, lane classes as `k` masks, `vpcompressb` for the units whose
@@ -44,11 +45,10 @@
 //! takes the last 34–63 bytes (or output room) a 64-byte block cannot and
 //! a refused block's first half when the unit that stopped it lies in the
 //! second. Its length kernels are 64 bytes wide too (`avx512_len`: the
-//! next candidate, a block's candidates as two `u64` masks, and the count
-//! of growing units a vector at a time, with the bytes after each lead
-//! compared against thresholds a `vpermb` looks up per lead); the search
-//! ends with the AVX2 one, and a block with fewer than 67 bytes left is an
-//! AVX2 block.
+//! next candidate, a block's candidates as two `u64` masks, and the
+//! counts a vector at a time, with the bytes after each lead compared
+//! against bounds a `vpermb` looks up per lead); the search ends with the
+//! AVX2 one, and a block with fewer than 67 bytes left is an AVX2 block.
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
@@ -89,6 +89,24 @@
 //! blocks cannot take, under 64 bytes or at the end of a run, go to the
 //! AVX2 blocks (before that, the AVX-512 level converted 40- and
 //! 100-byte chunks at 0.35–0.7× the AVX2 speed).
+//!
+//! The length passes on AVX-512 (same machine, `scripts/bench-codec.sh 64
+//! 5`, medians of six alternating runs, GB/s, AVX2 → AVX-512): the
+//! per-block count the offset index is built with (`count_disk_blocks`)
+//! 9.3 → 18.2 on `dense` and 9.8 → 18.5 on `random`, 15–16 → 17.5–18.6
+//! on the other corpora, where simdutf8 reads the same buffers at 17–23;
+//! `view_len` 9.5 → 19.0 and `disk_len` 8.3 → 16.8 on `dense` (they count
+//! as the index does; before, with a closure call per unit that changes
+//! length, they ran at 1.3 and 1.7 on either level); `scan_disk`, which
+//! still reports each unit, 1.7 → 2.2 on `dense` and 15–16 → 21–25
+//! elsewhere. Nothing runs slower than on AVX2. What made the count fast
+//! was not the width: a port of the AVX2 kernel to 64-byte vectors, mask
+//! compares and the logic between them, counted `dense` at 11–12 (in
+//! cache) where AVX2 does 9, because on Zen 4 every compare into a mask
+//! and every operation on masks costs about a cycle and moving a mask to
+//! a general register two. Looking up per lead the bounds on the next
+//! bytes and chaining masked compares (see `avx512_len`) roughly halved
+//! that work: 19–20 in cache.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "x86_64")]
