@@ -82,7 +82,8 @@ pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usi
 /// that the unit there certainly changes length; `unit` returns `Err` when
 /// the unit is cut by the end of `buf`, which ends the scan at that offset.
 /// Sparse candidates are skipped to a vector at a time; where they are
-/// dense, each block's candidates come from its masks.
+/// dense, each block's candidates come from its masks, block after block
+/// until one holds none (no search before each).
 #[inline(always)]
 fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), ()>) -> usize {
     let mut i = 0;
@@ -95,7 +96,16 @@ fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), 
         if i == buf.len() {
             return i;
         }
-        if let Some((exact, other, lanes)) = simd::candidate_block(buf, i, view) {
+        let Some((exact, other, lanes)) = simd::candidate_block(buf, i, view) else {
+            // The last bytes: this candidate alone.
+            if unit(i, false).is_err() {
+                return i;
+            }
+            i += 1;
+            continue;
+        };
+        let (mut exact, mut other, mut lanes) = (exact, other, lanes);
+        loop {
             let mut mask = exact | other;
             while mask != 0 {
                 let k = mask.trailing_zeros();
@@ -106,11 +116,10 @@ fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), 
                 }
             }
             i += lanes;
-        } else {
-            if unit(i, false).is_err() {
-                return i;
+            match simd::candidate_block(buf, i, view) {
+                Some(next) if next.0 | next.1 != 0 => (exact, other, lanes) = next,
+                _ => break,
             }
-            i += 1;
         }
     }
 }
@@ -194,9 +203,23 @@ pub fn count_disk_blocks(
     at_end: bool,
     start: u64,
     block: u64,
-    mut tally: impl FnMut(BlockCount),
+    tally: impl FnMut(BlockCount),
 ) -> usize {
     assert!(block > 0, "count_disk_blocks: a block of 0 bytes");
+    count_blocks(buf, at_end, start, block, false, tally)
+}
+
+/// [`count_disk_blocks`], and with `view` its mirror on view bytes: `grow`
+/// counts the units W stores one byte shorter (what [`scan_view`]
+/// reports), `exempt` stays 0. `block` is not 0.
+fn count_blocks(
+    buf: &[u8],
+    at_end: bool,
+    start: u64,
+    block: u64,
+    view: bool,
+    mut tally: impl FnMut(BlockCount),
+) -> usize {
     let mut cur = BlockCount {
         block: start / block,
         grow: 0,
@@ -215,7 +238,14 @@ pub fn count_disk_blocks(
         cur.grow = 0;
         cur.exempt = 0;
     };
-    let below = |k: usize| if k >= 32 { u32::MAX } else { (1u32 << k) - 1 };
+    let decide = |i: usize| {
+        if view {
+            decide_view(buf, i, at_end).map(|shrinks| shrinks.then_some(DiskEvent::Grow(i)))
+        } else {
+            decide_disk(buf, i, at_end)
+        }
+    };
+    let below = |k: usize| if k >= 64 { u64::MAX } else { (1u64 << k) - 1 };
     let mut i = 0;
     loop {
         if i >= end {
@@ -224,8 +254,8 @@ pub fn count_disk_blocks(
             end = block_end(cur.block);
         }
         // Whole vectors inside the block whose candidates all certainly
-        // grow: a popcount each.
-        let (j, n) = simd::count_growing(buf, i, end);
+        // change length: a popcount each.
+        let (j, n) = simd::count_changing(buf, i, end, view);
         cur.grow += n;
         i = j;
         if i >= end {
@@ -234,14 +264,14 @@ pub fn count_disk_blocks(
         // A vector that holds other candidates or reaches into the next
         // block: its masks, cut at the block's end, the other candidates
         // decided one by one.
-        if let Some((exact, mut other, lanes)) = simd::candidate_block(buf, i, false) {
+        if let Some((exact, mut other, lanes)) = simd::candidate_block(buf, i, view) {
             let take = lanes.min(end - i);
             let exact = exact & below(take);
             other &= below(take);
             while other != 0 {
                 let k = other.trailing_zeros() as usize;
                 other &= other - 1;
-                match decide_disk(buf, i + k, at_end) {
+                match decide(i + k) {
                     Ok(Some(DiskEvent::Grow(_))) => cur.grow += 1,
                     Ok(Some(DiskEvent::Exempt(_))) => cur.exempt += 1,
                     Ok(None) => {}
@@ -257,7 +287,11 @@ pub fn count_disk_blocks(
             continue;
         }
         // The portable path, and the last bytes: candidate by candidate.
-        let c = simd::find_disk_candidate(buf, i);
+        let c = if view {
+            simd::find_view_candidate(buf, i)
+        } else {
+            simd::find_disk_candidate(buf, i)
+        };
         if c == buf.len() {
             flush(&mut cur);
             return c;
@@ -266,7 +300,7 @@ pub fn count_disk_blocks(
             i = c;
             continue;
         }
-        match decide_disk(buf, c, at_end) {
+        match decide(c) {
             Ok(Some(DiskEvent::Grow(_))) => cur.grow += 1,
             Ok(Some(DiskEvent::Exempt(_))) => cur.exempt += 1,
             Ok(None) => {}
@@ -283,16 +317,27 @@ pub fn count_disk_blocks(
 /// shorter.
 #[inline(always)]
 fn view_unit(buf: &[u8], i: usize, at_end: bool, shrink: &mut impl FnMut(usize)) -> Result<(), ()> {
-    let len = lead_len(buf[i]);
-    if complete(&buf[i..], len, at_end)? {
-        if let ViewUnit::Char { cp, len } = classify_view_value(payload(&buf[i..], len), len) {
-            let mut tmp = [0u8; 8];
-            if super::scalar::encode_disk(cp, &mut tmp).is_some_and(|n| n < len) {
-                shrink(i);
-            }
-        }
+    if decide_view(buf, i, at_end)? {
+        shrink(i);
     }
     Ok(())
+}
+
+/// Whether W stores the unit at `buf[i]` shorter; `Err` when the end of
+/// `buf` cuts it and more input may follow.
+#[inline(always)]
+fn decide_view(buf: &[u8], i: usize, at_end: bool) -> Result<bool, ()> {
+    let len = lead_len(buf[i]);
+    if !complete(&buf[i..], len, at_end)? {
+        return Ok(false);
+    }
+    Ok(match classify_view_value(payload(&buf[i..], len), len) {
+        ViewUnit::Char { cp, len } => {
+            let mut tmp = [0u8; 8];
+            super::scalar::encode_disk(cp, &mut tmp).is_some_and(|n| n < len)
+        }
+        _ => false,
+    })
 }
 
 /// Which way a [`LengthCounter`] counts.
@@ -349,6 +394,13 @@ impl LengthCounter {
 
     fn scan(&mut self, buf: &[u8], at_end: bool, only_first: bool) -> usize {
         let (changed, exempt) = (&mut self.changed, &mut self.exempt);
+        if !only_first {
+            let view = self.dir == Direction::ViewToDisk;
+            return count_blocks(buf, at_end, 0, u64::MAX, view, |c| {
+                *changed += c.grow;
+                *exempt += c.exempt;
+            });
+        }
         match self.dir {
             Direction::DiskToView => scan_disk(buf, at_end, |e| match e {
                 DiskEvent::Grow(p) if !only_first || p == 0 => *changed += 1,
@@ -415,18 +467,19 @@ impl LengthCounter {
 /// assert_eq!(cutf8::length::view_len(&[0xDF, 0xBF, b'\n']), 4);
 /// ```
 pub fn view_len(disk: &[u8]) -> u64 {
-    let mut grow = 0u64;
-    scan_disk(disk, true, |e| {
-        if let DiskEvent::Grow(_) = e {
-            grow += 1
-        }
-    });
-    disk.len() as u64 + grow
+    disk.len() as u64 + changing_units(disk, false)
 }
 
 /// Disk length of a whole buffer of view bytes, for content W can store.
 pub fn disk_len(view: &[u8]) -> u64 {
-    let mut shrink = 0u64;
-    scan_view(view, true, |_| shrink += 1);
-    view.len() as u64 - shrink
+    view.len() as u64 - changing_units(view, true)
+}
+
+/// The units of a whole buffer whose length changes (disk bytes: those
+/// that grow in the view; `view`: those W stores shorter), counted as one
+/// block: a popcount per vector where the vector code runs.
+fn changing_units(buf: &[u8], view: bool) -> u64 {
+    let mut n = 0;
+    count_blocks(buf, true, 0, u64::MAX, view, |c| n += c.grow);
+    n
 }

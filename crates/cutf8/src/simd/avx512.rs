@@ -1,7 +1,8 @@
 //! The conversion kernel for AVX-512: `kernels::run`'s scheme on blocks
 //! of 64 bytes, with lane masks held as bit masks (`k` registers, `u64`:
 //! bit `j` is lane `j`) instead of byte vectors. Compiled only inside
-//! `super`'s AVX-512 entry points; the length passes stay on AVX2.
+//! `super`'s AVX-512 entry points; the length passes' kernels for this
+//! level are `avx512_len`.
 //!
 //! The arithmetic is `kernels`' (read its header first): each lane gets a
 //! digit of the offset, carries (W: borrows) run at most three lanes

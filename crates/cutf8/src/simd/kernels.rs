@@ -1,7 +1,8 @@
 //! The vector kernels, written once over [`Vector`] and compiled for SSE2
 //! and AVX2 by `super`. (The AVX-512 level converts with its own kernel,
-//! `super::avx512`, on the scheme described here, and uses `find`,
-//! `masks_at` and `count_growing` at AVX2 width.)
+//! `super::avx512`, on the scheme described here, and has its own `find`,
+//! `masks_at` and counts, `super::avx512_len`; its searches end with this
+//! `find` at AVX2 width.)
 //!
 //! Both conversions keep the byte structure: in the units the fast path
 //! takes (ASCII, and 2-, 3- and 4-byte sequences whose length is the same on
@@ -505,6 +506,40 @@ pub(super) unsafe fn count_growing<V: Vector>(s: &[u8], mut i: usize, stop: usiz
                 break;
             }
             n += grow.count_ones() as u64;
+        }
+        i += lanes;
+    }
+    (i, n)
+}
+
+/// The view side of [`count_growing`]: counts the view units that
+/// certainly shrink on disk (the first mask of [`masks_at`] with `VIEW`)
+/// in whole vectors from `i` on, and stops before the first vector that
+/// holds another view candidate, that would reach past `stop`, or after
+/// which fewer than three bytes of look-ahead remain.
+///
+/// # Safety
+///
+/// The CPU must have `V`'s instructions. Loads stay inside `s`: a vector
+/// at `i` (and at `i + 1` to `i + 3`) is loaded only when `i + LANES + 3
+/// <= s.len()`.
+#[inline(always)]
+pub(super) unsafe fn count_shrinking<V: Vector>(
+    s: &[u8],
+    mut i: usize,
+    stop: usize,
+) -> (usize, u64) {
+    let lanes = V::LANES;
+    let p = s.as_ptr();
+    let stop = stop.min(s.len().saturating_sub(3));
+    let mut n = 0u64;
+    while i + lanes <= stop {
+        if candidates_at::<V, true>(p.add(i)) != 0 {
+            let (exact, other) = masks_at::<V, true>(p.add(i));
+            if other != 0 {
+                break;
+            }
+            n += exact.count_ones() as u64;
         }
         i += lanes;
     }

@@ -29,22 +29,26 @@
 //! their input made of units the vector kernels take (see `kernels`), and
 //! `find_disk_candidate` / `find_view_candidate` skip to the next byte the
 //! length passes must look at, `candidate_block` gives a block's candidates
-//! as masks where they are dense, and `count_growing` counts the disk
-//! units that certainly grow a vector at a time (one popcount each) for
-//! the per-block counts the offset index is built from. They know nothing of streaming state: a
-//! run starts at a unit boundary and stops at one. On SSE2, which has no
-//! byte shuffle, the blocks whose units change length are spread or
-//! packed by a byte loop (3 CPU ns/byte on property-test-like text, against
-//! 0.6 with AVX2's `pshufb` and 5 before either).
+//! as masks where they are dense, and `count_changing` counts the disk
+//! units that certainly grow (or view units that certainly shrink) a
+//! vector at a time, one popcount each, for the per-block counts the
+//! offset index is built from and for the whole-buffer lengths. They know
+//! nothing of streaming state: a run starts at a unit boundary and stops
+//! at one. On SSE2, which has no byte shuffle, the blocks whose units
+//! change length are spread or packed by a byte loop (3 CPU ns/byte on
+//! property-test-like text, against 0.6 with AVX2's `pshufb` and 5 before
+//! either).
 //!
 //! The AVX-512 level has its own conversion kernel (`avx512`: 64-byte
 //! blocks, lane classes as `k` masks, `vpcompressb` for the units whose
 //! length changes); each of its runs goes on with the AVX2 kernel, which
 //! takes the last 34–63 bytes (or output room) a 64-byte block cannot and
 //! a refused block's first half when the unit that stopped it lies in the
-//! second. It runs the length passes with the AVX2 code: where those are
-//! slow (text dense in growing units) the time goes to the scalar
-//! decision per unit, not to the vector search.
+//! second. Its length kernels are 64 bytes wide too (`avx512_len`: the
+//! next candidate, a block's candidates as two `u64` masks, and the
+//! counts a vector at a time, with the bytes after each lead compared
+//! against bounds a `vpermb` looks up per lead); the search ends with the
+//! AVX2 one, and a block with fewer than 67 bytes left is an AVX2 block.
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
@@ -85,10 +89,30 @@
 //! blocks cannot take, under 64 bytes or at the end of a run, go to the
 //! AVX2 blocks (before that, the AVX-512 level converted 40- and
 //! 100-byte chunks at 0.35–0.7× the AVX2 speed).
+//!
+//! The length passes on AVX-512 (same machine, `scripts/bench-codec.sh 64
+//! 5`, medians of six alternating runs, GB/s, AVX2 → AVX-512): the
+//! per-block count the offset index is built with (`count_disk_blocks`)
+//! 9.3 → 18.2 on `dense` and 9.8 → 18.5 on `random`, 15–16 → 17.5–18.6
+//! on the other corpora, where simdutf8 reads the same buffers at 17–23;
+//! `view_len` 9.5 → 19.0 and `disk_len` 8.3 → 16.8 on `dense` (they count
+//! as the index does; before, with a closure call per unit that changes
+//! length, they ran at 1.3 and 1.7 on either level); `scan_disk`, which
+//! still reports each unit, 1.7 → 2.2 on `dense` and 15–16 → 21–25
+//! elsewhere. Nothing runs slower than on AVX2. What made the count fast
+//! was not the width: a port of the AVX2 kernel to 64-byte vectors, mask
+//! compares and the logic between them, counted `dense` at 11–12 (in
+//! cache) where AVX2 does 9, because on Zen 4 every compare into a mask
+//! and every operation on masks costs about a cycle and moving a mask to
+//! a general register two. Looking up per lead the bounds on the next
+//! bytes and chaining masked compares (see `avx512_len`) roughly halved
+//! that work: 19–20 in cache.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_len;
 #[cfg(target_arch = "x86_64")]
 mod kernels;
 #[cfg(target_arch = "x86_64")]
@@ -106,8 +130,8 @@ pub enum Level {
     Sse2 = 2,
     /// AVX2 blocks of 32 bytes (x86_64 with AVX2 only).
     Avx2 = 3,
-    /// AVX-512 blocks of 64 bytes for the conversions (their last bytes in
-    /// AVX2 blocks), AVX2 for the length passes (x86_64 with AVX2, AVX-512
+    /// AVX-512 blocks of 64 bytes for the conversions and the length
+    /// passes (their last bytes in AVX2 blocks; x86_64 with AVX2, AVX-512
     /// F, BW, VBMI and VBMI2, BMI2 and POPCNT only).
     Avx512 = 4,
 }
@@ -211,7 +235,7 @@ impl Path {
             Level::Sse2 => cfg!(target_arch = "x86_64"),
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => std::is_x86_feature_detected!("avx2"),
-            // The length passes run AVX2 code on this level.
+            // Its kernels end their runs and searches with AVX2 code.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => {
                 std::is_x86_feature_detected!("avx2")
@@ -304,47 +328,96 @@ pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
 /// The candidates (as [`find_disk_candidate`], or [`find_view_candidate`]
 /// with `view`) among the block of bytes at `i` as two masks (bit `j` for
 /// `s[i + j]`): the units that certainly change length, and the others;
-/// then the block's length. `None` on the portable path and where fewer
-/// than a block and three bytes of look-ahead remain.
+/// then the block's length (16, 32 or 64). `None` on the portable path and
+/// where fewer than a block and three bytes of look-ahead remain.
 #[inline]
-pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u32, u32, usize)> {
-    match path().level() {
+pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u64, u64, usize)> {
+    candidate_block_on(path(), s, i, view)
+}
+
+/// [`candidate_block`] on the path `p`.
+#[inline]
+pub(crate) fn candidate_block_on(
+    p: Path,
+    s: &[u8],
+    i: usize,
+    view: bool,
+) -> Option<(u64, u64, usize)> {
+    match p.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 if i + 64 + 3 <= s.len() => {
+            // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
+            // has every feature `block_avx512` enables (`Path::new`); the
+            // block and its look-ahead are inside `s`.
+            let (exact, other) = unsafe { x86::block_avx512(s, i, view) };
+            Some((exact, other, 64))
+        }
+        // Near the end, the AVX-512 level goes on with 32-byte blocks.
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 | Level::Avx512 if i + 32 + 3 <= s.len() => {
             // SAFETY: a `Path` of `Level::Avx2` or `Level::Avx512` exists
             // only when the CPU has AVX2 (the invariant of `Path`; see
             // `Path::new`); the block and its look-ahead are inside `s`.
             let (exact, other) = unsafe { x86::block_avx2(s, i, view) };
-            Some((exact, other, 32))
+            Some((exact.into(), other.into(), 32))
         }
         #[cfg(target_arch = "x86_64")]
         Level::Sse2 if i + 16 + 3 <= s.len() => {
             let (exact, other) = x86::block_sse2(s, i, view);
-            Some((exact, other, 16))
+            Some((exact.into(), other.into(), 16))
         }
         _ => None,
     }
 }
 
-/// How many disk units certainly grow in whole vectors from `i` on, up to
-/// the first vector holding a candidate [`candidate_block`] would mark
-/// `other`, one reaching past `stop`, or the last whole block with its
-/// look-ahead: `(where it stopped, count)`. `(i, 0)` on the portable path.
+/// How many units certainly change length (disk units that grow in the
+/// view; with `view`, view units that shrink on disk) in whole vectors
+/// from `i` on, up to the first vector holding a candidate
+/// [`candidate_block`] would mark `other`, one reaching past `stop`, or
+/// the last whole block with its look-ahead: `(where it stopped, count)`.
+/// `(i, 0)` on the portable path.
 #[inline]
-pub(crate) fn count_growing(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
-    count_growing_on(path(), s, i, stop)
+pub(crate) fn count_changing(s: &[u8], i: usize, stop: usize, view: bool) -> (usize, u64) {
+    count_changing_on(path(), s, i, stop, view)
 }
 
-pub(crate) fn count_growing_on(p: Path, s: &[u8], i: usize, stop: usize) -> (usize, u64) {
-    match p.level() {
+/// [`count_changing`] on the path `p`.
+pub(crate) fn count_changing_on(
+    p: Path,
+    s: &[u8],
+    i: usize,
+    stop: usize,
+    view: bool,
+) -> (usize, u64) {
+    // A function per kernel: the disk counts compile as they did before
+    // the view counts existed.
+    match (p.level(), view) {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 | Level::Avx512 => {
-            // SAFETY: a `Path` of either level exists only when the CPU
+        (Level::Avx512, false) => {
+            // SAFETY: a `Path` of `Level::Avx512` exists only when the CPU
+            // has every feature `count_growing_avx512` enables.
+            unsafe { x86::count_growing_avx512(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, true) => {
+            // SAFETY: as for `count_growing_avx512`.
+            unsafe { x86::count_shrinking_avx512(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2, false) => {
+            // SAFETY: a `Path` of `Level::Avx2` exists only when the CPU
             // has AVX2 (see `decode_run_on`, `Path::new`).
             unsafe { x86::count_growing_avx2(s, i, stop) }
         }
         #[cfg(target_arch = "x86_64")]
-        Level::Sse2 => x86::count_growing_sse2(s, i, stop),
+        (Level::Avx2, true) => {
+            // SAFETY: as for `count_growing_avx2`.
+            unsafe { x86::count_shrinking_avx2(s, i, stop) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Level::Sse2, false) => x86::count_growing_sse2(s, i, stop),
+        #[cfg(target_arch = "x86_64")]
+        (Level::Sse2, true) => x86::count_shrinking_sse2(s, i, stop),
         _ => (i, 0),
     }
 }
@@ -420,8 +493,13 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
     let from = from.min(s.len());
     let i = match p.level() {
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 | Level::Avx512 => {
-            // SAFETY: as in `count_growing_on`.
+        Level::Avx512 => {
+            // SAFETY: as in `count_changing_on`.
+            unsafe { x86::find_avx512(s, from, view) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => {
+            // SAFETY: as in `count_changing_on`.
             unsafe { x86::find_avx2(s, from, view) }
         }
         #[cfg(target_arch = "x86_64")]
@@ -444,7 +522,7 @@ pub(crate) fn find_on(p: Path, s: &[u8], from: usize, view: bool) -> usize {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{avx512, kernels};
+    use super::{avx512, avx512_len, kernels};
     use core::arch::x86_64::{__m128i, __m256i};
 
     pub(super) fn decode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
@@ -478,6 +556,12 @@ mod x86 {
         unsafe { kernels::count_growing::<__m128i>(s, i, stop) }
     }
 
+    pub(super) fn count_shrinking_sse2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: SSE2 is baseline; `count_shrinking` loads only whole
+        // vectors with their look-ahead inside `s`.
+        unsafe { kernels::count_shrinking::<__m128i>(s, i, stop) }
+    }
+
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
@@ -485,6 +569,15 @@ mod x86 {
         // SAFETY: the caller guarantees AVX2; `count_growing` stays inside
         // `s` as in `count_growing_sse2`.
         unsafe { kernels::count_growing::<__m256i>(s, i, stop) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn count_shrinking_avx2(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees AVX2; `count_shrinking` stays
+        // inside `s` as in `count_shrinking_sse2`.
+        unsafe { kernels::count_shrinking::<__m256i>(s, i, stop) }
     }
 
     /// Candidate masks of the 16 bytes at `i`; needs `i + 19 <= s.len()`.
@@ -592,6 +685,66 @@ mod x86 {
             }
         };
         (r + r2, w + w2)
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn count_growing_avx512(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees the features; `count_growing`
+        // loads only whole vectors with their look-ahead inside `s`.
+        unsafe { avx512_len::count_growing(s, i, stop) }
+    }
+
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn count_shrinking_avx512(s: &[u8], i: usize, stop: usize) -> (usize, u64) {
+        // SAFETY: the caller guarantees the features; `count_shrinking`
+        // loads only whole vectors with their look-ahead inside `s`.
+        unsafe { avx512_len::count_shrinking(s, i, stop) }
+    }
+
+    /// Candidate masks of the 64 bytes at `i`; needs `i + 67 <= s.len()`.
+    ///
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn block_avx512(s: &[u8], i: usize, view: bool) -> (u64, u64) {
+        assert!(i + 64 + 3 <= s.len());
+        // SAFETY: the caller guarantees the features; the loads (64 bytes
+        // at `i` to `i + 3`) are inside `s` by the assertion.
+        unsafe {
+            if view {
+                avx512_len::masks_at::<true>(s.as_ptr().add(i))
+            } else {
+                avx512_len::masks_at::<false>(s.as_ptr().add(i))
+            }
+        }
+    }
+
+    /// The 64-byte search, then from where it stopped (fewer than 66
+    /// bytes left, or a candidate there) the 32-byte one.
+    ///
+    /// # Safety
+    /// As [`decode_avx512`].
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")]
+    pub(super) unsafe fn find_avx512(s: &[u8], from: usize, view: bool) -> usize {
+        // SAFETY: the caller guarantees the features (AVX2 among them);
+        // both searches load only vectors with their look-ahead inside `s`
+        // (see `find_sse2`).
+        let i = unsafe {
+            if view {
+                avx512_len::find::<true>(s, from)
+            } else {
+                avx512_len::find::<false>(s, from)
+            }
+        };
+        if i + 64 + 2 <= s.len() {
+            return i;
+        }
+        // SAFETY: as above (a candidate at `i` is found again at once).
+        unsafe { find_avx2(s, i, view) }
     }
 
     /// # Safety

@@ -146,6 +146,17 @@ fn run_block(path: Path) -> usize {
     }
 }
 
+/// The bytes of a vector of the length passes on `path` (the blocks of
+/// [`count_changing_on`] and [`candidate_block_on`]).
+fn length_block(path: Path) -> usize {
+    match path.level() {
+        Level::Portable => 0,
+        Level::Sse2 => 16,
+        Level::Avx2 => 32,
+        Level::Avx512 => 64,
+    }
+}
+
 /// A fast run on `path` (`encode`: W, else V), or with `blocks` the
 /// AVX-512 level's 64-byte blocks alone (`None` on other paths).
 fn run_on(
@@ -623,10 +634,12 @@ proptest! {
     /// The length scans report exactly the units whose length changes, in
     /// order, on every level (the block masks of the vector levels and the
     /// byte loop of the portable one), on bytes crowded with the leads and
-    /// second bytes that decide it.
+    /// second bytes that decide it; the whole-buffer lengths and the
+    /// streaming counters (cut at `cut`) count exactly those.
     #[test]
     fn scans_report_exactly_the_changing_units_on_every_level(
         b in crowded_bytes(),
+        cut in 0usize..300,
     ) {
         let best = Level::best();
         for path in Path::available() {
@@ -643,7 +656,20 @@ proptest! {
                     })
                 };
                 prop_assert_eq!(done, b.len());
-                prop_assert_eq!(&got, &reference_changes(&b, view), "{:?} view {}", path, view);
+                let want = reference_changes(&b, view);
+                prop_assert_eq!(&got, &want, "{:?} view {}", path, view);
+                let (len, n) = (b.len() as u64, want.len() as u64);
+                let (one_shot, mut c) = if view {
+                    (length::disk_len(&b), length::LengthCounter::view_to_disk())
+                } else {
+                    (length::view_len(&b), length::LengthCounter::disk_to_view())
+                };
+                let other = if view { len - n } else { len + n };
+                prop_assert_eq!(one_shot, other, "{:?} view {}", path, view);
+                let cut = cut.min(b.len());
+                c.push(&b[..cut]);
+                c.push(&b[cut..]);
+                prop_assert_eq!(c.finish(), other, "{:?} view {} cut {}", path, view, cut);
             }
         }
         crate::simd::set_max_level(best);
@@ -904,7 +930,7 @@ fn count_growing_counts_whole_vectors() {
             let grows = reference_changes(b, false);
             for from in 0..64 {
                 for stop in [from, from + 40, from + 500, b.len()] {
-                    let (i, n) = count_growing_on(path, b, from, stop);
+                    let (i, n) = count_changing_on(path, b, from, stop, false);
                     assert!(i == from || (i > from && i <= stop && i + 3 <= b.len()));
                     assert_eq!(
                         n,
@@ -915,8 +941,7 @@ fn count_growing_counts_whole_vectors() {
                         assert_eq!((i, n), (from, 0));
                         continue;
                     }
-                    // The AVX-512 level counts with the AVX2 code.
-                    let lanes = run_block(path);
+                    let lanes = length_block(path);
                     assert_eq!((i - from) % lanes, 0);
                     let room = i + lanes <= stop.min(b.len() - 3);
                     if room {
@@ -929,6 +954,254 @@ fn count_growing_counts_whole_vectors() {
                             "{path:?} from {from} stopped at {i}: {:02X?}",
                             &b[i..i + lanes + 3]
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The length passes' candidate rules, byte by byte (the definitions of
+/// `kernels::masks_at`, `disk_candidates` and `view_candidates`): whether
+/// the unit at `b[j]` certainly changes length, and whether it is a
+/// candidate at all. A missing byte counts as ASCII.
+fn rule(b: &[u8], j: usize, view: bool) -> (bool, bool) {
+    let at = |k: usize| b.get(j + k).copied().unwrap_or(0);
+    let (v, n1, n2, n3) = (at(0), at(1), at(2), at(3));
+    let c = |x: u8| x & 0xC0 == 0x80;
+    if view {
+        let exact = match v {
+            0xE0 => c(n1) && c(n2) && (matches!(n1, 0xA0..=0xA1) || (n1 == 0xA2 && n2 < 0xA0)),
+            0xF0 => {
+                c(n1)
+                    && c(n2)
+                    && c(n3)
+                    && (n1 == 0x90 || (n1 == 0x91 && (n2 < 0x82 || (n2 == 0x82 && n3 < 0xA0))))
+            }
+            _ => false,
+        };
+        let cand = match v {
+            0xE0 => n1 < 0xA3,
+            0xF0 => n1 < 0x92,
+            0xF8 | 0xFC | 0xFE => true,
+            _ => false,
+        };
+        (exact, cand)
+    } else {
+        let ee = n1 >= 0xBE || (n1 == 0xBD && n2 >= 0xA0);
+        let exact = match v {
+            0xDD => matches!(n1, 0xA0..=0xBF),
+            0xDE | 0xDF => c(n1),
+            0xEE => c(n1) && c(n2) && ee,
+            0xEF => c(n1) && c(n2),
+            _ => false,
+        };
+        let cand = match v {
+            0xDD => n1 >= 0xA0,
+            0xEE => ee,
+            0xDE | 0xDF | 0xEF | 0xF7 | 0xFB | 0xFD | 0xFE => true,
+            _ => false,
+        };
+        (exact, cand)
+    }
+}
+
+/// [`candidate_block_on`] at `i` on `path` against [`rule`], lane by lane;
+/// the block is the widest of the path's that fits with its look-ahead
+/// (the AVX-512 level goes on with 32-byte blocks near the end).
+fn check_block(path: Path, b: &[u8], i: usize, view: bool) {
+    let got = candidate_block_on(path, b, i, view);
+    let widths: &[usize] = match path.level() {
+        Level::Portable => &[],
+        Level::Sse2 => &[16],
+        Level::Avx2 => &[32],
+        Level::Avx512 => &[64, 32],
+    };
+    let Some(want_n) = widths.iter().copied().find(|&w| i + w + 3 <= b.len()) else {
+        assert_eq!(got, None, "{path:?} at {i} of {}", b.len());
+        return;
+    };
+    let (exact, other, n) = got.unwrap_or_else(|| panic!("{path:?} at {i} of {}", b.len()));
+    assert_eq!(n, want_n, "{path:?} at {i} of {}", b.len());
+    for k in 0..64 {
+        let (e, c) = if k < n {
+            rule(b, i + k, view)
+        } else {
+            (false, false)
+        };
+        assert_eq!(
+            (exact >> k & 1 == 1, other >> k & 1 == 1),
+            (e, c && !e),
+            "{path:?} view {view} block at {i}, lane {k}: {:02X?}",
+            &b[i + k..(i + k + 4).min(b.len())]
+        );
+    }
+}
+
+/// What [`count_changing_on`] must return with vectors of `lanes` bytes:
+/// whole vectors from `from` while one fits before `stop` with three
+/// bytes of look-ahead and all its candidates certainly change length,
+/// and the count of those.
+fn reference_count(b: &[u8], from: usize, stop: usize, lanes: usize, view: bool) -> (usize, u64) {
+    let (mut i, mut n) = (from, 0);
+    if lanes == 0 {
+        return (from, 0);
+    }
+    while i + lanes <= stop.min(b.len().saturating_sub(3)) {
+        let rules: Vec<_> = (i..i + lanes).map(|j| rule(b, j, view)).collect();
+        if rules.iter().any(|&(e, c)| c && !e) {
+            break;
+        }
+        n += rules.iter().filter(|&&(e, _)| e).count() as u64;
+        i += lanes;
+    }
+    (i, n)
+}
+
+/// The rules agree with the unit-by-unit reference: a unit that certainly
+/// changes length does, and every unit that does is a candidate.
+fn check_rule(b: &[u8], view: bool) {
+    let changes = reference_changes(b, view);
+    for j in 0..b.len() {
+        let (exact, cand) = rule(b, j, view);
+        if exact {
+            assert!(changes.contains(&j), "view {view} {j}: {b:02X?}");
+        }
+        if changes.contains(&j) {
+            assert!(cand, "view {view} {j}: {b:02X?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Every block's candidate masks, at every offset, on every level,
+    /// equal the byte-by-byte rule: the lanes of a 64-byte block line up
+    /// with their look-ahead, the last ones with the next block's bytes.
+    #[test]
+    fn candidate_blocks_follow_the_rule_at_every_offset(b in crowded_bytes()) {
+        for view in [false, true] {
+            check_rule(&b, view);
+            for path in Path::available() {
+                for i in 0..=b.len() {
+                    check_block(path, &b, i, view);
+                }
+            }
+        }
+    }
+
+    /// The vector counts on every level, from every offset and to every
+    /// stop, take exactly the whole vectors the rule allows.
+    #[test]
+    fn counts_follow_the_rule(b in crowded_bytes(), from in 0usize..80) {
+        for path in Path::available() {
+            let lanes = length_block(path);
+            for view in [false, true] {
+                for stop in from..=b.len() + 1 {
+                    prop_assert_eq!(
+                        count_changing_on(path, &b, from, stop, view),
+                        reference_count(&b, from, stop, lanes, view),
+                        "{:?} view {} from {} stop {}", path, view, from, stop
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Each kind of candidate (changing length, cut, not changing by its
+/// second, third or fourth byte, exempt and far leads; disk and view) at
+/// every position of three 64-byte vectors, so at lanes 61–63 with its
+/// look-ahead in the next vector, on text that is otherwise units that
+/// change length and é: the candidate masks of every block, the vector
+/// counts from every offset 0..64 to stops at and around every vector's
+/// end, and the search for the next candidate (there and with the unit
+/// alone), follow the rule on every level.
+#[test]
+fn candidates_at_vector_edges() {
+    let disk: [&[u8]; 14] = [
+        &[0xDD, 0xA0],
+        &[0xDD, 0x9F],
+        &[0xDD, 0xC3],
+        &[0xDF, 0x41],
+        &[0xDE, 0xBF],
+        &[0xEE, 0xBD, 0xA0],
+        &[0xEE, 0xBD, 0x9F],
+        &[0xEE, 0xBD, 0xC3],
+        &[0xEE, 0xBE, 0x41],
+        &[0xEE, 0xBC, 0xBF],
+        &[0xEF, 0xBF],
+        &[0xF7, 0x80, 0x80, 0x80],
+        &[0xFE, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80],
+        &[0xFD, 0xBD],
+    ];
+    let view: [&[u8]; 9] = [
+        &[0xE0, 0xA1, 0x80],
+        &[0xE0, 0xA2, 0x9F],
+        &[0xE0, 0xA2, 0xA0],
+        &[0xE0, 0x9F, 0xBF],
+        &[0xF0, 0x91, 0x82, 0x9F],
+        &[0xF0, 0x91, 0x82, 0xA0],
+        &[0xF0, 0x90, 0x80],
+        &[0xF8, 0x88],
+        &[0xE0, 0xA0],
+    ];
+    // Units that change length (U+089F, U+1109F) and é, on each side.
+    let disk_fill: [&[u8]; 3] = [b"\xDF\xBF", b"\xEF\xBF\xBF", "é".as_bytes()];
+    let view_fill: [&[u8]; 3] = [b"\xE0\xA2\x9F", b"\xF0\x91\x82\x9F", "é".as_bytes()];
+    for (is_view, units, fill) in [(false, &disk[..], disk_fill), (true, &view[..], view_fill)] {
+        for unit in units {
+            for pos in 0..3 * 64 {
+                let mut b = Vec::new();
+                let mut k = 0;
+                while b.len() < pos {
+                    b.extend_from_slice(fill[k % 3]);
+                    k += 1;
+                }
+                b.truncate(pos);
+                b.extend_from_slice(unit);
+                while b.len() < 4 * 64 + 3 {
+                    b.extend_from_slice(fill[k % 3]);
+                    k += 1;
+                }
+                check_rule(&b, is_view);
+                for path in Path::available() {
+                    for i in 0..b.len() {
+                        check_block(path, &b, i, is_view);
+                    }
+                    // The first rule candidate from each offset (the
+                    // search may stop earlier at a lead it does not judge
+                    // by the next bytes: everywhere on the portable path,
+                    // on the vector paths only near the end); also with
+                    // the unit alone among é, where the search has to
+                    // skip whole vectors to reach it.
+                    let mut alone = "é".repeat(pos / 2).into_bytes();
+                    alone.resize(pos, b'a');
+                    alone.extend_from_slice(unit);
+                    alone.resize(4 * 64 + 3, b'z');
+                    for s in [&b, &alone] {
+                        for from in 0..s.len() {
+                            let first = (from..s.len()).find(|&j| rule(s, j, is_view).1);
+                            let got = find_on(path, s, from, is_view);
+                            let unjudged = path.level() == Level::Portable || got + 34 > s.len();
+                            assert!(
+                                first == Some(got) || (first.is_none_or(|f| got < f) && unjudged),
+                                "{path:?} view {is_view} {unit:02X?} at {pos} from {from}: {got} {first:?}"
+                            );
+                        }
+                    }
+                    let lanes = length_block(path);
+                    for from in 0..64 {
+                        for end in (0..=4usize).map(|v| from + v * 64) {
+                            for stop in end.saturating_sub(1)..=end + 1 {
+                                assert_eq!(
+                                    count_changing_on(path, &b, from, stop, is_view),
+                                    reference_count(&b, from, stop, lanes, is_view),
+                                    "{path:?} {unit:02X?} at {pos} from {from} stop {stop}"
+                                );
+                            }
+                        }
                     }
                 }
             }
