@@ -11,7 +11,8 @@
 #   gocryptfs a gocryptfs mount (FUSE, encrypts)
 #   cutf8fs   target/release/cutf8fs over an empty backing directory, so the
 #             files written through it become Corrected UTF-8
-# Cases (times in seconds, median of REPS=3 runs):
+# Cases (times in seconds, median of REPS=3 runs; the runs go round the targets,
+# each round starting one target later, so none always runs first or last):
 #   cp       cp of a SIZE_MIB (1024) MiB text file into the target
 #   dd       dd if=that file of=TARGET bs=1M conv=fsync
 #   tar      tar -x of a FILES (2000) file text tree (tarball made outside)
@@ -424,14 +425,31 @@ one_run() {
     esac
 }
 
+# rotated K WORD...: the words, starting at the K-th (cyclically).
+rotated() {
+    local k=$1; shift
+    local -a w=("$@")
+    local i
+    for ((i = 0; i < ${#w[@]}; i++)); do printf '%s\n' "${w[(i + k) % ${#w[@]}]}"; done
+}
+
 declare -A T
 START=$(date +%s)
+read -r -a TARGET_LIST <<< "$TARGETS"
 for c in $CASES; do
+    # Repetitions go round the targets, each round starting one target
+    # later, so that no target always runs first or last: the machine's
+    # state moves during a case (on an ext4 without journal, creating
+    # files soon after thousands were deleted scans the recently deleted
+    # inodes, recently_deleted(), for a minute; the page cache fills).
+    declare -A RUNS=()
+    for ((r = 1; r <= REPS; r++)); do
+        while read -r t; do
+            RUNS[$t]+="$(one_run "$c" "$W/$t" "$r") "
+        done < <(rotated $((r - 1)) "${TARGET_LIST[@]}")
+    done
     for t in $TARGETS; do
-        runs=()
-        for ((r = 1; r <= REPS; r++)); do
-            runs+=("$(one_run "$c" "$W/$t" "$r")")
-        done
+        read -r -a runs <<< "${RUNS[$t]}"
         T[$c,$t]=$(median "${runs[@]}")
         log "$c $t: ${runs[*]} -> median ${T[$c,$t]} s"
         # Large files are not needed once their case is done.
