@@ -39,7 +39,7 @@ use core::arch::x86_64::*;
 const LANES: usize = 64;
 
 #[inline(always)]
-unsafe fn splat(b: u8) -> __m512i {
+pub(super) unsafe fn splat(b: u8) -> __m512i {
     _mm512_set1_epi8(b as i8)
 }
 
@@ -51,7 +51,7 @@ unsafe fn ge(v: __m512i, t: u8) -> u64 {
 
 /// Lanes `== t`.
 #[inline(always)]
-unsafe fn is(v: __m512i, t: u8) -> u64 {
+pub(super) unsafe fn is(v: __m512i, t: u8) -> u64 {
     _mm512_cmpeq_epi8_mask(v, splat(t))
 }
 

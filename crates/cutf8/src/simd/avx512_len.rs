@@ -31,23 +31,14 @@
 
 use core::arch::x86_64::*;
 
+use super::avx512::{is, splat};
+
 const LANES: usize = 64;
 
 /// The 64 bytes at `p`.
 #[inline(always)]
 unsafe fn load(p: *const u8) -> __m512i {
     _mm512_loadu_si512(p as *const __m512i)
-}
-
-#[inline(always)]
-unsafe fn splat(b: u8) -> __m512i {
-    _mm512_set1_epi8(b as i8)
-}
-
-/// Lanes `== t`.
-#[inline(always)]
-unsafe fn is(v: __m512i, t: u8) -> u64 {
-    _mm512_cmpeq_epi8_mask(v, splat(t))
 }
 
 /// 80–BF: the bytes below C0 as signed bytes.
