@@ -346,6 +346,69 @@ fn raw_files_symlinks_hard_links_and_xattrs_pass_through() {
 }
 
 #[test]
+fn regular_files_show_a_1_mib_blksize_unless_asked_for_backings() {
+    let setup = |b: &Path| {
+        write(&b.join("raw.bin"), &[0xFFu8; 5000]);
+        write(&b.join("c.txt"), &corrected(&every_kind()));
+        fs::create_dir(b.join("d")).unwrap();
+    };
+    // -o blksize=backing: every attribute as BACKING's, st_blksize too.
+    let m = Mount::new(&["blksize=backing"], setup);
+    for name in ["raw.bin", "c.txt", "d"] {
+        assert_eq!(
+            fs::metadata(m.m(name)).unwrap().blksize(),
+            fs::metadata(m.b(name)).unwrap().blksize(),
+            "{name}"
+        );
+    }
+    drop(m);
+    // The default: regular files show 1 MiB, raw or corrected, by getattr
+    // and by the attributes ls -l's listing brings (readdirplus); a
+    // directory keeps BACKING's.
+    let m = Mount::new(&[], setup);
+    let listed = Command::new("ls").arg("-l").arg(m.m("")).output().unwrap();
+    assert!(listed.status.success());
+    for name in ["raw.bin", "c.txt"] {
+        assert_eq!(
+            fs::metadata(m.m(name)).unwrap().blksize(),
+            1 << 20,
+            "{name}"
+        );
+    }
+    assert_eq!(
+        fs::metadata(m.m("d")).unwrap().blksize(),
+        fs::metadata(m.b("d")).unwrap().blksize()
+    );
+    // cp sizes its calls by it: 1 MiB writes of text, cut anywhere in a
+    // character, store the text corrected and read back equal.
+    let view: String = (0u32..1_000_000)
+        .map(|i| match i % 7 {
+            0 => ' ',
+            1 => char::from_u32(0x800 + i % 0xA0).unwrap(),
+            2 => char::from_u32(0x10000 + i % 0x10A0).unwrap(),
+            3 => char::from_u32(0x4E00 + i % 0x5000).unwrap(),
+            4 => char::from_u32(0x391 + i % 0x18).unwrap(),
+            5 => '\n',
+            _ => char::from_u32(0x61 + i % 26).unwrap(),
+        })
+        .collect();
+    let view = view.into_bytes();
+    assert!(view.len() > 2 << 20);
+    let src = m.dir().join("src.txt");
+    write(&src, &view);
+    let cp = Command::new("cp")
+        .arg(&src)
+        .arg(m.m("copy.txt"))
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    assert_eq!(fs::metadata(m.m("copy.txt")).unwrap().blksize(), 1 << 20);
+    assert!(fs::read(m.m("copy.txt")).unwrap() == view);
+    assert_eq!(&fs::read(m.b("copy.txt")).unwrap()[..8], &cutf8::MAGIC);
+    fs::remove_file(src).unwrap();
+}
+
+#[test]
 fn magic_at_the_start_of_a_raw_file_is_refused() {
     // (Writes to corrected files are issue 4's, tested with the write path.)
     let text = corrected(&every_kind());

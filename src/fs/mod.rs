@@ -96,6 +96,8 @@ pub struct CutFs {
     /// created on first use, never on a read-only mount).
     journal: crate::journal::Journal,
     newfiles: options::NewFiles,
+    /// `-o blksize`: the preferred I/O size regular files show.
+    blksize: Option<u32>,
     /// New files that stay raw, and file names for the log.
     raw: rawnew::RawPolicy,
     attr_ttl: Duration,
@@ -191,6 +193,7 @@ impl CutFs {
             strictatime: opts.atime() == options::Atime::Strict,
             journal,
             newfiles: opts.newfiles,
+            blksize: opts.blksize,
             raw: rawnew::RawPolicy::new(&opts.rawdirs),
             inodes: Arc::new(InodeTable::new(root)?),
             handles: Arc::new(HandleTable::default()),
@@ -235,12 +238,15 @@ impl CutFs {
         st: libc::stat,
         done: impl FnOnce(Result<fuser::FileAttr>) + Send + 'static,
     ) {
-        let cache = self.cache.clone();
+        let (cache, blksize) = (self.cache.clone(), self.blksize);
         self.scans.run(move || {
             done(error::guard(
                 op,
                 || inode.path(),
-                || ops::classify(&cache, &inode, &st).map(|c| ops::attr_with(&inode, &st, c)),
+                || {
+                    ops::classify(&cache, &inode, &st)
+                        .map(|c| ops::attr_with(&inode, &st, c, blksize))
+                },
             ))
         });
     }

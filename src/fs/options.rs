@@ -65,6 +65,13 @@ pub struct Options {
     /// no writer can meet a passthrough reader; off otherwise, because then
     /// an open for writing of a file being read that way fails (ETXTBSY).
     pub passthrough: Option<bool>,
+    /// `blksize=SIZE|backing`: the preferred I/O size (`st_blksize`) shown
+    /// for regular files, 1 MiB by default: cp, cat and other tools size
+    /// their buffers by it, and with BACKING's 4096 would write in 128 KiB
+    /// calls, each a request to the daemon, where the kernel takes up to
+    /// 1 MiB in one (`max_pages` 256). It is this filesystem's own hint, as
+    /// `st_dev` and `st_ino` are. None (`backing`): BACKING's.
+    pub blksize: Option<u32>,
 }
 
 impl Default for Options {
@@ -88,6 +95,7 @@ impl Default for Options {
             auto_unmount: false,
             log: None,
             passthrough: None,
+            blksize: Some(DEFAULT_BLKSIZE),
         }
     }
 }
@@ -226,6 +234,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "on, off, auto",
     ),
     (
+        "blksize=SIZE|backing",
+        "1M",
+        "preferred I/O size stat shows for regular files (cp and cat size their calls by it); backing: BACKING's",
+        "a power of two from 512 to 16M, or backing",
+    ),
+    (
         "rawdirs=NAME:...",
         ".git:.hg:.svn",
         "new files under these directories stay raw",
@@ -340,6 +354,10 @@ const IGNORED: &[&str] = &[
 ];
 
 /// A size such as `64M`, `1G`, `512k`, `4096` (binary units).
+/// `st_blksize` of regular files unless `-o blksize` says otherwise: the
+/// largest write the kernel sends in one request by default.
+pub const DEFAULT_BLKSIZE: u32 = 1 << 20;
+
 pub fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last()? {
@@ -424,6 +442,15 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("passthrough", Some("on")) => o.passthrough = Some(true),
         ("passthrough", Some("off")) => o.passthrough = Some(false),
         ("passthrough", Some("auto")) => o.passthrough = None,
+        ("blksize", Some("backing")) => o.blksize = None,
+        ("blksize", Some(v)) => {
+            o.blksize = Some(
+                parse_size(v)
+                    .filter(|n| n.is_power_of_two() && (512..=16 << 20).contains(n))
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(bad)?,
+            )
+        }
         ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v
@@ -545,5 +572,28 @@ mod tests {
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("x"), None);
         assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn blksize_is_a_power_of_two_or_backing() {
+        assert_eq!(parse::<&str>(&[]).unwrap().blksize, Some(1 << 20));
+        assert_eq!(parse(&["blksize=backing"]).unwrap().blksize, None);
+        assert_eq!(parse(&["blksize=1M"]).unwrap().blksize, Some(1 << 20));
+        assert_eq!(parse(&["blksize=512"]).unwrap().blksize, Some(512));
+        assert_eq!(parse(&["blksize=16M"]).unwrap().blksize, Some(16 << 20));
+        assert_eq!(
+            parse(&["blksize=1M,blksize=backing"]).unwrap().blksize,
+            None
+        );
+        for bad in [
+            "blksize=1000",
+            "blksize=256",
+            "blksize=32M",
+            "blksize=0",
+            "blksize=x",
+        ] {
+            let e = parse(&[bad]).unwrap_err();
+            assert!(e.contains(bad) && e.contains("power of two"), "{bad}: {e}");
+        }
     }
 }

@@ -288,7 +288,7 @@ impl CutFs {
                 provisional: false,
             });
         }
-        let attr = attr_with(&inode, st, Class::Raw);
+        let attr = attr_with(&inode, st, Class::Raw, self.blksize);
         // Warms the class for the lookup or getattr that follows; an error
         // resurfaces there.
         self.attr_on_scan_threads("readdirplus", inode, *st, drop);

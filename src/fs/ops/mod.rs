@@ -141,8 +141,15 @@ fn open_to_classify(inode: &Inode) -> std::io::Result<std::fs::File> {
         .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
 }
 
-/// FUSE attributes of `inode` in state `st` and class `class`.
-pub(super) fn attr_with(inode: &Inode, st: &libc::stat, class: Class) -> FileAttr {
+/// FUSE attributes of `inode` in state `st` and class `class`; a regular
+/// file's preferred I/O size is `blksize` when the mount sets one
+/// (`-o blksize`).
+pub(super) fn attr_with(
+    inode: &Inode,
+    st: &libc::stat,
+    class: Class,
+    blksize: Option<u32>,
+) -> FileAttr {
     let size = match class {
         Class::Raw => st.st_size as u64,
         Class::Corrected { view_len, .. } => view_len,
@@ -150,6 +157,9 @@ pub(super) fn attr_with(inode: &Inode, st: &libc::stat, class: Class) -> FileAtt
     let mut a = attr::from_stat(inode.ino, st, size);
     if inode.ino == super::inodes::ROOT {
         a.ino = fuser::INodeNo(super::inodes::ROOT);
+    }
+    if let (Some(b), true) = (blksize, inode.is_reg()) {
+        a.blksize = b;
     }
     a
 }
@@ -163,7 +173,7 @@ impl CutFs {
     /// The attributes every reply carries: the view's size for corrected
     /// files, everything else as in BACKING.
     pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
-        Ok(attr_with(inode, st, self.class(inode, st)?))
+        Ok(attr_with(inode, st, self.class(inode, st)?, self.blksize))
     }
 
     /// Whether classifying this file may take long (a scan of a large
