@@ -14,7 +14,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 
-use crate::support::mount::{corrected, wait_for, Mount};
+use crate::support::mount::{corrected, expected_view, wait_for, Mount};
 
 /// A view whose character at 4095..4099 is U+10400 (F0 90 90 80): a new
 /// three-byte character written at 4095 leaves its lead E0 before the
@@ -109,6 +109,74 @@ fn a_held_lead_is_written_at_close_and_at_fsync() {
             wait_for(5.0, || fs::read(m.b("t.txt")).unwrap() == view),
             "close"
         );
+        assert!(fs::read(m.m("t.txt")).unwrap() == view);
+    }
+}
+
+/// A corrected file of `n` view bytes of text, every character complete.
+fn text_of(n: usize) -> Vec<u8> {
+    let mut v = "aé中\n".repeat(n / 7 + 1).into_bytes();
+    v.truncate(n - n % 7);
+    v.resize(n, b'x');
+    v
+}
+
+fn strict_view(m: &Mount) -> Result<Vec<u8>, cutf8::ConvertError> {
+    let b = fs::read(m.b("t.txt")).unwrap();
+    assert!(
+        cutf8::has_magic(&b),
+        "the file turned raw:\n{}",
+        m.log_text()
+    );
+    cutf8::decode_strict(&b[cutf8::MAGIC.len()..])
+}
+
+#[test]
+fn an_append_cut_inside_a_character_leaves_no_half_character_in_backing() {
+    // An append the kernel cuts at a page boundary inside a character
+    // (here the writer's own write ends there; the kernel's cut of a longer
+    // write looks the same to the mount): the lead waits for the rest, so
+    // BACKING never holds half a character, and a daemon killed before the
+    // rest came leaves a strict Corrected UTF-8 file. attr_timeout=0: every
+    // stat asks the daemon.
+    for continued in [true, false] {
+        let mut view = text_of(4000);
+        let disk = corrected(&cutf8::encode_strict(&view).unwrap());
+        let m = Mount::new(&["attr_timeout=0"], |b| {
+            fs::write(b.join("t.txt"), &disk).unwrap()
+        });
+        let f = OpenOptions::new().append(true).open(m.m("t.txt")).unwrap();
+        let mut piece = text_of(95);
+        piece.push(0xE0); // U+0800's lead, at 4095
+        std::io::Write::write_all(&mut &f, &piece).unwrap();
+        view.extend_from_slice(&piece);
+        assert_eq!(view.len(), 4096);
+        assert_eq!(
+            strict_view(&m).expect("half a character in BACKING"),
+            view[..4095],
+            "the lead is held, the rest written"
+        );
+        assert_eq!(
+            fs::metadata(m.m("t.txt")).unwrap().len(),
+            4096,
+            "stat counts it"
+        );
+        if continued {
+            let rest = "\u{800}".as_bytes()[1..].to_vec();
+            std::io::Write::write_all(&mut &f, &[&rest[..], "ok\n".as_bytes()].concat()).unwrap();
+            view.extend_from_slice(&rest);
+            view.extend_from_slice(b"ok\n");
+            assert_eq!(strict_view(&m).unwrap(), view, "joined with the rest");
+        }
+        drop(f);
+        // Not continued: the writer left half a character, and at close the
+        // file holds what it wrote, as a native file would.
+        assert!(
+            wait_for(5.0, || expected_view(&fs::read(m.b("t.txt")).unwrap())
+                == view),
+            "close"
+        );
+        assert_eq!(strict_view(&m).is_ok(), continued);
         assert!(fs::read(m.m("t.txt")).unwrap() == view);
     }
 }

@@ -180,6 +180,19 @@ impl CutFs {
         }
     }
 
+    /// What of `data` (a write at `offset` through `file`) is held back
+    /// when only its first `k` bytes were written (see [`Held`]).
+    fn hold_rest(&self, file: &File, offset: u64, data: &[u8], k: usize) -> Result<Option<Held>> {
+        if k >= data.len() {
+            return Ok(None);
+        }
+        Ok(Some(Held {
+            at: offset + k as u64,
+            bytes: data[k..].to_vec(),
+            file: file.try_clone().map_err(io)?,
+        }))
+    }
+
     /// A write of `data` at `offset` through `file` (read-write) of
     /// `inode`, under the content lock held alone. `hold`: a lead the
     /// kernel's split left at the end may be held back (see [`Held`]).
@@ -202,9 +215,15 @@ impl CutFs {
                     && sniff::is_text(data)
                     && !self.raw.keeps_raw(&inode.path(), data)
                 {
-                    match backing::start_corrected(file, data) {
+                    // A first write the kernel cut inside its last
+                    // character: that character waits for the rest (`Held`).
+                    let cut = hold.then(|| cut_lead(offset, data)).flatten();
+                    let first = cut.filter(|&k| k > 0).map_or(data, |k| &data[..k]);
+                    match backing::start_corrected(file, first) {
                         Ok(index) => {
+                            let held = self.hold_rest(file, offset, data, first.len())?;
                             self.changed(state, content, file, Some(index))?;
+                            content.held = held;
                             return Ok(n);
                         }
                         Err(backing::Error::View(e)) => log::debug!("new file stays raw: {e}"),
@@ -225,9 +244,18 @@ impl CutFs {
                     return Err(view::Error::ReadOnly.into());
                 }
                 let mut next = content::take_index(content, &self.cache, &stamp, index);
-                match backing::write_at(file, &mut next, &self.journal, offset, data) {
+                // An append the kernel cut inside its last character: that
+                // character waits for the rest (`Held`), so the file never
+                // ends in half a character the writer did not leave there.
+                let cut = (hold && offset == next.view_len())
+                    .then(|| cut_lead(offset, data))
+                    .flatten();
+                let first = cut.map_or(data, |k| &data[..k]);
+                match backing::write_at(file, &mut next, &self.journal, offset, first) {
                     Ok(()) => {
+                        let held = self.hold_rest(file, offset, data, first.len())?;
                         self.changed(state, content, file, Some(next))?;
+                        content.held = held;
                     }
                     // Refused before anything was written: `next` is as it was.
                     Err(backing::Error::View(
@@ -245,13 +273,9 @@ impl CutFs {
                                 &data[..k],
                             ) {
                                 Ok(()) => {
-                                    let dup = file.try_clone().map_err(io)?;
+                                    let held = self.hold_rest(file, offset, data, k)?;
                                     self.changed(state, content, file, Some(next))?;
-                                    content.held = Some(Held {
-                                        at: offset + k as u64,
-                                        bytes: data[k..].to_vec(),
-                                        file: dup,
-                                    });
+                                    content.held = held;
                                     return Ok(n);
                                 }
                                 // Not only the lead: as any other write.
@@ -426,6 +450,12 @@ impl CutFs {
 /// fallocate, fsync, a close) writes them as they are, with the effect
 /// SPEC §3 gives them. The kernel's page cache holds them meanwhile, so
 /// cached reads see them too.
+///
+/// An append cut the same way is held too: written as it is, the file
+/// would end in half a character until the next piece came, and a crash
+/// of the daemon between the two pieces would leave it so (a corrected
+/// file that strict decoding refuses). Held at the file's end, the bytes
+/// count in the size the mount reports, as they do in the kernel's.
 pub struct Held {
     /// The view offset of the held bytes.
     pub at: u64,
@@ -434,20 +464,27 @@ pub struct Held {
     pub file: File,
 }
 
-/// Where to cut `data`, written at `offset` and found unstorable at view
-/// offset `bad`, to hold its last character back: only when the write
-/// ends on a page boundary (where the kernel cuts), inside the file, in a
-/// character it does not complete, and the problem is that character.
-fn held_lead(offset: u64, data: &[u8], bad: u64, view_len: u64) -> Option<usize> {
+/// Where the last character of `data`, written at `offset`, begins, when
+/// the write ends on a page boundary (where the kernel cuts) inside it.
+fn cut_lead(offset: u64, data: &[u8]) -> Option<usize> {
     const PAGE: u64 = 4096;
     let end = offset.checked_add(data.len() as u64)?;
-    if end % PAGE != 0 || end >= view_len {
+    if end % PAGE != 0 {
         return None;
     }
     let k = data.iter().rposition(|&b| !cutf8::unit::is_cont(b))?;
-    let cut = matches!(
+    matches!(
         cutf8::unit::decode_view_unit(&data[k..], false),
         cutf8::unit::ViewUnit::Incomplete
-    );
-    (cut && bad >= offset + k as u64).then_some(k)
+    )
+    .then_some(k)
+}
+
+/// Where to cut `data`, written at `offset` and found unstorable at view
+/// offset `bad`, to hold its last character back: only when the write
+/// ends on a page boundary inside the file, in a character it does not
+/// complete, and the problem is that character.
+fn held_lead(offset: u64, data: &[u8], bad: u64, view_len: u64) -> Option<usize> {
+    let k = cut_lead(offset, data)?;
+    (offset + (data.len() as u64) < view_len && bad >= offset + k as u64).then_some(k)
 }

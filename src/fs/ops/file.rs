@@ -271,6 +271,8 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
+        // Bytes held back at the end are part of the file's data.
+        self.settle(&h.inode)?;
         let (_content, _, view) = self.current(h)?;
         let Some(index) = view else {
             return sys::lseek(&h.file, offset, whence).map_err(io);

@@ -173,7 +173,17 @@ impl CutFs {
     /// The attributes every reply carries: the view's size for corrected
     /// files, everything else as in BACKING.
     pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
-        Ok(attr_with(inode, st, self.class(inode, st)?, self.blksize))
+        let mut a = attr_with(inode, st, self.class(inode, st)?, self.blksize);
+        if inode.is_reg() {
+            // Bytes an append holds back at the file's end (`write::Held`)
+            // were written as far as the writer and the kernel know.
+            if let Some(held) = &inode.state().content.read().held {
+                if held.at == a.size {
+                    a.size += held.bytes.len() as u64;
+                }
+            }
+        }
+        Ok(a)
     }
 
     /// Whether classifying this file may take long (a scan of a large
