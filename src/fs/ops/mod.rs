@@ -143,7 +143,8 @@ fn open_to_classify(inode: &Inode) -> std::io::Result<std::fs::File> {
 
 /// FUSE attributes of `inode` in state `st` and class `class`; a regular
 /// file's preferred I/O size is `blksize` when the mount sets one
-/// (`-o blksize`).
+/// (`-o blksize`), and its size counts bytes held back at its end. Never
+/// called under the file's content lock (it takes it to read).
 pub(super) fn attr_with(
     inode: &Inode,
     st: &libc::stat,
@@ -158,8 +159,17 @@ pub(super) fn attr_with(
     if inode.ino == super::inodes::ROOT {
         a.ino = fuser::INodeNo(super::inodes::ROOT);
     }
-    if let (Some(b), true) = (blksize, inode.is_reg()) {
-        a.blksize = b;
+    if inode.is_reg() {
+        if let Some(b) = blksize {
+            a.blksize = b;
+        }
+        // Bytes an append holds back at the file's end (`write::Held`)
+        // were written as far as the writer and the kernel know.
+        if let Some(held) = &inode.state().content.read().held {
+            if held.at == a.size {
+                a.size += held.bytes.len() as u64;
+            }
+        }
     }
     a
 }
@@ -173,17 +183,7 @@ impl CutFs {
     /// The attributes every reply carries: the view's size for corrected
     /// files, everything else as in BACKING.
     pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
-        let mut a = attr_with(inode, st, self.class(inode, st)?, self.blksize);
-        if inode.is_reg() {
-            // Bytes an append holds back at the file's end (`write::Held`)
-            // were written as far as the writer and the kernel know.
-            if let Some(held) = &inode.state().content.read().held {
-                if held.at == a.size {
-                    a.size += held.bytes.len() as u64;
-                }
-            }
-        }
-        Ok(a)
+        Ok(attr_with(inode, st, self.class(inode, st)?, self.blksize))
     }
 
     /// Whether classifying this file may take long (a scan of a large
