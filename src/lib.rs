@@ -38,6 +38,8 @@
 //!   contents (tail rewrites go through the crash [`journal`]). What a scan
 //!   learns (view length, offset index) is kept across mounts in the
 //!   [`indexdb`], used only for a file whose stamp matches exactly.
+//! * [`ratelog`] rate-limits the log lines a user can cause again and
+//!   again, counting what it holds back.
 //! * [`sys`] is the only place that makes system calls `std` lacks;
 //!   `mountinfo` reads `/proc/self/mountinfo`.
 
@@ -51,5 +53,6 @@ pub mod io;
 pub mod journal;
 pub mod migrate;
 mod mountinfo;
+pub mod ratelog;
 pub mod sys;
 pub mod view;
