@@ -26,20 +26,19 @@
 //!   entry removed. Each rewrite first checks that the name still refers
 //!   to the directory in use (its owner may rename it), so an entry always
 //!   sits where the next mount looks.
-//! * At start every entry is checked before anything is done: directories
-//!   and files owned by the daemon, not symlinks, private modes, one link
-//!   for `tail` and `meta`, and for a committed entry the identity in `meta`
-//!   matching what `target` and BACKING's root are now, and the tail's
-//!   length and checksum. A journal or entry that fails is never replayed
-//!   and nothing is deleted through it: the mount refuses to start with a
-//!   message naming the path and what to do. A committed entry on a
-//!   read-only mount also refuses the start (a half-rewritten file must not
-//!   be served): "mount read-write once to finish it".
-//!
-//! Size: about 900 lines before its tests, on purpose in one file: every
-//! check that makes the journal trustworthy (owner, mode, filesystem, entry
-//! identity) sits beside the one code path that reads entries back, so a
-//! reader sees the whole trust argument in one place.
+//! * At start every entry is checked before anything is done, by the rules
+//!   of `crate::trust` (which holds the whole argument): directories and
+//!   files owned by the daemon, not symlinks, private modes, one link for
+//!   `tail` and `meta`, `target` on BACKING's filesystem, and for a
+//!   committed entry the identity in `meta` matching what `target` and
+//!   BACKING's root are now, and the tail's length and checksum. A journal
+//!   or entry that fails is never replayed and nothing is deleted through
+//!   it: the mount refuses to start with a message naming the path and what
+//!   to do. A committed entry on a read-only mount also refuses the start
+//!   (a half-rewritten file must not be served): "mount read-write once to
+//!   finish it". A journal directory that fails the rules while mounted
+//!   makes the rewrites that need it fail with EPERM, logged through
+//!   `crate::ratelog` (its owner can keep it in place for every rewrite).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -53,8 +52,10 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
-use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, Mode};
 use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+
+use crate::trust::{self, Access, Checksum, Rule};
 
 /// Names starting with this, at the root of BACKING, belong to the mount:
 /// hidden in it, refused to its users, and skipped by `cutf8 migrate` at
@@ -90,7 +91,6 @@ pub struct Journal {
     root_id: (u64, u64),
     /// BACKING's path when the mount started, for messages only.
     backing: PathBuf,
-    euid: u32,
     /// `-o ro` or a read-only BACKING: nothing is ever written.
     read_only: bool,
     /// The journal directory, once checked (at start, or when the first
@@ -111,82 +111,10 @@ fn nix_io(e: Errno) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
 }
 
-fn is_dir(st: &FileStat) -> bool {
-    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
-}
-
-fn is_reg(st: &FileStat) -> bool {
-    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
-}
-
-fn kind(st: &FileStat) -> &'static str {
-    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
-        SFlag::S_IFDIR => "a directory",
-        SFlag::S_IFREG => "a regular file",
-        SFlag::S_IFLNK => "a symlink",
-        _ => "a special file",
-    }
-}
-
-/// The tail's checksum: a word-at-a-time multiply-xor hash (not a defence
-/// by itself — the journal's owner and modes are — but a torn or swapped
-/// tail is never copied over a file).
-#[derive(Debug, Default)]
-struct Sum {
-    h: u64,
-    len: u64,
-    pending: [u8; 8],
-    n: usize,
-}
-
-impl Sum {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-
-    fn word(&mut self, w: u64) {
-        let h = (self.h ^ w).wrapping_mul(Self::K);
-        self.h = h ^ (h >> 29);
-    }
-
-    fn update(&mut self, mut data: &[u8]) {
-        self.len += data.len() as u64;
-        if self.n > 0 {
-            let take = (8 - self.n).min(data.len());
-            self.pending[self.n..self.n + take].copy_from_slice(&data[..take]);
-            self.n += take;
-            data = &data[take..];
-            if self.n < 8 {
-                return;
-            }
-            self.word(u64::from_le_bytes(self.pending));
-            self.n = 0;
-        }
-        let mut words = data.chunks_exact(8);
-        for w in &mut words {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(w);
-            self.word(u64::from_le_bytes(b));
-        }
-        let rest = words.remainder();
-        self.pending[..rest.len()].copy_from_slice(rest);
-        self.n = rest.len();
-    }
-
-    fn finish(mut self) -> u64 {
-        if self.n > 0 {
-            let mut b = [0u8; 8];
-            b[..self.n].copy_from_slice(&self.pending[..self.n]);
-            self.word(u64::from_le_bytes(b));
-        }
-        let len = self.len;
-        self.word(len);
-        self.h
-    }
-}
-
 /// A writer that sums and counts what passes through.
 struct Summing<W> {
     inner: W,
-    sum: Sum,
+    sum: Checksum,
 }
 
 impl<W: Write> Write for Summing<W> {
@@ -338,37 +266,27 @@ impl Journal {
             root,
             root_id: (st.st_dev, st.st_ino),
             backing,
-            euid: nix::unistd::geteuid().as_raw(),
             read_only: read_only || fs_ro,
             dir: parking_lot::Mutex::new(None),
         };
         let path = j.backing.join(JOURNAL_DIR);
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let dir = match openat(&j.root, JOURNAL_DIR, flags, Mode::empty()) {
+        let dir = match trust::open_dir(
+            j.root.as_fd(),
+            OsStr::new(JOURNAL_DIR),
+            &j.dir_rule(),
+            false,
+        ) {
             Ok(fd) => fd,
-            Err(Errno::ENOENT) => return Ok(j),
-            Err(e) => {
-                let what = match fstatat(&j.root, JOURNAL_DIR, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                    Ok(st) if !is_dir(&st) => {
-                        format!("is {}, not the journal directory", kind(&st))
-                    }
-                    _ => format!("cannot be opened ({e})"),
-                };
+            Err(trust::Refused::Missing) => return Ok(j),
+            Err(trust::Refused::Bad(what)) => {
                 let todo = format!(
-                    "Check it, then remove it (rm -r '{}') and mount again.",
+                    "Only the daemon's own journal is trusted: check it, then remove it \
+                     (rm -r '{}') and mount again.",
                     path.display()
                 );
                 return Err(refuse(&path, what, &todo));
             }
         };
-        j.check_dir(&dir).map_err(|what| {
-            let todo = format!(
-                "Only the daemon's own journal is trusted: check it, then remove it \
-                 (rm -r '{}') and mount again.",
-                path.display()
-            );
-            refuse(&path, what, &todo)
-        })?;
         j.recover(&dir, &path)?;
         if !j.read_only {
             *j.dir.lock() = Some(Arc::new(dir));
@@ -381,24 +299,11 @@ impl Journal {
         self.read_only
     }
 
-    /// The journal directory must be the daemon's: a directory on BACKING's
-    /// filesystem, owned by the daemon's user, not group/other writable.
-    fn check_dir(&self, dir: &OwnedFd) -> Result<(), String> {
-        let st = fstat(dir).map_err(|e| format!("cannot stat it ({e})"))?;
-        if !is_dir(&st) {
-            return Err(format!("is {}, not a directory", kind(&st)));
-        }
-        self.owned(&st)?;
-        if st.st_mode & 0o022 != 0 {
-            return Err(format!(
-                "is writable by group or others (mode {:04o})",
-                st.st_mode & 0o7777
-            ));
-        }
-        if st.st_dev != self.root_id.0 {
-            return Err("is on another filesystem than BACKING".into());
-        }
-        Ok(())
+    /// What the journal directory must be (see `crate::trust`): a directory
+    /// on BACKING's filesystem, owned by the daemon's user, not writable by
+    /// group or others.
+    fn dir_rule(&self) -> Rule {
+        Rule::our_dir(Access::NotShared).on(self.root_id.0)
     }
 
     /// Checks every entry, then finishes committed ones and drops the others
@@ -485,21 +390,10 @@ impl Journal {
     /// The checks every entry passes before anything is done with it.
     fn check_entry(&self, dir: &OwnedFd, name: OsString) -> Result<Found, String> {
         let state = state_of(name.as_bytes()).ok_or("an unexpected name in the journal")?;
-        let st = fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-            .map_err(|e| format!("cannot stat it ({e})"))?;
-        if !is_dir(&st) {
-            return Err(format!("is {}, not an entry directory", kind(&st)));
-        }
-        self.private(&st)?;
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(dir, name.as_os_str(), flags, Mode::empty())
-            .map_err(|e| format!("cannot open it ({e})"))?;
-        let again = fstat(&fd).map_err(|e| format!("cannot stat it ({e})"))?;
         // (Its link count says nothing on every filesystem — btrfs keeps 1
         // for directories — so subdirectories are refused below by type.)
-        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
-            return Err("changed while it was checked".into());
-        }
+        let fd = trust::open_dir(dir.as_fd(), &name, &Rule::our_dir(Access::Private), false)
+            .map_err(|r| r.to_string())?;
         let mut files = Vec::new();
         let mut count = 0;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -518,21 +412,8 @@ impl Journal {
                     String::from_utf8_lossy(n)
                 ));
             };
-            let st = fstatat(&fd, known, AtFlags::AT_SYMLINK_NOFOLLOW)
-                .map_err(|e| format!("{known}: cannot stat it ({e})"))?;
-            if !is_reg(&st) {
-                return Err(format!("{known} is {}, not a regular file", kind(&st)));
-            }
-            if known == "target" {
-                if st.st_dev != self.root_id.0 {
-                    return Err("target is on another filesystem than BACKING".into());
-                }
-            } else {
-                self.private(&st).map_err(|w| format!("{known} {w}"))?;
-                if st.st_nlink != 1 {
-                    return Err(format!("{known} has {} links, not 1", st.st_nlink));
-                }
-            }
+            trust::stat_at(fd.as_fd(), OsStr::new(known), &self.file_rule(known))
+                .map_err(|why| format!("{known} {why}"))?;
             files.push(known);
         }
         if count != files.len() {
@@ -546,27 +427,15 @@ impl Journal {
         })
     }
 
-    /// Owned by the daemon's user.
-    fn owned(&self, st: &FileStat) -> Result<(), String> {
-        if st.st_uid != self.euid {
-            return Err(format!(
-                "is owned by uid {}, not by the daemon's user (uid {})",
-                st.st_uid, self.euid
-            ));
+    /// What each file of an entry must be (see `crate::trust`): `target`
+    /// a regular file on BACKING's filesystem (the user's file, linked);
+    /// `tail` and `meta` the daemon's, private, one link.
+    fn file_rule(&self, name: &str) -> Rule {
+        if name == "target" {
+            Rule::any_file().on(self.root_id.0)
+        } else {
+            Rule::our_file(Access::Private)
         }
-        Ok(())
-    }
-
-    /// Owned by the daemon's user, no access for group or others.
-    fn private(&self, st: &FileStat) -> Result<(), String> {
-        self.owned(st)?;
-        if st.st_mode & 0o077 != 0 {
-            return Err(format!(
-                "is accessible to group or others (mode {:04o})",
-                st.st_mode & 0o7777
-            ));
-        }
-        Ok(())
     }
 
     /// A committed entry: everything present, `meta` well-formed and
@@ -575,18 +444,18 @@ impl Journal {
         if f.files.len() != FILES.len() {
             return Err("a committed entry with files missing".into());
         }
-        let open = |name: &str, flags: OFlag| -> Result<File, String> {
-            let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
-            let fd = openat(&f.fd, name, flags, Mode::empty())
-                .map_err(|e| format!("{name}: cannot open it ({e})"))?;
-            let st = fstat(&fd).map_err(|e| format!("{name}: cannot stat it ({e})"))?;
-            if !is_reg(&st) {
-                return Err(format!("{name} is not a regular file"));
-            }
-            Ok(File::from(fd))
+        let open = |name: &str, flags: libc::c_int| -> Result<File, String> {
+            trust::open_file(
+                f.fd.as_fd(),
+                OsStr::new(name),
+                flags,
+                &self.file_rule(name),
+                false,
+            )
+            .map_err(|why| format!("{name} {why}"))
         };
         let mut text = String::new();
-        open("meta", OFlag::O_RDONLY)?
+        open("meta", libc::O_RDONLY)?
             .take(64 << 10)
             .read_to_string(&mut text)
             .map_err(|e| format!("meta: cannot read it ({e})"))?;
@@ -600,9 +469,9 @@ impl Journal {
         let target = open(
             "target",
             if self.read_only {
-                OFlag::O_RDONLY
+                libc::O_RDONLY
             } else {
-                OFlag::O_WRONLY
+                libc::O_WRONLY
             },
         )?;
         let st = fstat(&target).map_err(|e| format!("target: cannot stat it ({e})"))?;
@@ -614,8 +483,8 @@ impl Journal {
                 meta.target
             ));
         }
-        let tail = open("tail", OFlag::O_RDONLY)?;
-        let mut sum = Sum::default();
+        let tail = open("tail", libc::O_RDONLY)?;
+        let mut sum = Checksum::default();
         let mut buf = vec![0u8; CHUNK];
         let mut pos = 0u64;
         loop {
@@ -651,11 +520,13 @@ impl Journal {
                     return Ok(fd.clone())
                 }
                 _ => {
-                    log::warn!(
-                        "{}: the journal directory was moved or replaced while mounted; \
-                         using a new one",
-                        path.display()
-                    );
+                    crate::ratelog::warn("journal-moved", &path.to_string_lossy(), || {
+                        format!(
+                            "{}: the journal directory was moved or replaced while mounted; \
+                             using a new one",
+                            path.display()
+                        )
+                    });
                     *held = None;
                 }
             }
@@ -665,27 +536,26 @@ impl Journal {
             Err(Errno::EEXIST) => false,
             Err(e) => return Err(nix_io(e)),
         };
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = match openat(&self.root, JOURNAL_DIR, flags, Mode::empty()) {
+        let fd = match trust::open_dir(
+            self.root.as_fd(),
+            OsStr::new(JOURNAL_DIR),
+            &self.dir_rule(),
+            false,
+        ) {
             Ok(fd) => fd,
-            Err(e) => {
-                log::error!(
-                    "{}: cannot open the journal ({e}); rewrites that need it fail until it \
-                     is removed",
-                    path.display()
-                );
+            Err(why) => {
+                // BACKING's owner can keep this up for every rewrite.
+                crate::ratelog::error("journal-untrusted", &path.to_string_lossy(), || {
+                    format!(
+                        "{}: {why}: not the daemon's journal, never used; rewrites that need \
+                         it fail with EPERM until it is removed (rm -r '{}')",
+                        path.display(),
+                        path.display()
+                    )
+                });
                 return Err(io::Error::from_raw_os_error(libc::EPERM));
             }
         };
-        if let Err(what) = self.check_dir(&fd) {
-            log::error!(
-                "{}: {what}: not the daemon's journal, never used; rewrites that need it \
-                 fail until it is removed (rm -r '{}')",
-                path.display(),
-                path.display()
-            );
-            return Err(io::Error::from_raw_os_error(libc::EPERM));
-        }
         if created {
             fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
         }
@@ -785,14 +655,14 @@ impl Journal {
             let sum = {
                 let mut w = Summing {
                     inner: io::BufWriter::with_capacity(CHUNK, &mut tail),
-                    sum: Sum::default(),
+                    sum: Checksum::default(),
                 };
                 fill(&mut w)?;
                 w.flush()?;
                 w.sum
             };
             tail.sync_all()?;
-            let tail_len = sum.len;
+            let tail_len = sum.len();
             // Reserve the target's blocks first (without changing its
             // size), so the copy cannot run out of space half way: ENOSPC
             // comes now, while the file is untouched.
@@ -929,25 +799,6 @@ mod tests {
 
     fn root_of(dir: &Path) -> OwnedFd {
         File::open(dir).unwrap().into()
-    }
-
-    #[test]
-    fn sum_does_not_depend_on_chunking() {
-        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
-        let mut whole = Sum::default();
-        whole.update(&data);
-        let whole = whole.finish();
-        for cut in [0, 1, 3, 7, 8, 9, 500, 999, 1000] {
-            let mut s = Sum::default();
-            s.update(&data[..cut]);
-            for b in data[cut..].chunks(5) {
-                s.update(b);
-            }
-            assert_eq!(s.finish(), whole, "cut {cut}");
-        }
-        let mut other = Sum::default();
-        other.update(&data[..999]);
-        assert_ne!(other.finish(), whole);
     }
 
     #[test]

@@ -38,6 +38,10 @@
 //!   contents (tail rewrites go through the crash [`journal`]). What a scan
 //!   learns (view length, offset index) is kept across mounts in the
 //!   [`indexdb`], used only for a file whose stamp matches exactly.
+//! * [`trust`] decides what in a tree other users write is the programs'
+//!   own (the journal, the index database, migrate's undo journals) and
+//!   how anything in such a tree is reached (by descriptor, one name at a
+//!   time, never through a symlink); its doc holds the security argument.
 //! * [`ratelog`] rate-limits the log lines a user can cause again and
 //!   again, counting what it holds back.
 //! * [`sys`] is the only place that makes system calls `std` lacks;
@@ -55,4 +59,5 @@ pub mod migrate;
 mod mountinfo;
 pub mod ratelog;
 pub mod sys;
+pub mod trust;
 pub mod view;

@@ -1,12 +1,13 @@
 //! Where the index database lives, and the checks before it is trusted.
 //!
 //! Knows descriptors, never paths resolved later: the directory holding the
-//! database is opened once (`O_DIRECTORY | O_NOFOLLOW`), checked (owned by
-//! the daemon's effective user, not writable by group or others, and for
-//! the default place on BACKING's filesystem), and the file is opened
-//! relative to it with `O_NOFOLLOW` and checked again (a regular file,
-//! ours, one link, mode without group/other write). A place that fails a
-//! check is not used: the caller logs one line and falls back.
+//! database is opened once and the file relative to it, both judged by the
+//! rules of `crate::trust` (which holds the whole argument): the directory
+//! owned by the daemon's effective user, not writable by group or others,
+//! and for the default place on BACKING's filesystem; the file a regular
+//! file of the daemon's with one link, not writable by group or others,
+//! never reached through a symlink. A place that fails a check is not
+//! used: the caller logs one line and falls back.
 
 use std::fs::File;
 use std::io;
@@ -14,8 +15,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::{fstat, mkdirat, FileStat, Mode, SFlag};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+pub use crate::trust::Refused;
+use crate::trust::{self, Access, Rule};
 
 /// The directory at BACKING's root that holds the database.
 pub const DIR: &str = ".cutf8fs-index";
@@ -27,54 +31,7 @@ fn nix_io(e: Errno) -> io::Error {
 }
 
 fn euid() -> u32 {
-    nix::unistd::geteuid().as_raw()
-}
-
-/// Why a directory or file is not trusted, or None when it is.
-fn distrust(st: &FileStat, want: SFlag) -> Option<String> {
-    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    if kind != want {
-        return Some(if want == SFlag::S_IFDIR {
-            "is not a directory".into()
-        } else {
-            "is not a regular file".into()
-        });
-    }
-    if st.st_uid != euid() {
-        return Some(format!(
-            "is owned by uid {}, not by the daemon's user (uid {})",
-            st.st_uid,
-            euid()
-        ));
-    }
-    if st.st_mode & 0o022 != 0 {
-        return Some(format!(
-            "is writable by group or others (mode {:04o})",
-            st.st_mode & 0o7777
-        ));
-    }
-    if want == SFlag::S_IFREG && st.st_nlink != 1 {
-        return Some(format!("has {} hard links, not one", st.st_nlink));
-    }
-    None
-}
-
-/// Why a directory is not used.
-#[derive(Debug)]
-pub enum Refused {
-    /// It does not exist (and was not to be created).
-    Missing,
-    /// It is not trusted, or cannot be opened: why.
-    Bad(String),
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refused::Missing => f.write_str("does not exist"),
-            Refused::Bad(why) => f.write_str(why),
-        }
-    }
+    trust::euid()
 }
 
 /// Opens (creating it, mode 0700, when `create`) and checks the directory
@@ -85,32 +42,9 @@ pub fn open_dir(
     create: bool,
     same_dev: Option<u64>,
 ) -> Result<OwnedFd, Refused> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = match openat(parent, name, flags, Mode::empty()) {
-        Err(Errno::ENOENT) if !create => return Err(Refused::Missing),
-        Err(Errno::ENOENT) => {
-            match mkdirat(parent, name, Mode::S_IRWXU) {
-                Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(Refused::Bad(format!("cannot be created ({e})"))),
-            }
-            openat(parent, name, flags, Mode::empty())
-        }
-        r => r,
-    }
-    .map_err(|e| {
-        Refused::Bad(match e {
-            Errno::ENOTDIR | Errno::ELOOP => "is not a directory (or is a symlink)".to_owned(),
-            e => format!("cannot be opened ({e})"),
-        })
-    })?;
-    let st = fstat(&fd).map_err(|e| Refused::Bad(format!("cannot be checked ({e})")))?;
-    if let Some(why) = distrust(&st, SFlag::S_IFDIR) {
-        return Err(Refused::Bad(why));
-    }
-    if same_dev.is_some_and(|d| d != st.st_dev) {
-        return Err(Refused::Bad("is not on BACKING's filesystem".into()));
-    }
-    Ok(fd)
+    let mut rule = Rule::our_dir(Access::NotShared);
+    rule.device = same_dev;
+    trust::open_dir(parent, name.as_os_str(), &rule, create)
 }
 
 /// Whether the daemon may create entries in the directory `dir`.
@@ -127,26 +61,8 @@ pub fn writable(dir: BorrowedFd<'_>) -> bool {
 /// Opens (creating it, mode 0600) and checks the database file `name` in
 /// the checked directory `dir`.
 pub fn open_file(dir: BorrowedFd<'_>, name: &Path) -> Result<File, String> {
-    let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(
-        dir,
-        name,
-        flags | OFlag::O_NONBLOCK,
-        Mode::S_IRUSR | Mode::S_IWUSR,
-    )
-    .map_err(|e| match e {
-        Errno::ELOOP => "is a symlink".to_owned(),
-        e => format!("cannot be opened ({e})"),
-    })?;
-    let st = fstat(&fd).map_err(|e| format!("cannot be checked ({e})"))?;
-    if let Some(why) = distrust(&st, SFlag::S_IFREG) {
-        return Err(why);
-    }
-    // Back to blocking I/O (O_NONBLOCK only kept a planted FIFO from
-    // hanging the open).
-    nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_RDWR))
-        .map_err(|e| format!("cannot be used ({e})"))?;
-    Ok(File::from(fd))
+    let rule = Rule::our_file(Access::NotShared);
+    trust::open_file(dir, name.as_os_str(), libc::O_RDWR, &rule, true).map_err(|r| r.to_string())
 }
 
 /// Opens a directory given by the administrator (`-o index_db=PATH`'s
