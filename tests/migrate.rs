@@ -810,7 +810,10 @@ fn stray_files_of_a_killed_run_are_cleaned() {
     let t = tmpdir();
     fs::write(t.path().join("a.txt"), "text\n").unwrap();
     fs::write(t.path().join(".cutf8-tmp.0123456789abcdef.1-2"), "half").unwrap();
-    fs::write(t.path().join(".cutf8-journal.0123456789abcdef"), "CUTF8JNL").unwrap();
+    // An incomplete journal as migrate leaves it: its own, mode 0600.
+    let journal = t.path().join(".cutf8-journal.0123456789abcdef");
+    fs::write(&journal, "CUTF8JNL").unwrap();
+    fs::set_permissions(&journal, fs::Permissions::from_mode(0o600)).unwrap();
     migrate(&[t.path().as_os_str()], 0);
     let names: BTreeSet<OsString> = fs::read_dir(t.path())
         .unwrap()

@@ -650,62 +650,70 @@ fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
 }
 
 /// The nearest directory at or above `dir`, on its filesystem, that holds
-/// an index database directory; `dir` itself when none does.
-fn archive_root(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(start) = std::fs::canonicalize(dir) else {
-        return dir.to_owned();
-    };
-    let Ok(dev) = std::fs::metadata(&start).map(|m| m.dev()) else {
-        return start;
-    };
-    for up in start.ancestors() {
-        if std::fs::metadata(up).map_or(true, |m| m.dev() != dev) {
-            break;
+/// an index database directory (reached by `..` from descriptor to
+/// descriptor, never by a path); None when none does.
+fn archive_root(dir: BorrowedFd<'_>) -> Option<OwnedFd> {
+    use nix::fcntl::{openat, AtFlags, OFlag};
+    use nix::sys::stat::{fstat, fstatat, Mode};
+    let start = fstat(dir).ok()?;
+    let mut at = dir.try_clone_to_owned().ok()?;
+    let mut id = (start.st_dev, start.st_ino);
+    loop {
+        if fstatat(&at, DIR, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        {
+            return Some(at);
         }
-        if std::fs::symlink_metadata(up.join(DIR)).is_ok_and(|m| m.is_dir()) {
-            return up.to_owned();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let up = openat(&at, "..", flags, Mode::empty()).ok()?;
+        let st = fstat(&up).ok()?;
+        if st.st_dev != start.st_dev || (st.st_dev, st.st_ino) == id {
+            return None;
         }
+        id = (st.st_dev, st.st_ino);
+        at = up;
     }
-    start
 }
 
-/// Records the corrected files `cutf8 migrate` just wrote under `root`
-/// (one of its tree roots, taken as a BACKING's root), so that the first
-/// mount afterwards is warm. Each file is scanned once more after its
-/// ctime has settled ([`RACY_MARGIN`]; at most one wait for the whole
-/// list): what migrate wrote may have been changed since by someone else
-/// within the same timestamp tick, so only a scan made after the tick is
-/// trusted — just-written files are usually still in the page cache.
-/// Files under [`MIGRATE_MIN`] are left out (a mount reads one page of
-/// them to learn they are corrected, which is most of a scan; so a run on
-/// small files waits for nothing and creates nothing). Returns how many were
-/// recorded; nothing when the database is busy (a mount of `root` holds it)
-/// or cannot be opened.
-pub fn record_written(root: &Path, files: &[&Path]) -> usize {
-    use std::os::unix::fs::OpenOptionsExt;
-    if files.is_empty() {
+/// Records the corrected files `cutf8 migrate` just wrote, open as `files`
+/// (reached by descriptor, never by path: see `crate::trust`), under the
+/// tree whose root directory is `root` (taken as a BACKING's root), so
+/// that the first mount afterwards is warm. A tree inside an archive that
+/// already has a database (it was mounted, or migrated, before) records
+/// into that one; otherwise, unless `existing_only`, a database is made at
+/// `root`. Each file is scanned once more after its ctime has settled
+/// ([`RACY_MARGIN`]; at most one wait for the whole list): what migrate
+/// wrote may have been changed since by someone else within the same
+/// timestamp tick, so only a scan made after the tick is trusted —
+/// just-written files are usually still in the page cache. Files under
+/// [`MIGRATE_MIN`] are left out (a mount reads one page of them to learn
+/// they are corrected, which is most of a scan; so a run on small files
+/// waits for nothing and creates nothing). Returns how many were recorded;
+/// nothing when the database is busy (a mount of the tree holds it) or
+/// cannot be opened.
+pub fn record_written(
+    root: BorrowedFd<'_>,
+    existing_only: bool,
+    files: &mut dyn Iterator<Item = File>,
+) -> usize {
+    let rootfd = match archive_root(root) {
+        Some(fd) => fd,
+        None if existing_only => return 0,
+        None => match root.try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(_) => return 0,
+        },
+    };
+    let mut files = files.peekable();
+    if files.peek().is_none() {
         return 0;
     }
-    // A tree inside an archive that already has a database (it was
-    // mounted, or migrated, before) records into that one.
-    let root = archive_root(root);
-    let Ok(rootfd) = place::open_given_dir(&root) else {
-        return 0;
-    };
     let db = IndexDb::open(rootfd.as_fd(), &Location::Default, false);
     if db.inner.is_none() {
         return 0;
     }
     let mut done = 0;
-    for path in files {
-        let Ok(file) = File::options()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(path)
-        else {
-            continue;
-        };
+    for file in files {
         let state = |f: &File| -> Option<FileState> {
             let st = nix::sys::stat::fstat(f).ok()?;
             (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(FileState {

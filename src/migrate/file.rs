@@ -5,8 +5,11 @@
 //! mode and times, verified by converting it back, fsynced and renamed over
 //! the original. A multiply linked file (or one whose owner this user
 //! cannot give away) is rewritten in place under a [`journal`]. Every call
-//! goes through a descriptor of the directory the walk saw, with
-//! `O_NOFOLLOW`, so nothing outside the tree is ever touched.
+//! goes through a descriptor of the directory the walk saw (`super::dirs`:
+//! reached from its parent's descriptor, identity checked), and the file is
+//! reached in it by its one name without following a symlink and opened
+//! for I/O only once `fstat` says it is a regular file (`crate::trust`), so
+//! nothing outside the tree is ever touched.
 //!
 //! Called by the workers of [`super::run`]; knows nothing of walking,
 //! sharding or reporting.
@@ -20,11 +23,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
+use super::dirs::{Dirs, Lost};
 use super::journal::{self, Journal};
 use super::report::{Outcome, Reason};
 use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
 use super::walk::Entry;
-use crate::sys;
+use crate::{sys, trust};
 
 /// What a worker needs to know about the run.
 pub struct Job {
@@ -87,45 +91,73 @@ pub enum Step {
     Pending(Box<Pending>),
 }
 
-/// Convert the file `entry` names, or say why not.
-pub fn process(job: &Job, entry: &Entry, bufs: &mut Buffers) -> Step {
-    let dir = match sys::open_dir(&entry.dir) {
-        Ok(d) => Arc::new(d),
+/// Opens the file `name` in `dir` for reading (and writing, if `write`)
+/// without following a symlink and only if it is a regular file; the
+/// outcome for anything else.
+fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcome> {
+    let (fd, st) = match trust::reach(dir.as_fd(), name) {
+        Ok(x) => x,
         Err(e) if denied(&e) => {
+            let r = Reason::PermissionDenied("cannot read the file".into());
+            return Err(Outcome::Skipped(r));
+        }
+        Err(e) => return Err(Outcome::Failed(format!("cannot open: {e}"))),
+    };
+    match nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT {
+        nix::sys::stat::SFlag::S_IFREG => {}
+        nix::sys::stat::SFlag::S_IFLNK => return Err(Outcome::Skipped(Reason::Symlink)),
+        _ => {
+            let kind = match trust::kind_of(&st) {
+                "a directory" => "directory",
+                "a fifo" => "fifo",
+                "a socket" => "socket",
+                "a block device" => "block device",
+                "a character device" => "character device",
+                _ => "unknown type",
+            };
+            return Err(Outcome::Skipped(Reason::Special(kind)));
+        }
+    }
+    let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    trust::open_reached(fd.as_fd(), flags, true).map_err(|e| {
+        if denied(&e) {
+            let what = if write {
+                "cannot write the file (it must keep its inode)"
+            } else {
+                "cannot read the file"
+            };
+            Outcome::Skipped(Reason::PermissionDenied(what.into()))
+        } else {
+            Outcome::Failed(format!("cannot open: {e}"))
+        }
+    })
+}
+
+/// Convert the file `entry` names (its directory one of `dirs`), or say
+/// why not.
+pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Step {
+    let dir = match dirs.open(entry.dir) {
+        Ok(d) => d,
+        Err(Lost::Replaced) => {
+            let msg = "its directory was moved or replaced during the run; left as it is";
+            return Step::Done(Outcome::Failed(msg.into()));
+        }
+        Err(Lost::Io(e)) if denied(&e) => {
             let r = Reason::PermissionDenied("cannot open its directory".into());
             return Step::Done(Outcome::Skipped(r));
         }
-        Err(e) => return Step::Done(Outcome::Failed(format!("cannot open its directory: {e}"))),
+        Err(Lost::Io(e)) => {
+            return Step::Done(Outcome::Failed(format!("cannot open its directory: {e}")))
+        }
     };
-    match dir.metadata() {
-        Ok(md) if (md.dev(), md.ino()) == entry.dir_id => {}
-        Ok(_) => {
-            let msg = "its directory was replaced during the run";
-            return Step::Done(Outcome::Failed(msg.into()));
-        }
-        Err(e) => return Step::Done(Outcome::Failed(format!("cannot stat its directory: {e}"))),
-    }
-    let file = match sys::open_quiet_at(&dir, &entry.name, false) {
+    let file = match open_regular(&dir, &entry.name, false) {
         Ok(f) => f,
-        Err(e) if denied(&e) => {
-            let r = Reason::PermissionDenied("cannot read the file".into());
-            return Step::Done(Outcome::Skipped(r));
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Step::Done(Outcome::Skipped(Reason::Symlink))
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-            return Step::Done(Outcome::Skipped(Reason::Special("socket")))
-        }
-        Err(e) => return Step::Done(Outcome::Failed(format!("cannot open: {e}"))),
+        Err(outcome) => return Step::Done(outcome),
     };
     let md = match file.metadata() {
         Ok(md) => md,
         Err(e) => return Step::Done(Outcome::Failed(format!("cannot stat: {e}"))),
     };
-    if !md.is_file() {
-        return Step::Done(Outcome::Skipped(Reason::Special(special_kind(&md))));
-    }
     if md.nlink() > 1 {
         drop(file);
         return Step::Done(in_place(job, &dir, entry, bufs));
@@ -423,14 +455,9 @@ impl Batch {
 /// The in-place rewrite under a journal, for files that must keep their
 /// inode.
 fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome {
-    let file = match sys::open_quiet_at(dir, &entry.name, !job.dry_run) {
+    let file = match open_regular(dir, &entry.name, !job.dry_run) {
         Ok(f) => f,
-        Err(e) if denied(&e) => {
-            return Outcome::Skipped(Reason::PermissionDenied(
-                "cannot write the file (it must keep its inode)".into(),
-            ))
-        }
-        Err(e) => return Outcome::Failed(format!("cannot open: {e}")),
+        Err(outcome) => return outcome,
     };
     if !job.dry_run {
         if let Err(e) = sys::lock_exclusive(&file) {
@@ -549,17 +576,29 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
-    fn entry(dir: &std::path::Path, name: &str) -> Entry {
-        let d = std::fs::metadata(dir).unwrap();
-        Entry {
-            path: dir.join(name),
-            dir: dir.to_path_buf(),
-            dir_id: (d.dev(), d.ino()),
+    /// The walk's view of `name` in `dir`: `dir` a named root, or (with
+    /// `sub`) its subdirectory.
+    fn entry(dir: &std::path::Path, sub: Option<&str>, name: &str) -> (Dirs, Entry) {
+        let mut dirs = Dirs::default();
+        let (root, _, _) = dirs.add_root(dir.to_path_buf(), false).unwrap();
+        let (d, path) = match sub {
+            None => (root, dir.to_path_buf()),
+            Some(s) => {
+                let p = dir.join(s);
+                let m = std::fs::symlink_metadata(&p).unwrap();
+                (dirs.add(root, s.into(), (m.dev(), m.ino())), p)
+            }
+        };
+        let e = Entry {
+            path: path.join(name),
+            dir: d,
+            root,
             name: name.into(),
             size: 0,
             key: 1,
             links: Vec::new(),
-        }
+        };
+        (dirs, e)
     }
 
     const JOB: Job = Job {
@@ -585,7 +624,8 @@ mod tests {
     fn a_file_changed_during_its_conversion_is_left_alone() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("f"), "before\n").unwrap();
-        let step = process(&JOB, &entry(d.path(), "f"), &mut Buffers::default());
+        let (dirs, e) = entry(d.path(), None, "f");
+        let step = process(&JOB, &dirs, &e, &mut Buffers::default());
         // Someone writes to the file between conversion and rename.
         std::fs::write(d.path().join("f"), "changed\n").unwrap();
         let outcome = flush(step);
@@ -603,13 +643,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("sub")).unwrap();
         std::fs::write(d.path().join("sub/f"), "text\n").unwrap();
-        let e = entry(&d.path().join("sub"), "f");
+        let (dirs, e) = entry(d.path(), Some("sub"), "f");
         // The walked directory is swapped for a symlink to another one.
         std::fs::rename(d.path().join("sub"), d.path().join("old")).unwrap();
         std::fs::create_dir(d.path().join("elsewhere")).unwrap();
         std::fs::write(d.path().join("elsewhere/f"), "text\n").unwrap();
         std::os::unix::fs::symlink("elsewhere", d.path().join("sub")).unwrap();
-        let step = process(&JOB, &e, &mut Buffers::default());
+        let step = process(&JOB, &dirs, &e, &mut Buffers::default());
         assert!(matches!(step, Step::Done(Outcome::Failed(_))));
         assert_eq!(
             std::fs::read(d.path().join("elsewhere/f")).unwrap(),
@@ -628,7 +668,8 @@ mod tests {
             .unwrap()
             .set_times(FileTimes::new().set_modified(t).set_accessed(t))
             .unwrap();
-        let step = process(&JOB, &entry(d.path(), "f"), &mut Buffers::default());
+        let (dirs, e) = entry(d.path(), None, "f");
+        let step = process(&JOB, &dirs, &e, &mut Buffers::default());
         let outcome = flush(step);
         let want = Outcome::Converted {
             before: 8,

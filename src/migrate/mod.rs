@@ -18,6 +18,7 @@
 //! the summary through its [`Observer`]. Stands on [`cutf8`] and
 //! `crate::sys` only.
 
+mod dirs;
 mod file;
 mod journal;
 pub mod report;
@@ -147,6 +148,8 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         walker.root(p);
     }
     let files = std::mem::take(&mut walker.files);
+    let dirs = std::mem::take(&mut walker.dirs);
+    let roots = std::mem::take(&mut walker.roots);
     drop(walker);
     observer.start(files.len() as u64, files.iter().map(|f| f.size).sum());
 
@@ -176,7 +179,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         for _ in 0..opts.jobs.clamp(1, files.len().max(1)) {
             let tx = tx.clone();
             let close_tx = close_tx.clone();
-            let (files, next, job) = (&files, &next, &job);
+            let (files, next, job, dirs) = (&files, &next, &job, &dirs);
             workers.push(s.spawn(move || -> io::Result<()> {
                 let mut bufs = transcode::Buffers::default();
                 let mut batch = file::Batch::new(close_tx);
@@ -186,7 +189,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(entry) = files.get(i) else { break };
-                    match file::process(job, entry, &mut bufs) {
+                    match file::process(job, dirs, entry, &mut bufs) {
                         file::Step::Done(outcome) => send(i, outcome),
                         file::Step::Pending(p) => {
                             batch.push(i, *p);
@@ -204,8 +207,10 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         drop(close_tx);
         for (i, outcome) in rx {
             let entry = &files[i];
-            if matches!(outcome, Outcome::Converted { .. }) {
-                written.push(i);
+            if let Outcome::Converted { after, .. } = outcome {
+                if after >= crate::indexdb::MIGRATE_MIN {
+                    written.push(i);
+                }
             }
             summary.add(&outcome, true);
             observer.event(&Event {
@@ -234,7 +239,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         }
     });
     if opts.direction == transcode::Direction::Encode && !opts.dry_run {
-        record_in_index_db(opts, &files, &written);
+        record_in_index_db(&dirs, &roots, &files, &written);
     }
     for e in sync_errors {
         let outcome = Outcome::Failed(format!("cannot sync the filesystem after renaming: {e}"));
@@ -250,15 +255,43 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
 }
 
 /// Records the files just converted in each tree root's index database
-/// (`crate::indexdb`), so that the first mount of that root is warm.
-fn record_in_index_db(opts: &Options, files: &[walk::Entry], written: &[usize]) {
-    for root in &opts.paths {
-        let under: Vec<&Path> = written
+/// (`crate::indexdb`), so that the first mount of that root is warm. Each
+/// file is reached again through its directory's descriptor, never by its
+/// path; a root named as a file records only into a database that exists.
+fn record_in_index_db(
+    dirs: &dirs::Dirs,
+    roots: &[walk::Root],
+    files: &[walk::Entry],
+    written: &[usize],
+) {
+    let mut done = std::collections::HashSet::new();
+    for root in roots {
+        if !done.insert(root.dir) {
+            continue;
+        }
+        let mut under = written
             .iter()
-            .map(|&i| files[i].path.as_path())
-            .filter(|p| p.starts_with(root))
-            .collect();
-        crate::indexdb::record_written(root, &under);
+            .map(|&i| &files[i])
+            .filter(|e| e.root == root.dir)
+            .filter_map(|e| {
+                let dir = dirs.open(e.dir).ok()?;
+                let (fd, st) =
+                    crate::trust::reach(std::os::fd::AsFd::as_fd(&*dir), &e.name).ok()?;
+                (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(())?;
+                crate::trust::open_reached(std::os::fd::AsFd::as_fd(&fd), libc::O_RDONLY, true).ok()
+            })
+            .peekable();
+        if under.peek().is_none() {
+            continue;
+        }
+        let Ok(rootf) = dirs.open(root.dir) else {
+            continue;
+        };
+        crate::indexdb::record_written(
+            std::os::fd::AsFd::as_fd(&*rootf),
+            !root.named_dir,
+            &mut under,
+        );
     }
 }
 
@@ -267,13 +300,14 @@ const CLOSERS: usize = 4;
 /// Replaced originals waiting to be closed, at most.
 const CLOSE_QUEUE: usize = 256;
 
-/// How many pending files a worker may hold (each keeps its directory and
-/// the original open): at most 64, and within the open-file limit, which is
-/// raised to its hard maximum first.
+/// How many pending files a worker may hold (each keeps its temporary
+/// file, the original and possibly its directory open): at most 64, and
+/// within the open-file limit, which is raised to its hard maximum first.
 fn batch_files(jobs: usize) -> usize {
     let soft = crate::sys::process::raise_fd_limit(1 << 20);
-    let spare = soft.saturating_sub(64 + CLOSE_QUEUE as u64 + CLOSERS as u64);
-    let per_worker = (spare / 2) as usize / jobs.max(1);
+    let reserved = 64 + dirs::CACHE as u64 + CLOSE_QUEUE as u64 + CLOSERS as u64;
+    let spare = soft.saturating_sub(reserved);
+    let per_worker = (spare / 3) as usize / jobs.max(1);
     per_worker.clamp(1, 64)
 }
 

@@ -1,14 +1,22 @@
 //! Find the files a run (or its shard) converts.
 //!
 //! Walks each named path without following symlinks, without leaving it
-//! and, unless asked, without crossing into another filesystem. Skips
+//! and, unless asked, without crossing into another filesystem, by
+//! descriptors (`super::dirs`, `crate::trust`): each directory is entered
+//! from its parent's descriptor by one name (`O_DIRECTORY | O_NOFOLLOW`),
+//! checked to be the directory its parent's listing showed, and listed
+//! through that descriptor; each entry is looked at with `fstatat` relative
+//! to it. Nothing is ever reached through a path resolved again, so a
+//! directory swapped for a symlink during the walk leads nowhere. Skips
 //! decided from the directory entry alone (symlinks, special files,
 //! `--exclude`, other filesystems, unreadable directories) are reported
 //! right here. The mount's own files (names `crate::journal::is_internal`
 //! claims, such as `.cutf8fs-journal`, at any level) are neither entered
 //! nor reported; regular files are returned, each inode once with all its
-//! names. Before a directory's files are looked at, what a killed run left
-//! in it is dealt with: journals rolled back, temporary files removed.
+//! names, by their directory's node and name. Before a directory's files
+//! are looked at, what a killed run left in it is dealt with: journals
+//! rolled back (only those migrate wrote, `super::journal`), temporary
+//! files removed.
 //!
 //! Sharding: every path has a key, a hash of its path relative to the
 //! named root (or, for a multiply linked file, of its inode number, so that
@@ -18,14 +26,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
-use std::fs::Metadata;
+use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use globset::GlobSet;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{FileStat, Mode, SFlag};
 
+use super::dirs::{DirId, Dirs, Lost};
 use super::journal::{self, Recovered};
 use super::report::{Outcome, Reason};
 use crate::sys;
@@ -88,11 +99,13 @@ pub fn inode_key(ino: u64) -> u64 {
 #[derive(Debug, Clone)]
 pub struct Entry {
     /// The path as the user would write it (named root joined with the
-    /// names below it).
+    /// names below it), for reports only: the file is reached by `dir`
+    /// and `name`.
     pub path: PathBuf,
-    /// Its directory, and that directory's (dev, ino) at walk time.
-    pub dir: PathBuf,
-    pub dir_id: (u64, u64),
+    /// Its directory (a node of the walk's [`Dirs`]), and the named root
+    /// it was found under.
+    pub dir: DirId,
+    pub root: DirId,
     pub name: OsString,
     pub size: u64,
     pub key: u64,
@@ -112,11 +125,22 @@ pub struct WalkOptions<'a> {
 /// Reports per-path outcomes decided during the walk: (path, outcome, size).
 pub type Emit<'e> = dyn FnMut(&Path, Outcome, Option<u64>) + 'e;
 
+/// A named root: its directory node, and whether it was named as a
+/// directory (rather than a file in it).
+#[derive(Debug, Clone, Copy)]
+pub struct Root {
+    pub dir: DirId,
+    pub named_dir: bool,
+}
+
 /// The walk's state across named roots.
 pub struct Walker<'a, 'e> {
     opts: WalkOptions<'a>,
     emit: &'e mut Emit<'e>,
     pub files: Vec<Entry>,
+    /// Every directory entered (the workers reach files through it).
+    pub dirs: Dirs,
+    pub roots: Vec<Root>,
     /// (dev, ino) of multiply linked files → index in `files`.
     inodes: HashMap<(u64, u64), usize>,
     /// (dev, ino) of the singly linked files taken, so that overlapping
@@ -143,6 +167,8 @@ impl<'a, 'e> Walker<'a, 'e> {
             opts,
             emit,
             files: Vec::new(),
+            dirs: Dirs::default(),
+            roots: Vec::new(),
             inodes: HashMap::new(),
             seen: HashSet::new(),
         }
@@ -186,7 +212,16 @@ impl<'a, 'e> Walker<'a, 'e> {
             }
         };
         if md.is_dir() {
-            self.dir(root.to_path_buf(), Vec::new(), md.dev());
+            match self.dirs.add_root(root.to_path_buf(), false) {
+                Ok((d, _, id)) => {
+                    self.roots.push(Root {
+                        dir: d,
+                        named_dir: true,
+                    });
+                    self.dir(d, root.to_path_buf(), Vec::new(), id.0);
+                }
+                Err(e) => self.cannot_open(root, &[], e),
+            }
             return;
         }
         // A named file: its key is its name, its directory its parent.
@@ -201,48 +236,66 @@ impl<'a, 'e> Walker<'a, 'e> {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let dir_id = match std::fs::metadata(&parent) {
-            Ok(d) => (d.dev(), d.ino()),
+        let (d, dirf) = match self.dirs.add_root(parent, true) {
+            Ok((d, f, _)) => (d, f),
             Err(e) => {
                 (self.emit)(root, Outcome::Failed(format!("its directory: {e}")), None);
                 return;
             }
         };
+        self.roots.push(Root {
+            dir: d,
+            named_dir: false,
+        });
+        let st = match stat_at(&dirf, &name) {
+            Ok(st) => st,
+            Err(e) => {
+                (self.emit)(root, Outcome::Failed(e.to_string()), None);
+                return;
+            }
+        };
         let rel = name.as_bytes().to_vec();
-        self.entry(root.to_path_buf(), &parent, dir_id, name, rel, md);
+        self.entry(root.to_path_buf(), d, d, name, rel, &st);
     }
 
-    /// A non-directory entry.
+    /// Reports a directory that cannot be opened or listed.
+    fn cannot_open(&mut self, path: &Path, rel: &[u8], e: io::Error) {
+        if is_denied(&e) {
+            let r = Reason::PermissionDenied("cannot list the directory".into());
+            self.report(path, rel, Outcome::Skipped(r), None);
+        } else {
+            let msg = format!("cannot list the directory: {e}");
+            self.report(path, rel, Outcome::Failed(msg), None);
+        }
+    }
+
+    /// A non-directory entry, in directory `dir` under named root `root`.
     fn entry(
         &mut self,
         path: PathBuf,
-        dir: &Path,
-        dir_id: (u64, u64),
+        dir: DirId,
+        root: DirId,
         name: OsString,
         rel: Vec<u8>,
-        md: Metadata,
+        st: &FileStat,
     ) {
-        let t = md.file_type();
-        let kind = if t.is_symlink() {
-            Some(Reason::Symlink)
-        } else if t.is_fifo() {
-            Some(Reason::Special("fifo"))
-        } else if t.is_socket() {
-            Some(Reason::Special("socket"))
-        } else if t.is_block_device() {
-            Some(Reason::Special("block device"))
-        } else if t.is_char_device() {
-            Some(Reason::Special("character device"))
-        } else {
-            None
+        let kind = match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFREG => None,
+            SFlag::S_IFLNK => Some(Reason::Symlink),
+            SFlag::S_IFIFO => Some(Reason::Special("fifo")),
+            SFlag::S_IFSOCK => Some(Reason::Special("socket")),
+            SFlag::S_IFBLK => Some(Reason::Special("block device")),
+            SFlag::S_IFCHR => Some(Reason::Special("character device")),
+            _ => Some(Reason::Special("unknown type")),
         };
         if let Some(reason) = kind {
             self.report(&path, &rel, Outcome::Skipped(reason), None);
             return;
         }
-        let multiply = md.nlink() > 1;
+        let id = (st.st_dev, st.st_ino);
+        let multiply = st.st_nlink > 1;
         let key = if multiply {
-            inode_key(md.ino())
+            inode_key(st.st_ino)
         } else {
             path_key(&rel)
         };
@@ -250,47 +303,46 @@ impl<'a, 'e> Walker<'a, 'e> {
             return;
         }
         if multiply {
-            if let Some(&i) = self.inodes.get(&(md.dev(), md.ino())) {
+            if let Some(&i) = self.inodes.get(&id) {
                 self.files[i].links.push(path);
                 return;
             }
-            self.inodes.insert((md.dev(), md.ino()), self.files.len());
-        } else if !self.seen.insert((md.dev(), md.ino())) {
+            self.inodes.insert(id, self.files.len());
+        } else if !self.seen.insert(id) {
             return;
         }
         self.files.push(Entry {
             path,
-            dir: dir.to_path_buf(),
-            dir_id,
+            dir,
+            root,
             name,
-            size: md.len(),
+            size: st.st_size as u64,
             key,
             links: Vec::new(),
         });
     }
 
     /// Walk a directory tree, depth first, without recursion.
-    fn dir(&mut self, top: PathBuf, top_rel: Vec<u8>, dev: u64) {
-        let mut stack = vec![(top, top_rel)];
-        while let Some((path, rel)) = stack.pop() {
-            let dir_md = match std::fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) => {
-                    self.report(&path, &rel, Outcome::Failed(e.to_string()), None);
+    fn dir(&mut self, top: DirId, top_path: PathBuf, top_rel: Vec<u8>, dev: u64) {
+        let root = top;
+        let mut stack = vec![(top, top_path, top_rel)];
+        while let Some((d, path, rel)) = stack.pop() {
+            let dirf = match self.dirs.open(d) {
+                Ok(f) => f,
+                Err(Lost::Replaced) => {
+                    let msg = "the directory was moved or replaced during the walk; not entered";
+                    self.report(&path, &rel, Outcome::Failed(msg.into()), None);
+                    continue;
+                }
+                Err(Lost::Io(e)) => {
+                    self.cannot_open(&path, &rel, e);
                     continue;
                 }
             };
-            let dir_id = (dir_md.dev(), dir_md.ino());
-            let mut names: Vec<OsString> = match std::fs::read_dir(&path) {
-                Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
-                Err(e) if is_denied(&e) => {
-                    let r = Reason::PermissionDenied("cannot list the directory".into());
-                    self.report(&path, &rel, Outcome::Skipped(r), None);
-                    continue;
-                }
+            let mut names = match list(&dirf) {
+                Ok(n) => n,
                 Err(e) => {
-                    let msg = format!("cannot list the directory: {e}");
-                    self.report(&path, &rel, Outcome::Failed(msg), None);
+                    self.cannot_open(&path, &rel, e);
                     continue;
                 }
             };
@@ -298,7 +350,7 @@ impl<'a, 'e> Walker<'a, 'e> {
             // The mount's own files (its journal…) are never entered,
             // converted or reported, at any level.
             names.retain(|n| !crate::journal::is_internal(n));
-            names.retain(|n| !self.leftover(&path, &rel, n));
+            names.retain(|n| !self.leftover(&dirf, &path, n));
             let mut subdirs = Vec::new();
             for name in names {
                 let child = path.join(&name);
@@ -307,8 +359,8 @@ impl<'a, 'e> Walker<'a, 'e> {
                     self.report(&child, &crel, Outcome::Skipped(Reason::Excluded), None);
                     continue;
                 }
-                let md = match std::fs::symlink_metadata(&child) {
-                    Ok(m) => m,
+                let st = match stat_at(&dirf, &name) {
+                    Ok(st) => st,
                     Err(e) if is_denied(&e) => {
                         let r = Reason::PermissionDenied("cannot stat".into());
                         self.report(&child, &crel, Outcome::Skipped(r), None);
@@ -321,15 +373,16 @@ impl<'a, 'e> Walker<'a, 'e> {
                         continue;
                     }
                 };
-                if md.is_dir() {
-                    if self.opts.one_file_system && md.dev() != dev {
+                if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR {
+                    if self.opts.one_file_system && st.st_dev != dev {
                         let r = Outcome::Skipped(Reason::OtherFilesystem);
                         self.report(&child, &crel, r, None);
                     } else {
-                        subdirs.push((child, crel));
+                        let sub = self.dirs.add(d, name, (st.st_dev, st.st_ino));
+                        subdirs.push((sub, child, crel));
                     }
                 } else {
-                    self.entry(child, &path, dir_id, name, crel, md);
+                    self.entry(child, d, root, name, crel, &st);
                 }
             }
             // Pop in name order.
@@ -337,9 +390,10 @@ impl<'a, 'e> Walker<'a, 'e> {
         }
     }
 
-    /// Whether `name` in `dir` is a killed run's journal or temporary file;
-    /// if this shard owns it and this is no dry run, deal with it.
-    fn leftover(&mut self, dir: &Path, rel: &[u8], name: &OsStr) -> bool {
+    /// Whether `name` in the directory `dirf` (at `dir`) is a killed run's
+    /// journal or temporary file; if this shard owns it and this is no dry
+    /// run, deal with it.
+    fn leftover(&mut self, dirf: &File, dir: &Path, name: &OsStr) -> bool {
         let (jkey, tkey) = (
             key_of(name, super::JOURNAL_PREFIX),
             key_of(name, super::TMP_PREFIX),
@@ -352,31 +406,49 @@ impl<'a, 'e> Walker<'a, 'e> {
             return true;
         }
         let path = dir.join(name);
-        let dirf = match sys::open_dir(dir) {
-            Ok(d) => d,
-            Err(e) => {
-                let msg = format!("cannot open its directory to clean up: {e}");
-                (self.emit)(&path, Outcome::Failed(msg), None);
-                return true;
-            }
-        };
-        let _ = rel;
         if jkey.is_some() {
-            match journal::recover(&dirf, name) {
+            match journal::recover(dirf, name, &path) {
                 Ok(Recovered::Incomplete) => (self.emit)(&path, Outcome::Cleaned, None),
                 Ok(Recovered::RolledBack(target)) => {
                     (self.emit)(&dir.join(target), Outcome::RolledBack, None)
                 }
-                Err(e) => (self.emit)(&path, Outcome::Failed(e.to_string()), None),
+                Ok(Recovered::Gone) => {}
+                Err(msg) => (self.emit)(&path, Outcome::Failed(msg), None),
             }
         } else {
-            match sys::unlinkat(&dirf, name, 0) {
+            // One name in a directory held: removes nothing its owner
+            // could not remove.
+            match sys::unlinkat(dirf, name, 0) {
                 Ok(()) => (self.emit)(&path, Outcome::Cleaned, None),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => (self.emit)(&path, Outcome::Failed(format!("cannot remove: {e}")), None),
             }
         }
         true
     }
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one name.
+fn stat_at(dir: &File, name: &OsStr) -> io::Result<FileStat> {
+    let c = sys::component(name)?;
+    nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(io::Error::from)
+}
+
+/// The names in the directory open as `dir` (through its own descriptor
+/// of `.`: the same directory, never a path).
+fn list(dir: &File) -> io::Result<Vec<OsString>> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut d = nix::dir::Dir::openat(dir.as_fd(), ".", flags, Mode::empty())?;
+    let mut names = Vec::new();
+    for e in d.iter() {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(OsStr::from_bytes(n).to_owned());
+        }
+    }
+    Ok(names)
 }
 
 /// Whether a name in a directory is the given prefix followed by a shard
