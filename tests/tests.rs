@@ -34,6 +34,7 @@ mod index_db;
 mod killpriv;
 mod man_page;
 mod migrate;
+mod migrate_security;
 mod mount;
 mod mount_write;
 mod passthrough;
