@@ -1,12 +1,13 @@
 //! Log lines that a user can cause, rate-limited so that no user can flood
 //! the log: per kind of message and per key (a path, a uid), the first
-//! [`BURST`] lines of a [`WINDOW`] are written, and across all keys of one
-//! kind at most [`KIND_BURST`]; what is held back is counted, and once the
-//! window has passed one line says how many lines of that kind were not
-//! written ("N more like this"). Nothing is dropped silently: the count
-//! always reaches the log (a background thread writes it when no further
-//! message of the kind comes), and [`suppressed_total`] gives the count
-//! since the start.
+//! [`BURST`] lines of a window ([`WINDOW`], or `CUTF8FS_RATELOG_WINDOW_MS`
+//! milliseconds from the daemon's environment, which tests use to keep
+//! short) are written, and across all keys of one kind at most
+//! [`KIND_BURST`]; what is held back is counted, and once the window has
+//! passed one line says how many lines of that kind were not written ("N
+//! more like this"). Nothing is dropped silently: the count always reaches
+//! the log (a background thread writes it when no further message of the
+//! kind comes), and [`suppressed_total`] gives the count since the start.
 //!
 //! Used for every message a request can trigger again and again: a refused
 //! or untrusted file in BACKING met on each rewrite, a resource limit met
@@ -27,8 +28,24 @@ use parking_lot::Mutex;
 pub const BURST: u32 = 5;
 /// Lines of one kind written per window, whatever their keys.
 pub const KIND_BURST: u32 = 50;
-/// The window over which lines are counted.
+/// The window over which lines are counted (unless the environment says
+/// otherwise, see [`window`]).
 pub const WINDOW: Duration = Duration::from_secs(60);
+/// The environment variable that sets the window, in milliseconds.
+pub const WINDOW_ENV: &str = "CUTF8FS_RATELOG_WINDOW_MS";
+
+/// The process's window: [`WINDOW_ENV`] if set to a number of milliseconds
+/// (at least 1), else [`WINDOW`]. Read once.
+pub fn window() -> Duration {
+    static W: OnceLock<Duration> = OnceLock::new();
+    *W.get_or_init(|| {
+        std::env::var(WINDOW_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            .map_or(WINDOW, Duration::from_millis)
+    })
+}
 /// Keys remembered at most (beyond, a new key counts against its kind only).
 pub const MAX_KEYS: usize = 4096;
 
@@ -47,8 +64,8 @@ impl Count {
     }
 
     /// Counts one line; whether it may be written.
-    fn take(&mut self, now: Instant, burst: u32) -> bool {
-        if now.duration_since(self.since) >= WINDOW {
+    fn take(&mut self, now: Instant, window: Duration, burst: u32) -> bool {
+        if now.duration_since(self.since) >= window {
             *self = Count::new(now);
         }
         self.written += 1;
@@ -66,10 +83,17 @@ struct Kind {
 
 /// One limiter's state (the process has one, [`limiter`]; tests make their
 /// own with a clock of their choosing).
-#[derive(Default)]
 pub struct Limiter {
     inner: Mutex<State>,
     total: AtomicU64,
+    window: Duration,
+}
+
+impl Default for Limiter {
+    /// A limiter with the [`WINDOW`].
+    fn default() -> Limiter {
+        Limiter::with_window(WINDOW)
+    }
 }
 
 #[derive(Default)]
@@ -92,15 +116,28 @@ pub struct Decision {
     pub write: bool,
 }
 
-fn summary_line(kind: &str, held: u64) -> String {
+fn summary_line(kind: &str, held: u64, window: Duration) -> String {
+    let secs = if window.subsec_millis() == 0 {
+        window.as_secs().to_string()
+    } else {
+        format!("{:.3}", window.as_secs_f64())
+    };
     format!(
-        "{held} more message{} like this ({kind}) in the last {} s were not logged",
+        "{held} more message{} like this ({kind}) in the last {secs} s were not logged",
         if held == 1 { "" } else { "s" },
-        WINDOW.as_secs()
     )
 }
 
 impl Limiter {
+    /// A limiter counting over `window`.
+    pub fn with_window(window: Duration) -> Limiter {
+        Limiter {
+            inner: Mutex::default(),
+            total: AtomicU64::new(0),
+            window,
+        }
+    }
+
     /// Decides about one message of `kind` for `key` at `now`.
     pub fn decide(
         &self,
@@ -116,22 +153,23 @@ impl Limiter {
             held: 0,
             level,
         });
+        let window = self.window;
         let mut summary = None;
-        if now.duration_since(k.count.since) >= WINDOW && k.held > 0 {
-            summary = Some((k.level, summary_line(kind, k.held)));
+        if now.duration_since(k.count.since) >= window && k.held > 0 {
+            summary = Some((k.level, summary_line(kind, k.held, window)));
             k.held = 0;
         }
-        let kind_ok = k.count.take(now, KIND_BURST);
+        let kind_ok = k.count.take(now, window, KIND_BURST);
         let id = (kind, key_hash(key));
         let key_ok = if let Some(c) = st.keys.get_mut(&id) {
-            c.take(now, BURST)
+            c.take(now, window, BURST)
         } else {
             if st.keys.len() >= MAX_KEYS {
-                st.keys.retain(|_, c| now.duration_since(c.since) < WINDOW);
+                st.keys.retain(|_, c| now.duration_since(c.since) < window);
             }
             if st.keys.len() < MAX_KEYS {
                 let mut c = Count::new(now);
-                c.take(now, BURST);
+                c.take(now, window, BURST);
                 st.keys.insert(id, c);
             }
             true
@@ -151,16 +189,17 @@ impl Limiter {
     /// Summary lines of every kind whose window has passed with lines held
     /// back (they are then reported, and the count starts again).
     pub fn due(&self, now: Instant) -> Vec<(log::Level, String)> {
+        let window = self.window;
         let mut st = self.inner.lock();
         let mut out = Vec::new();
         for (kind, k) in st.kinds.iter_mut() {
-            if k.held > 0 && now.duration_since(k.count.since) >= WINDOW {
-                out.push((k.level, summary_line(kind, k.held)));
+            if k.held > 0 && now.duration_since(k.count.since) >= window {
+                out.push((k.level, summary_line(kind, k.held, window)));
                 k.held = 0;
                 k.count = Count::new(now);
             }
         }
-        st.keys.retain(|_, c| now.duration_since(c.since) < WINDOW);
+        st.keys.retain(|_, c| now.duration_since(c.since) < window);
         out
     }
 
@@ -170,10 +209,10 @@ impl Limiter {
     }
 }
 
-/// The process's limiter.
+/// The process's limiter (its window is [`window`]).
 pub fn limiter() -> &'static Limiter {
     static L: OnceLock<Limiter> = OnceLock::new();
-    L.get_or_init(Limiter::default)
+    L.get_or_init(|| Limiter::with_window(window()))
 }
 
 /// Lines held back since the process started.
@@ -190,7 +229,7 @@ fn start_reporter() {
         let _ = std::thread::Builder::new()
             .name("ratelog".into())
             .spawn(|| loop {
-                std::thread::sleep(WINDOW / 6);
+                std::thread::sleep(window() / 6);
                 for (level, line) in limiter().due(Instant::now()) {
                     log::log!(level, "{line}");
                 }

@@ -32,6 +32,7 @@ mod full_disk;
 mod gconv;
 mod index_db;
 mod killpriv;
+mod log_flood;
 mod man_page;
 mod migrate;
 mod migrate_security;

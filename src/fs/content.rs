@@ -216,7 +216,9 @@ impl FileState {
             };
             self.learn(&mut content, cache, reader, stamp, learned)?;
         }
-        log::warn!("a file keeps changing in BACKING while it is read; the read fails with EIO");
+        crate::ratelog::warn("keeps-changing", "", || {
+            "a file keeps changing in BACKING while it is read; the read fails with EIO".into()
+        });
         Err(super::error::Refused::KeepsChanging.into())
     }
 

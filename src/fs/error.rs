@@ -33,7 +33,9 @@ pub fn errno(e: &io::Error) -> Errno {
             io::ErrorKind::OutOfMemory => Errno::ENOMEM,
             io::ErrorKind::Unsupported => Errno::EOPNOTSUPP,
             _ => {
-                log::error!("I/O error without errno, reported as EIO: {e}");
+                crate::ratelog::error("eio-without-errno", "", || {
+                    format!("I/O error without errno, reported as EIO: {e}")
+                });
                 Errno::EIO
             }
         },
@@ -54,7 +56,9 @@ pub fn view_errno(e: ViewError) -> Errno {
         ViewError::TooLarge => Errno::EFBIG,
         ViewError::Unsupported => Errno::EOPNOTSUPP,
         ViewError::Changed => {
-            log::warn!("{e}; the request fails with EIO (the next one sees the new content)");
+            crate::ratelog::warn("changed-underneath", "", || {
+                format!("{e}; the request fails with EIO (the next one sees the new content)")
+            });
             Errno::EIO
         }
     }
@@ -164,10 +168,11 @@ pub fn guard<T>(
                         .or_else(|| payload.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "panic".into())
                 });
-            log::error!(
-                "BUG: {op} {}: {msg} (the request failed with EIO; the mount goes on)",
-                name()
-            );
+            // A request that panics can be sent again and again.
+            let name = name();
+            crate::ratelog::error("bug", op, || {
+                format!("BUG: {op} {name}: {msg} (the request failed with EIO; the mount goes on)")
+            });
             Err(Errno::EIO)
         }
     }

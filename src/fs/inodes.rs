@@ -411,14 +411,16 @@ impl Shared {
                 self.shrink();
                 open().map_err(|e| {
                     if is_resource(&e) {
-                        log::warn!(
-                            "{}: cannot {what}: out of file descriptors or memory ({e}); \
-                             the daemon caches at most {} inode descriptors, the rest \
-                             are files open through the mount: close some, or raise \
-                             the daemon's limit (ulimit -n)",
-                            path(),
-                            self.cap
-                        );
+                        let path = path();
+                        crate::ratelog::warn("out-of-descriptors", &path, || {
+                            format!(
+                                "{path}: cannot {what}: out of file descriptors or memory \
+                                 ({e}); the daemon caches at most {} inode descriptors, the \
+                                 rest are files open through the mount: close some, or \
+                                 raise the daemon's limit (ulimit -n)",
+                                self.cap
+                            )
+                        });
                     }
                     io(e)
                 })

@@ -231,20 +231,26 @@ impl Passthrough {
         if let Some(id) = opens.id.clone() {
             // The kernel allows only passthrough opens of this inode now.
             if ask.write {
-                log::warn!(
-                    "{}: open for writing refused (ETXTBSY): the file is open for reading \
-                     through passthrough, whose readers the daemon cannot keep in step with \
-                     a writer; retry when they close, or mount with -o passthrough=off",
-                    (ask.name)()
-                );
+                let name = (ask.name)();
+                crate::ratelog::warn("passthrough-busy", &name, || {
+                    format!(
+                        "{name}: open for writing refused (ETXTBSY): the file is open for \
+                         reading through passthrough, whose readers the daemon cannot keep \
+                         in step with a writer; retry when they close, or mount with -o \
+                         passthrough=off"
+                    )
+                });
                 return Err(Errno::ETXTBSY);
             }
             if raw_size(ask.file, 0).is_none() {
-                log::warn!(
-                    "{}: open refused (EBUSY): the file became corrected in BACKING while open \
-                     for reading through passthrough; retry when those readers close",
-                    (ask.name)()
-                );
+                let name = (ask.name)();
+                crate::ratelog::warn("passthrough-busy", &name, || {
+                    format!(
+                        "{name}: open refused (EBUSY): the file became corrected in BACKING \
+                         while open for reading through passthrough; retry when those \
+                         readers close"
+                    )
+                });
                 return Err(Errno::EBUSY);
             }
             opens.kernel += 1;

@@ -155,13 +155,15 @@ impl CutFs {
         self.write_locked(inode, &held.file, content, held.at, &held.bytes, false)
             .map(drop)
             .inspect_err(|e| {
-                log::warn!(
-                    "{}: the last {} bytes of a write, held to be joined with the next \
-                     one, could not be written at view offset {}: {e:?}",
-                    self.name_of(inode),
-                    held.bytes.len(),
-                    held.at
-                )
+                let name = self.name_of(inode);
+                crate::ratelog::warn("held-bytes-lost", &name, || {
+                    format!(
+                        "{name}: the last {} bytes of a write, held to be joined with the \
+                         next one, could not be written at view offset {}: {e:?}",
+                        held.bytes.len(),
+                        held.at
+                    )
+                })
             })
     }
 
@@ -288,17 +290,21 @@ impl CutFs {
                         }
                         let name = self.name_of(inode);
                         if let Err(e) = backing::to_raw(file, &next, &self.journal, offset, data) {
-                            log::warn!(
-                                "{name}: {why}; the write that would make it raw failed \
-                                 ({e}); the file is unchanged and stays corrected"
-                            );
+                            crate::ratelog::warn("make-raw-failed", &name, || {
+                                format!(
+                                    "{name}: {why}; the write that would make it raw \
+                                     failed ({e}); the file is unchanged and stays corrected"
+                                )
+                            });
                             self.failed(state, content, file, stamp, next);
                             return Err(e.into());
                         }
-                        log::warn!(
-                            "{name}: {why}; the file is now raw (stored as it reads), so \
-                             nothing written is lost"
-                        );
+                        crate::ratelog::warn("made-raw", &name, || {
+                            format!(
+                                "{name}: {why}; the file is now raw (stored as it reads), \
+                                 so nothing written is lost"
+                            )
+                        });
                         self.changed(state, content, file, None)?;
                     }
                     Err(e) => {
@@ -334,13 +340,16 @@ impl CutFs {
 
     fn log_magic_refused(&self, inode: &Inode, e: &backing::Error) {
         if matches!(e, backing::Error::View(view::Error::MagicOnRaw)) {
-            log::warn!(
-                "{}: refused a write (EILSEQ) that would make this raw file begin with the \
-                 Corrected UTF-8 magic number: it would read back as something else. To \
-                 bring a Corrected UTF-8 file in, copy it into BACKING directly, or decode \
-                 it first (cutf8 decode) and copy the result into the mount.",
-                self.name_of(inode)
-            );
+            let name = self.name_of(inode);
+            crate::ratelog::warn("magic-refused", &name, || {
+                format!(
+                    "{name}: refused a write (EILSEQ) that would make this raw file begin \
+                     with the Corrected UTF-8 magic number: it would read back as something \
+                     else. To bring a Corrected UTF-8 file in, copy it into BACKING \
+                     directly, or decode it first (cutf8 decode) and copy the result into \
+                     the mount."
+                )
+            });
         }
     }
 

@@ -156,18 +156,20 @@ impl CutFs {
                 Some(Ok(a)) => Some(a),
                 Some(Err(Errno::ENOENT)) => continue,
                 Some(Err(err)) => {
-                    log::warn!(
-                        "{}: listing with attributes failed ({}); the listing ends \
-                         there with that error{}",
-                        d.inode.path_of(&e.name),
-                        std::io::Error::from_raw_os_error(err.code()),
-                        if matches!(err, Errno::EMFILE | Errno::ENFILE) {
-                            ": out of file descriptors — close files open through the \
-                             mount, or raise the daemon's limit (ulimit -n)"
-                        } else {
-                            ""
-                        }
-                    );
+                    let path = d.inode.path_of(&e.name).to_string();
+                    crate::ratelog::warn("listing-failed", &path, || {
+                        format!(
+                            "{path}: listing with attributes failed ({}); the listing ends \
+                             there with that error{}",
+                            std::io::Error::from_raw_os_error(err.code()),
+                            if matches!(err, Errno::EMFILE | Errno::ENFILE) {
+                                ": out of file descriptors — close files open through the \
+                                 mount, or raise the daemon's limit (ulimit -n)"
+                            } else {
+                                ""
+                            }
+                        )
+                    });
                     failed = Some(err);
                     break;
                 }
@@ -196,13 +198,15 @@ impl CutFs {
     pub(in crate::fs) fn listed(&self, d: &DirHandle) -> Result<Vec<DirEntry>> {
         Self::list(d).inspect_err(|err| {
             if matches!(*err, Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM) {
-                log::warn!(
-                    "{}: cannot read the directory: {} (out of file descriptors or \
-                     memory; close files open through the mount, or raise the daemon's \
-                     limit with ulimit -n)",
-                    d.inode.path(),
-                    std::io::Error::from_raw_os_error(err.code())
-                );
+                let path = d.inode.path().to_string();
+                crate::ratelog::warn("out-of-descriptors", &path, || {
+                    format!(
+                        "{path}: cannot read the directory: {} (out of file descriptors \
+                         or memory; close files open through the mount, or raise the \
+                         daemon's limit with ulimit -n)",
+                        std::io::Error::from_raw_os_error(err.code())
+                    )
+                });
             }
         })
     }

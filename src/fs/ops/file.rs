@@ -127,11 +127,14 @@ impl CutFs {
                     sys::openat(dir_fd.as_fd(), &cname, asked, mode).map_err(io)?
                 }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    log::warn!(
-                        "{}: cannot create or open: out of file descriptors ({e}); close \
-                         files open through the mount, or raise the daemon's limit (ulimit -n)",
-                        dir.path_of(name)
-                    );
+                    let path = dir.path_of(name).to_string();
+                    crate::ratelog::warn("out-of-descriptors", &path, || {
+                        format!(
+                            "{path}: cannot create or open: out of file descriptors ({e}); \
+                             close files open through the mount, or raise the daemon's \
+                             limit (ulimit -n)"
+                        )
+                    });
                     return Err(io(e));
                 }
                 r => r.map_err(io)?,
@@ -182,10 +185,12 @@ impl CutFs {
                 return Ok(data);
             }
         }
-        log::warn!(
-            "{}: changes in BACKING faster than it can be read; the read fails with EIO",
-            self.name_of(&h.inode)
-        );
+        let name = self.name_of(&h.inode);
+        crate::ratelog::warn("keeps-changing", &name, || {
+            format!(
+                "{name}: changes in BACKING faster than it can be read; the read fails with EIO"
+            )
+        });
         Err(Refused::KeepsChanging.into())
     }
 

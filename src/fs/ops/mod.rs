@@ -77,12 +77,14 @@ fn caller(req: &Request) -> Identity {
 /// than doing anything with the daemon's own rights.
 fn act_as(req: &Request) -> Result<ActAs> {
     ActAs::new(&caller(req)).map_err(|e| {
-        log::error!(
-            "cannot act as uid {} gid {} (pid {}): {e}; request refused with EIO",
-            req.uid(),
-            req.gid(),
-            req.pid()
-        );
+        crate::ratelog::error("no-identity", &format!("uid {}", req.uid()), || {
+            format!(
+                "cannot act as uid {} gid {} (pid {}): {e}; request refused with EIO",
+                req.uid(),
+                req.gid(),
+                req.pid()
+            )
+        });
         Errno::from(Refused::NoIdentity)
     })
 }
@@ -91,7 +93,9 @@ fn act_as(req: &Request) -> Result<ActAs> {
 /// line if the thread cannot have its own).
 fn with_umask(umask: u32) -> Result<sys::Umask> {
     sys::Umask::set(umask).map_err(|e| {
-        log::error!("cannot give this thread its own umask: {e}; request refused with EIO");
+        crate::ratelog::error("no-umask", "", || {
+            format!("cannot give this thread its own umask: {e}; request refused with EIO")
+        });
         Errno::from(Refused::NoIdentity)
     })
 }
