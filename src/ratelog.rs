@@ -255,12 +255,12 @@ pub fn log(level: log::Level, kind: &'static str, key: &str, msg: impl FnOnce() 
     }
 }
 
-/// [`log`] at warning level.
+/// [`log()`] at warning level.
 pub fn warn(kind: &'static str, key: &str, msg: impl FnOnce() -> String) {
     log(log::Level::Warn, kind, key, msg)
 }
 
-/// [`log`] at error level.
+/// [`log()`] at error level.
 pub fn error(kind: &'static str, key: &str, msg: impl FnOnce() -> String) {
     log(log::Level::Error, kind, key, msg)
 }

@@ -406,3 +406,100 @@ fn isatty_on_a_mount_file_is_quiet() {
             .join("\n")
     );
 }
+
+/// A file written through a shared mapping changes its bytes without
+/// moving its ctime once its page is writable (only the first write fault
+/// stamps the time; on tmpfs, whose pages are never cleaned by writeback,
+/// no later write does), so a stat-based cache cannot see the change (man
+/// cutf8fs(1), SECURITY). The daemon scanned the file between the two
+/// writes, and its index database stored the scan. Reads through the mount
+/// must stay within the file, never panic, notice that the bytes disagree
+/// with the index where it checks (a read reaching the view's end does),
+/// build the index again — the size shown becomes the real view's — and
+/// replace the database's record, so that the next mount is right too.
+#[test]
+fn a_change_through_a_shared_mapping_that_keeps_ctime_is_noticed_on_read() {
+    let dir = tempfile::Builder::new()
+        .prefix("cutf8fs-mmap-")
+        .tempdir()
+        .unwrap();
+    let backing = dir.path().join("backing");
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(&backing)
+        .status()
+        .expect("mount(8)");
+    assert!(st.success(), "mount -t tmpfs failed");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _tmpfs = Unmount(backing.clone());
+    let text = "a".repeat(20_000) + "\n";
+    let f = backing.join("f.txt");
+    fs::write(&f, corrected(text.as_bytes())).unwrap();
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&f)
+        .unwrap();
+    // SAFETY: the mapping covers the file, which nothing truncates while
+    // it is mapped; the test writes it as any process may.
+    let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+    let ctime = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(p).unwrap();
+        (m.ctime(), m.ctime_nsec(), m.len())
+    };
+    // The first write fault stamps the file; the scan comes once that
+    // stamp is settled (so the index database keeps it).
+    map[8 + 100] = b'b';
+    let stamped = ctime(&f);
+    std::thread::sleep(Duration::from_millis(2300));
+    let log = dir.path().join("daemon.log");
+    let mut m = Mount::with(&["attr_timeout=0"]).on(&backing, &mnt, &log);
+    assert_eq!(fs::metadata(m.m("f.txt")).unwrap().len(), 20_001);
+    // U+089F: two bytes on disk, three in the view — the view grows by one,
+    // and nothing about the file's stat changes.
+    map[8 + 200..8 + 202].copy_from_slice(&[0xDF, 0xBF]);
+    assert_eq!(
+        ctime(&f),
+        stamped,
+        "the second write moved ctime: nothing to test"
+    );
+    let now = fs::read(&f).unwrap();
+    let want = expected_view(&now);
+    assert_eq!(want.len(), 20_002);
+    // Whatever the first read returns, it is never more than the view the
+    // daemon showed, and the mount stays up.
+    let first = fs::read(m.m("f.txt")).expect("read through the mount");
+    assert!(first.len() <= want.len());
+    assert_eq!(&first[..], &want[..first.len()], "bytes of another view");
+    assert_eq!(
+        fs::metadata(m.m("f.txt")).unwrap().len(),
+        20_002,
+        "the size shown is still the stale index's; log:\n{}",
+        m.log_text()
+    );
+    assert_eq!(fs::read(m.m("f.txt")).unwrap(), want);
+    assert!(
+        m.log_text().contains("no longer match its offset index"),
+        "{}",
+        m.log_text()
+    );
+    // The index database's record was replaced: a new mount is right.
+    m.unmount();
+    m.remount();
+    assert_eq!(fs::metadata(m.m("f.txt")).unwrap().len(), 20_002);
+    assert_eq!(fs::read(m.m("f.txt")).unwrap(), want);
+    drop(m);
+    drop(map);
+}

@@ -222,6 +222,57 @@ impl FileState {
         Err(super::error::Refused::KeepsChanging.into())
     }
 
+    /// The index kept for `stamp` disagrees with the file's bytes although
+    /// the stamp did not move (they were changed in place without moving
+    /// ctime, as writes through a shared mapping can; see
+    /// `crate::io::Viewed::Stale`): it is forgotten — here, in the cache and
+    /// in the index database, whose record is replaced — and built again
+    /// from the bytes, under the content lock held alone. `second` opens a
+    /// readable descriptor when `file` is write-only.
+    pub fn rebuild(
+        &self,
+        cache: &IndexCache,
+        file: &File,
+        stamp: Stamp,
+        second: impl Fn() -> io::Result<File>,
+    ) -> Result<()> {
+        let mut content = self.content.write();
+        if content.view.as_ref().is_some_and(|(s, _)| *s == stamp) {
+            content.view = None;
+        }
+        drop(cache.remove(&stamp));
+        *self.class.lock() = None;
+        *self.last_open.lock() = None;
+        let second_file;
+        let reader = match has_magic(file) {
+            Ok(_) => file,
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                second_file = second().map_err(io)?;
+                &second_file
+            }
+            Err(e) => return Err(io(e)),
+        };
+        if Stamp::now(reader).map_err(io)? != stamp || !has_magic(reader).map_err(io)? {
+            // Changed after all: the next look learns it.
+            return Ok(());
+        }
+        let started = crate::indexdb::now();
+        let index = Arc::new(build_index(reader).map_err(io)?);
+        if Stamp::now(reader).map_err(io)? == stamp {
+            cache.put(stamp, index.clone());
+            cache.db.put(&stamp.state(), started, &index);
+            self.remember_class(
+                stamp,
+                Class::Corrected {
+                    view_len: index.view_len(),
+                    lossless: index.lossless(),
+                },
+            );
+            content.view = Some((stamp, index));
+        }
+        Ok(())
+    }
+
     /// Records what the file is at `stamp` (under the content lock).
     fn learn(
         &self,

@@ -42,6 +42,21 @@
 //!   at it): the database records BACKING root's `(st_dev, st_ino)`; a
 //!   different one empties it, with one log line.
 //!
+//! What no stat can see: bytes changed in place through a shared mapping
+//! (`mmap` with `MAP_SHARED`). The kernel stamps mtime and ctime only at
+//! the first write fault on a page, and again only after writeback has
+//! cleaned the page (on tmpfs, never), so later writes through the mapping
+//! change the content under the same state — the limit git documents for
+//! its own index ("racy git"). A record made between such writes describes
+//! bytes that are no longer there. It can only misplace the file's own
+//! bytes: a read decodes the bytes that are there, never beyond the file
+//! and never another file's, and checks what the index promises where
+//! that is cheap (the first whole block it decodes; the view's end when
+//! it reaches it: `crate::view::Reading::stale`); a mismatch has the mount
+//! scan the file again and replace the record (`crate::fs`'s
+//! `FileState::rebuild`). Until a read meets the mismatch, `stat` shows the
+//! size the record says.
+//!
 //! # Where, and who may write it
 //!
 //! By default `BACKING/.cutf8fs-index/index.redb`, so every machine that

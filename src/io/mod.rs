@@ -8,6 +8,10 @@
 //! short read is the end of the file (never an error, never a panic), so a
 //! file that shrinks behind the mount's back ends a read early; the caller
 //! re-checks the file's [`Stamp`] ([`read_view_checked`]) and reads again.
+//! A read whose bytes disagree with the index although the stamp did not
+//! move ([`Viewed::Stale`]: bytes changed in place without moving ctime,
+//! as writes through a shared mapping can) tells the caller, which builds
+//! the index again.
 
 mod stamp;
 pub mod write;
@@ -93,11 +97,22 @@ pub fn read_view(
     offset: u64,
     size: usize,
 ) -> io::Result<Vec<u8>> {
+    read_view_noting(file, index, offset, size).map(|(data, _)| data)
+}
+
+/// [`read_view`], and whether the bytes disagreed with the index
+/// (`Reading::stale`).
+fn read_view_noting(
+    file: &File,
+    index: &OffsetIndex,
+    offset: u64,
+    size: usize,
+) -> io::Result<(Vec<u8>, bool)> {
     let len = index.view_len().saturating_sub(offset);
     let mut buf = vec![0u8; size.min(usize::try_from(len).unwrap_or(usize::MAX))];
-    let n = read_view_into(file, index, offset, &mut buf)?;
+    let (n, stale) = read_view_parts(file, index, offset, &mut buf)?;
     buf.truncate(n);
-    Ok(buf)
+    Ok((buf, stale))
 }
 
 /// Reads view bytes at `offset` into `buf`; how many.
@@ -107,6 +122,15 @@ pub fn read_view_into(
     offset: u64,
     buf: &mut [u8],
 ) -> io::Result<usize> {
+    read_view_parts(file, index, offset, buf).map(|(n, _)| n)
+}
+
+fn read_view_parts(
+    file: &File,
+    index: &OffsetIndex,
+    offset: u64,
+    buf: &mut [u8],
+) -> io::Result<(usize, bool)> {
     let mut r: Reading = index.reading(offset, buf.len());
     let mut disk = Vec::new();
     while let Some((pos, len)) = r.need() {
@@ -114,22 +138,42 @@ pub fn read_view_into(
         let n = read_full_at(file, &mut disk, DATA_START + pos)?;
         r.feed(&disk[..n], buf);
     }
-    Ok(r.got())
+    Ok((r.got(), r.stale()))
+}
+
+/// What [`read_view_checked`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Viewed {
+    /// The view bytes asked for.
+    Read(Vec<u8>),
+    /// The file changed during the read (its stamp moved): the bytes may
+    /// mix two versions; learn the file again and read again.
+    Changed,
+    /// The file's stamp did not move, but its bytes disagree with the index
+    /// (changed in place without moving ctime, as writes through a shared
+    /// mapping can): the index is stale. The bytes read are the view of
+    /// what is there, at offsets the index placed: build the index again
+    /// and read again.
+    Stale(Vec<u8>),
 }
 
 /// Up to `size` view bytes at `offset`, read through the index of the
-/// file's state `stamp`, and the stamp checked again after the read: None
-/// when the file changed meanwhile (the bytes may mix two versions; learn
-/// the file again and read again).
+/// file's state `stamp`, and the stamp checked again after the read.
 pub fn read_view_checked(
     file: &File,
     index: &OffsetIndex,
     stamp: Stamp,
     offset: u64,
     size: usize,
-) -> io::Result<Option<Vec<u8>>> {
-    let data = read_view(file, index, offset, size)?;
-    Ok((Stamp::now(file)? == stamp).then_some(data))
+) -> io::Result<Viewed> {
+    let (data, stale) = read_view_noting(file, index, offset, size)?;
+    Ok(if Stamp::now(file)? != stamp {
+        Viewed::Changed
+    } else if stale {
+        Viewed::Stale(data)
+    } else {
+        Viewed::Read(data)
+    })
 }
 
 /// The disk bytes around view bytes `[lo, hi)` the write planner needs.

@@ -193,7 +193,7 @@ impl OffsetIndex {
 
 impl OffsetIndex {
     /// Growing units that start before disk offset `k * BLOCK`.
-    fn growth_before_block(&self, k: u64) -> u64 {
+    pub(super) fn growth_before_block(&self, k: u64) -> u64 {
         let j = self.steps.partition_point(|s| s.0 <= k);
         if j == 0 {
             0

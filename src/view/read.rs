@@ -4,6 +4,16 @@
 //! for the write planner (`super::write`). Neither reads anything itself:
 //! the I/O layer (`crate::io`) fetches what they ask for, and a short read
 //! (the file shrank meanwhile) is simply the end.
+//!
+//! Whatever the bytes it is given, a reading never goes beyond them nor
+//! beyond the buffer, and never panics: an index that no longer matches
+//! the bytes (they were changed without the file's stamp moving, as writes
+//! through a shared mapping can) only makes it return the view of the
+//! bytes that are there at shifted offsets. It notices such an index
+//! cheaply where the index promises something it can check
+//! ([`Reading::stale`]): the count of length-changing units in the first
+//! whole block it decodes, and, when the read reaches the end of the view,
+//! that the bytes end exactly there.
 
 use cutf8::unit::{decode_disk_unit, encode_view, DiskUnit};
 use cutf8::{max_view_len, Decoder, Status, MIN_DST};
@@ -30,6 +40,11 @@ pub struct Reading {
     dec: Decoder,
     out: Vec<u8>,
     done: bool,
+    view_len: u64,
+    /// Growing units the index says start in block `block / BLOCK`.
+    block_growth: u64,
+    /// The bytes disagree with the index (see [`Reading::stale`]).
+    stale: bool,
 }
 
 impl OffsetIndex {
@@ -65,6 +80,11 @@ impl OffsetIndex {
             dec: Decoder::lossless(),
             out: Vec::new(),
             done: want == 0,
+            view_len,
+            block_growth: self
+                .growth_before_block(k + 1)
+                .saturating_sub(self.growth_before_block(k)),
+            stale: false,
         }
     }
 }
@@ -81,6 +101,40 @@ impl Reading {
         self.got
     }
 
+    /// Whether the bytes fed disagree with the index the reading was
+    /// planned with: the first whole block decoded holds another number of
+    /// length-changing units than the index says, or the bytes end before
+    /// or after the view's end where the read reaches it. (A file changed
+    /// while read does the same; its stamp tells the two apart.) What was
+    /// delivered is then the view of the bytes that are there, at offsets
+    /// the index placed wrongly.
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Compares the growing units in block `self.block` of `disk` (whose
+    /// first byte is at `pos`, a unit boundary at or before the block's
+    /// start) with the index, when `disk` covers the block whole.
+    fn check_block(&mut self, disk: &[u8], pos: u64, at_end: bool) {
+        let end = self.block + BLOCK;
+        let covered = pos + disk.len() as u64 >= (end + 8).min(self.disk_len);
+        if !covered {
+            return;
+        }
+        let upto = ((end + 8).min(self.disk_len).saturating_sub(pos) as usize).min(disk.len());
+        let last = at_end && upto == disk.len();
+        let k = self.block / BLOCK;
+        let mut grow = 0;
+        cutf8::length::count_disk_blocks(&disk[..upto], last, pos, BLOCK, |c| {
+            if c.block == k {
+                grow += c.grow;
+            }
+        });
+        if grow != self.block_growth {
+            self.stale = true;
+        }
+    }
+
     /// Takes the disk bytes [`Reading::need`] asked for (fewer when the
     /// file ends there) and appends their view bytes to `buf` (as long as
     /// the `len` planned).
@@ -95,12 +149,15 @@ impl Reading {
             let rel = self.back as usize;
             if n < rel {
                 // The file is shorter than the index says (it changed).
+                self.stale = true;
                 self.done = true;
                 return;
             }
             let (dstart, vpos) = unit_start_near(&disk[..n], rel, self.block, self.g, at_end);
             self.skip = self.view_off.saturating_sub(vpos);
-            (dstart - self.pos) as usize
+            let from = (dstart - self.pos) as usize;
+            self.check_block(&disk[from..n], dstart, at_end);
+            from
         } else {
             0
         };
@@ -121,6 +178,14 @@ impl Reading {
             buf[self.got..self.got + take].copy_from_slice(&produced[..take]);
             self.got += take;
             if self.got == want {
+                // At the view's end, the bytes must end here too.
+                if self.view_off + self.want as u64 == self.view_len {
+                    let ended = take == produced.len()
+                        && src.is_empty()
+                        && status != Status::OutputFull
+                        && self.pos + n as u64 >= self.disk_len;
+                    self.stale |= !ended;
+                }
                 self.done = true;
                 return;
             }
@@ -129,6 +194,8 @@ impl Reading {
             }
         }
         if at_end {
+            // The bytes ended before the view the index promised.
+            self.stale |= self.got < want;
             self.done = true;
             return;
         }

@@ -374,3 +374,103 @@ fn spans_cut_short_by_a_shrinking_file_plan_nothing() {
         );
     }
 }
+
+/// [`read_mem`], with whether the reading found the bytes disagreeing with
+/// the index.
+fn read_mem_stale(disk: &[u8], index: &OffsetIndex, off: u64, buf: &mut [u8]) -> (usize, bool) {
+    let mut r = index.reading(off, buf.len());
+    while let Some((pos, len)) = r.need() {
+        let s = (pos as usize).min(disk.len());
+        let e = (s + len).min(disk.len());
+        r.feed(&disk[s..e], buf);
+    }
+    (r.got(), r.stale())
+}
+
+/// A right index is never taken for a stale one, whatever the read; a stale
+/// one (the bytes changed in place, same length, as a write through a
+/// shared mapping does without moving the file's times) never makes a read
+/// go beyond the bytes or the buffer, and is noticed where a read checks.
+#[test]
+fn a_stale_index_is_noticed_and_never_reads_beyond_the_bytes() {
+    use crate::view::index::tests::corpus;
+    let mut noticed = 0;
+    let mut reads = 0;
+    for seed in 0..12u64 {
+        let disk = corpus(
+            100 + seed,
+            20_000 + seed as usize * 3_000,
+            60,
+            seed % 2 == 0,
+        );
+        let index = OffsetIndex::from_bytes(&disk);
+        let view = decode_lossless(&disk);
+        let vlen = index.view_len();
+        assert_eq!(vlen, view.len() as u64);
+        let offsets = [
+            0,
+            1,
+            4095,
+            4096,
+            5000,
+            vlen / 2,
+            vlen.saturating_sub(4096),
+            vlen - 1,
+        ];
+        for &off in &offsets {
+            for len in [1usize, 100, 4096, 8192, 131_072] {
+                let mut buf = vec![0u8; len];
+                let (n, stale) = read_mem_stale(&disk, &index, off, &mut buf);
+                let o = off as usize;
+                assert_eq!(
+                    &buf[..n],
+                    &view[o..(o + len).min(view.len())],
+                    "seed {seed} off {off}"
+                );
+                assert!(
+                    !stale,
+                    "seed {seed}: a right index taken for stale at {off}+{len}"
+                );
+            }
+        }
+        // Change bytes in place: replace a growing unit's bytes with ASCII
+        // (or ASCII with a growing unit) near each offset the reads check.
+        let mut changed = disk.clone();
+        let mut rng_state = seed * 7 + 1;
+        for i in (0..changed.len()).step_by(997) {
+            rng_state = rng_state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            if rng_state >> 63 == 0 && i + 2 <= changed.len() {
+                changed[i..i + 2].copy_from_slice(&[0xC0 | 0x1F, 0xBF]); // U+089F: grows
+            } else {
+                changed[i] = b'x';
+            }
+        }
+        for &off in &offsets {
+            for len in [4096usize, 131_072] {
+                let mut buf = vec![0u8; len];
+                let (n, stale) = read_mem_stale(&changed, &index, off, &mut buf);
+                assert!(n <= len);
+                reads += 1;
+                noticed += usize::from(stale);
+            }
+        }
+        // The end moved: the last block holds one more growing unit.
+        let mut end = disk.clone();
+        let at = end.len() - 3;
+        end[at..at + 2].copy_from_slice(&[0xDF, 0xBF]);
+        end[at + 2] = b'\n';
+        let fresh = OffsetIndex::from_bytes(&end);
+        if fresh.view_len() != vlen {
+            let mut buf = vec![0u8; 64];
+            let (_, stale) = read_mem_stale(&end, &index, vlen - 10, &mut buf);
+            assert!(
+                stale,
+                "seed {seed}: a read to the view's end missed a moved end"
+            );
+        }
+    }
+    assert!(
+        noticed * 2 > reads,
+        "only {noticed} of {reads} reads over changed bytes noticed the stale index"
+    );
+}

@@ -167,13 +167,19 @@ impl CutFs {
     /// A change made in BACKING behind the mount's back is seen here: the
     /// view is served only through the index of the file's current stamp,
     /// and a view read that raced with such a change (the stamp moved
-    /// during it) is read again, so it returns bytes of one version.
+    /// during it) is read again, so it returns bytes of one version. A
+    /// read whose bytes disagree with the index although the stamp did not
+    /// move (changed in place without moving ctime, as writes through a
+    /// shared mapping can: `crate::io::Viewed::Stale`) has the index built
+    /// again, once, and is read again.
     pub(in crate::fs) fn read_handle(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        use crate::io::Viewed;
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
         self.settle(&h.inode)?;
+        let mut rebuilt = false;
         for _ in 0..4 {
             let (content, stamp, view) = self.current(h)?;
             let Some(index) = view else {
@@ -181,8 +187,28 @@ impl CutFs {
             };
             let data = crate::io::read_view_checked(&h.file, &index, stamp, offset, size as usize);
             drop(content);
-            if let Some(data) = data.map_err(io)? {
-                return Ok(data);
+            match data.map_err(io)? {
+                Viewed::Read(data) => return Ok(data),
+                Viewed::Changed => {}
+                // Built from these very bytes: they are changing now, as
+                // under a writer on a native filesystem.
+                Viewed::Stale(data) if rebuilt => return Ok(data),
+                Viewed::Stale(_) => {
+                    rebuilt = true;
+                    let name = self.name_of(&h.inode);
+                    crate::ratelog::warn("stale-index", &name, || {
+                        format!(
+                            "{name}: its bytes no longer match its offset index although its \
+                             size and times did not change (written through a shared \
+                             mapping?); the index is built again"
+                        )
+                    });
+                    h.inode.state().rebuild(&self.cache, &h.file, stamp, || {
+                        h.inode
+                            .open(libc::O_RDONLY)
+                            .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
+                    })?;
+                }
             }
         }
         let name = self.name_of(&h.inode);
