@@ -587,6 +587,16 @@ fn man_page() -> std::io::Result<Vec<u8>> {
             roff_text(what)
         )?;
     }
+    // What migrate trusts, from docs/security.man.txt (its title line left
+    // out).
+    writeln!(w, ".SH SECURITY")?;
+    for para in include_str!("../../../docs/security.man.txt")
+        .split("\n\n")
+        .skip(1)
+        .filter(|p| !p.trim().is_empty())
+    {
+        writeln!(w, ".PP\n{}", roff_text_lines(para))?;
+    }
     writeln!(w, ".SH ENVIRONMENT")?;
     for (var, what) in ENVIRONMENT {
         writeln!(w, ".TP\n\\fB{}\\fR\n{}", roff_text(var), roff_text(what))?;
