@@ -305,18 +305,53 @@ pub fn reach(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(OwnedFd, FileStat
     Ok((fd, st))
 }
 
-/// Opens the regular file behind a descriptor from [`reach`] for I/O
-/// (`flags`: `O_RDONLY`, `O_WRONLY` or `O_RDWR`, with `O_NOATIME` where the
-/// kernel allows it when `quiet`). EINVAL unless it is a regular file.
-pub fn open_reached(fd: BorrowedFd<'_>, flags: libc::c_int, quiet: bool) -> io::Result<File> {
-    let st = fstat(fd).map_err(nix_io)?;
-    if file_type(&st) != SFlag::S_IFREG {
+/// Opens for I/O the regular file `name` of `dir` that [`reach`] gave as
+/// `reached` (`flags`: `O_RDONLY`, `O_WRONLY` or `O_RDWR`, with
+/// `O_NOATIME` where the kernel allows it when `quiet`): through
+/// `/proc/self/fd`, which opens the inode the descriptor holds without a
+/// lookup; where /proc is not mounted (a bare chroot), by `name` again
+/// (`O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`), kept only if it is the same
+/// inode. EINVAL unless it is a regular file.
+pub fn open_reached(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    reached: &(OwnedFd, FileStat),
+    flags: libc::c_int,
+    quiet: bool,
+) -> io::Result<File> {
+    let (fd, st) = reached;
+    if file_type(st) != SFlag::S_IFREG {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    if quiet {
-        crate::sys::reopen_quiet(fd, flags)
+    let r = if quiet {
+        crate::sys::reopen_quiet(fd.as_fd(), flags)
     } else {
-        crate::sys::reopen(fd, flags)
+        crate::sys::reopen(fd.as_fd(), flags)
+    };
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            let c = one(name)?;
+            let how = flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+            let again = openat(
+                dir,
+                c.as_c_str(),
+                OFlag::from_bits_retain(how | libc::O_CLOEXEC),
+                Mode::empty(),
+            )
+            .map_err(nix_io)?;
+            let now = fstat(&again).map_err(nix_io)?;
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+                return Err(io::Error::from_raw_os_error(libc::ESTALE));
+            }
+            // Back to blocking I/O.
+            nix::fcntl::fcntl(
+                &again,
+                nix::fcntl::FcntlArg::F_SETFL(OFlag::from_bits_retain(flags)),
+            )
+            .map_err(nix_io)?;
+            Ok(File::from(again))
+        }
+        r => r,
     }
 }
 
@@ -367,9 +402,9 @@ pub fn open_file(
 ) -> Result<File, Refused> {
     let c = one(name).map_err(|e| Refused::Bad(format!("is not a plain name ({e})")))?;
     match reach(dir, name) {
-        Ok((fd, st)) => {
-            rule.judge(&st).map_err(Refused::Bad)?;
-            open_reached(fd.as_fd(), flags, false)
+        Ok(reached) => {
+            rule.judge(&reached.1).map_err(Refused::Bad)?;
+            open_reached(dir, name, &reached, flags, false)
                 .map_err(|e| Refused::Bad(format!("cannot be opened ({e})")))
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {

@@ -95,7 +95,7 @@ pub enum Step {
 /// without following a symlink and only if it is a regular file; the
 /// outcome for anything else.
 fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcome> {
-    let (fd, st) = match trust::reach(dir.as_fd(), name) {
+    let reached = match trust::reach(dir.as_fd(), name) {
         Ok(x) => x,
         Err(e) if denied(&e) => {
             let r = Reason::PermissionDenied("cannot read the file".into());
@@ -103,11 +103,13 @@ fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcom
         }
         Err(e) => return Err(Outcome::Failed(format!("cannot open: {e}"))),
     };
+    let st = &reached.1;
+
     match nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT {
         nix::sys::stat::SFlag::S_IFREG => {}
         nix::sys::stat::SFlag::S_IFLNK => return Err(Outcome::Skipped(Reason::Symlink)),
         _ => {
-            let kind = match trust::kind_of(&st) {
+            let kind = match trust::kind_of(st) {
                 "a directory" => "directory",
                 "a fifo" => "fifo",
                 "a socket" => "socket",
@@ -119,7 +121,7 @@ fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcom
         }
     }
     let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
-    trust::open_reached(fd.as_fd(), flags, true).map_err(|e| {
+    trust::open_reached(dir.as_fd(), name, &reached, flags, true).map_err(|e| {
         if denied(&e) {
             let what = if write {
                 "cannot write the file (it must keep its inode)"

@@ -317,10 +317,10 @@ pub fn recover(dir: &File, name: &OsStr, shown: &Path) -> Result<Recovered, Stri
     let dir_st =
         nix::sys::stat::fstat(dir).map_err(|e| format!("cannot stat its directory ({e})"))?;
     let rule = Rule::our_file(Access::Private).on(dir_st.st_dev);
-    let (jfd, jst) =
-        trust::reach(dir.as_fd(), name).map_err(|e| format!("cannot be opened ({e})"))?;
+    let journal = trust::reach(dir.as_fd(), name).map_err(|e| format!("cannot be opened ({e})"))?;
+    let jst = journal.1;
     rule.judge(&jst).map_err(untrusted)?;
-    let file = trust::open_reached(jfd.as_fd(), libc::O_RDONLY, true)
+    let file = trust::open_reached(dir.as_fd(), name, &journal, libc::O_RDONLY, true)
         .map_err(|e| format!("cannot be opened ({e})"))?;
     let still_ours = |d: &File| {
         trust::reach(d.as_fd(), name)
@@ -358,8 +358,9 @@ pub fn recover(dir: &File, name: &OsStr, shown: &Path) -> Result<Recovered, Stri
             "names {tname:?}, which is not a file name in its directory"
         )));
     }
-    let (tfd, tst) = trust::reach(dir.as_fd(), &rec.name)
+    let reached = trust::reach(dir.as_fd(), &rec.name)
         .map_err(|e| keep(format!("cannot open the file it names, {tname:?} ({e})")))?;
+    let tst = reached.1;
     Rule::any_file()
         .on(dir_st.st_dev)
         .judge(&tst)
@@ -372,7 +373,7 @@ pub fn recover(dir: &File, name: &OsStr, shown: &Path) -> Result<Recovered, Stri
             (rec.target.0, rec.target.1, rec.owner.0, rec.owner.1)
         )));
     }
-    let target = trust::open_reached(tfd.as_fd(), libc::O_RDWR, false)
+    let target = trust::open_reached(dir.as_fd(), &rec.name, &reached, libc::O_RDWR, false)
         .map_err(|e| keep(format!("cannot open the file it names, {tname:?} ({e})")))?;
     sys::lock_exclusive(&target).map_err(|e| format!("cannot lock {tname:?} ({e})"))?;
     if !still_ours(dir) {

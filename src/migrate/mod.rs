@@ -274,11 +274,11 @@ fn record_in_index_db(
             .map(|&i| &files[i])
             .filter(|e| e.root == root.dir)
             .filter_map(|e| {
+                use std::os::fd::AsFd;
                 let dir = dirs.open(e.dir).ok()?;
-                let (fd, st) =
-                    crate::trust::reach(std::os::fd::AsFd::as_fd(&*dir), &e.name).ok()?;
-                (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(())?;
-                crate::trust::open_reached(std::os::fd::AsFd::as_fd(&fd), libc::O_RDONLY, true).ok()
+                let reached = crate::trust::reach(dir.as_fd(), &e.name).ok()?;
+                crate::trust::open_reached(dir.as_fd(), &e.name, &reached, libc::O_RDONLY, true)
+                    .ok()
             })
             .peekable();
         if under.peek().is_none() {
