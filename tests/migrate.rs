@@ -1012,3 +1012,49 @@ fn permission_denied_is_a_reported_skip() {
     let mine = fs::metadata(root.join("mine.txt")).unwrap();
     assert_eq!((mine.uid(), mine.gid()), (65534, 65534));
 }
+
+/// The walk holds a bounded set of directory descriptors, not one per
+/// directory: a tree of 1000 directories, three levels deep, converts
+/// under a descriptor limit of 512, each file reached again through its
+/// directory after the walk has long moved on.
+#[test]
+fn a_tree_of_many_directories_converts_within_a_small_descriptor_limit() {
+    use std::os::unix::process::CommandExt;
+    let t = tmpdir();
+    let root = t.path().join("tree");
+    for i in 0..1000 {
+        let rel = format!("a{}/b{}/c{i}", i % 10, i % 100);
+        write(&root, format!("{rel}/x.txt").as_bytes(), b"x\n");
+        write(&root, format!("{rel}/y.txt").as_bytes(), b"y\n");
+    }
+    let lim = libc::rlimit {
+        rlim_cur: 512,
+        rlim_max: 512,
+    };
+    let mut cmd = Command::new(BIN);
+    cmd.args([os("migrate"), os("--jobs"), os("2"), root.as_os_str()]);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls setrlimit(2), which is async-signal-safe, on a struct it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("converted: 2000 files"), "{stdout}");
+    assert_eq!(
+        fs::read(root.join("a7/b57/c957/y.txt")).unwrap(),
+        expected_cutf8(b"y\n")
+    );
+}
