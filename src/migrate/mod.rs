@@ -5,7 +5,10 @@
 //!
 //! 1. `walk` lists the regular files of the named trees (this shard's
 //!    part of them), reporting what it skips on sight and cleaning up after
-//!    a killed run;
+//!    a killed run; it records every directory it enters in `dirs`, through
+//!    which everything is reached again by descriptor, never by path
+//!    (`crate::trust`: run as root over a tree users write, migrate lends
+//!    no rights);
 //! 2. `--jobs` worker threads take files from that list; `file` converts
 //!    each one all-or-nothing (temp file + verify + rename, or a journal for
 //!    hard links), using `transcode` for the bytes;
@@ -15,8 +18,8 @@
 //! The library knows no command line and no terminal: the `cutf8` binary
 //! (`src/bin/cutf8/migrate.rs`) parses arguments into [`Settings`], checks
 //! them with [`preflight`], and shows progress, the `--report` file and
-//! the summary through its [`Observer`]. Stands on [`cutf8`] and
-//! `crate::sys` only.
+//! the summary through its [`Observer`]. Stands on [`cutf8`],
+//! `crate::sys` and `crate::trust`.
 
 mod dirs;
 mod file;
