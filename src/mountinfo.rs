@@ -1,6 +1,8 @@
-//! Reading /proc/self/mountinfo: which cutf8fs mount holds a path. Used by
-//! `cutf8 migrate` (refuse to convert through a mount) and by the daemon
-//! (refuse to stack a second mount). Knows nothing else.
+//! Reading /proc/self/mountinfo: which cutf8fs mount holds a path, and
+//! which serve a BACKING. Used by `cutf8 migrate` (refuse to convert
+//! through a mount; keep a mounted tree's index database), `cutf8 check`
+//! (say a path is on a mount), `cutf8fs --stats` and the daemon (refuse to
+//! stack a second mount). Knows nothing else.
 
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,31 @@ pub fn cutf8fs_mount_of(mountinfo: &str, path: &Path) -> Option<(PathBuf, String
         }
     }
     best.and_then(|(mnt, ours, source)| ours.then_some((mnt, source)))
+}
+
+/// The mount points of the cutf8fs mounts whose source is `backing`
+/// (absolute, canonical; the source is BACKING unless `-o fsname=` named
+/// another).
+pub fn cutf8fs_mounts_of_source(mountinfo: &str, backing: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.get(dash + 1) != Some(&"fuse.cutf8fs") {
+            continue;
+        }
+        let (Some(mnt), Some(source)) = (fields.get(4), fields.get(dash + 2)) else {
+            continue;
+        };
+        if unescape_mountinfo(source) == backing.as_os_str().as_encoded_bytes() {
+            out.push(PathBuf::from(std::ffi::OsString::from_vec(
+                unescape_mountinfo(mnt),
+            )));
+        }
+    }
+    out
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
@@ -88,5 +115,15 @@ mod tests {
             cutf8fs_mount_of("garbage\n\n1 2 3\n", Path::new("/x")),
             None
         );
+    }
+
+    #[test]
+    fn the_mounts_of_a_backing_are_found_by_their_source() {
+        assert_eq!(
+            cutf8fs_mounts_of_source(INFO, Path::new("/srv/arch ive")),
+            vec![PathBuf::from("/mnt/arch ive")]
+        );
+        assert!(cutf8fs_mounts_of_source(INFO, Path::new("/dev/sda1")).is_empty());
+        assert!(cutf8fs_mounts_of_source(INFO, Path::new("/srv/arch")).is_empty());
     }
 }

@@ -579,3 +579,143 @@ fn migrate_of_a_subdirectory_records_into_the_archives_database() {
     assert!(read < 100_000, "the first mount read {read} bytes");
     check_sizes(&d, &env.backing, &["top.txt", "sub/later.txt"], true);
 }
+
+/// With `-o ro` on a writable BACKING, the log says the database is kept
+/// elsewhere because of the option, not that BACKING "is read-only or not
+/// the daemon's to write" (neither is true).
+#[test]
+fn a_read_only_mount_says_why_the_database_is_kept_elsewhere() {
+    let env = Env::new();
+    fs::write(env.b("f"), growing(100_000)).unwrap();
+    settle();
+    let d = env.mount(&["ro"]);
+    check_sizes(&d, &env.backing, &["f"], false);
+    let log_file = d.log.clone();
+    drop(d);
+    let log = fs::read_to_string(log_file).unwrap();
+    if let Some(p) = log
+        .lines()
+        .find_map(|l| l.split("index database kept in ").nth(1))
+    {
+        let _ = fs::remove_file(p.trim());
+    }
+    assert!(
+        !log.contains("BACKING is read-only or not the daemon's to write"),
+        "the log blames BACKING for -o ro:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("-o ro") && l.contains("index database kept in")),
+        "the log does not say -o ro keeps the database elsewhere:\n{log}"
+    );
+}
+
+/// `cutf8 migrate --to utf8` of a whole archive removes the index database
+/// it (or a mount) kept there: nothing of cutf8fs is left in a tree that is
+/// plain UTF-8 again. Not while a mount uses it, and never a
+/// `.cutf8fs-index` that is not the runner's own.
+#[test]
+fn migrate_back_to_utf8_removes_the_archives_index_database() {
+    let migrate = |args: &[&str], root: &Path| {
+        let out = Command::new(crate::support::cli::BIN)
+            .args(["migrate", "--no-progress"])
+            .args(args)
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "migrate {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let env = Env::new();
+    fs::write(env.b("a.txt"), "ࠀ𐀀 text\n".repeat(20_000)).unwrap();
+    migrate(&[], &env.backing);
+    assert!(env.b(DB_FILE).exists(), "migrate recorded nothing");
+
+    // A mount holds the database: it stays, and the output says why.
+    let d = env.mount(&[]);
+    check_sizes(&d, &env.backing, &["a.txt"], false);
+    let said = migrate(&["--to", "utf8"], &env.backing);
+    assert!(env.b(DB_FILE).exists(), "removed under a live mount");
+    assert!(
+        said.contains(DB_DIR),
+        "nothing said of the database:\n{said}"
+    );
+    drop(d);
+
+    // Unused: removed, directory and all.
+    migrate(&[], &env.backing);
+    let said = migrate(&["--to", "utf8"], &env.backing);
+    assert!(
+        !env.b(DB_DIR).exists(),
+        "{DB_DIR} left behind in a plain UTF-8 tree:\n{said}"
+    );
+    assert!(
+        said.contains(DB_DIR),
+        "the removal is not reported:\n{said}"
+    );
+    // A subdirectory's run leaves the archive's database alone.
+    fs::create_dir(env.b("sub")).unwrap();
+    fs::write(env.b("sub/b.txt"), "ࠀ𐀀 text\n".repeat(20_000)).unwrap();
+    migrate(&[], &env.backing);
+    assert!(env.b(DB_FILE).exists());
+    migrate(&["--to", "utf8"], &env.b("sub"));
+    assert!(env.b(DB_FILE).exists(), "a subdirectory's run removed it");
+    migrate(&["--to", "utf8"], &env.backing);
+    assert!(!env.b(DB_DIR).exists());
+
+    // Someone else's: left as it is.
+    let a = user("cutf8t-a");
+    fs::create_dir(env.b(DB_DIR)).unwrap();
+    fs::write(env.b(DB_FILE), b"not a database").unwrap();
+    std::os::unix::fs::chown(env.b(DB_DIR), Some(a.uid), Some(a.gid)).unwrap();
+    std::os::unix::fs::chown(env.b(DB_FILE), Some(a.uid), Some(a.gid)).unwrap();
+    migrate(&["--to", "utf8"], &env.backing);
+    assert_eq!(fs::read(env.b(DB_FILE)).unwrap(), b"not a database");
+}
+
+/// A full BACKING is not a damaged database: when the database cannot be
+/// created for lack of space, the log says so (and the mount goes on with
+/// its indexes in memory), rather than "index.redb is damaged".
+#[test]
+fn a_full_disk_is_not_logged_as_a_damaged_database() {
+    let env = Env::new();
+    let tmpfs = env.dir.path().join("small");
+    fs::create_dir(&tmpfs).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2M,mode=0755", "tmpfs"])
+        .arg(&tmpfs)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount -t tmpfs (the test runs as root)");
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _umount = Umount(tmpfs.clone());
+    fs::write(tmpfs.join("f"), growing(100_000)).unwrap();
+    settle();
+    // Fill what is left.
+    let mut fill = File::create(tmpfs.join("fill")).unwrap();
+    let chunk = vec![b'x'; 64 << 10];
+    while std::io::Write::write_all(&mut fill, &chunk).is_ok() {}
+    drop(fill);
+    let d = env.mount_at(&tmpfs, &[]);
+    check_sizes(&d, &tmpfs, &["f"], true);
+    let log_file = d.log.clone();
+    drop(d);
+    let log = fs::read_to_string(log_file).unwrap();
+    assert!(
+        !log.contains("damaged"),
+        "a full disk logged as a damaged database:\n{log}"
+    );
+    assert!(
+        log.contains("No space left on device"),
+        "the log does not say the disk is full:\n{log}"
+    );
+}

@@ -389,7 +389,18 @@ fn build(base: &Path, big: bool) -> Archive {
     text(&deep_file, "at the bottom\n", &mut files);
     // Modes, owner, xattrs, times.
     let p = root.join("meta/script.sh");
-    text(b"meta/script.sh", "#!/bin/sh\necho Grüße\n", &mut files);
+    text(
+        b"meta/script.sh",
+        "# sourced, not run: no #! line\necho Grüße\n",
+        &mut files,
+    );
+    // A script run by the kernel stays raw (it must still run from here).
+    skip(
+        b"meta/run.sh",
+        "#!/bin/sh\necho Grüße\n".as_bytes(),
+        "script",
+        &mut files,
+    );
     fs::set_permissions(&p, fs::Permissions::from_mode(0o4751)).unwrap();
     let p2 = root.join("meta/private.txt");
     text(b"meta/private.txt", "privé\n", &mut files);

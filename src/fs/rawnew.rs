@@ -7,9 +7,11 @@
 //!
 //! * files under version-control metadata (`.git`, `.hg`, `.svn`; the list
 //!   is `-o rawdirs=`): git on BACKING must still read `.git/HEAD`;
-//! * files whose first write begins with `#!`: the kernel reads the `#!`
-//!   line from BACKING when the script is run from there, and a magic
-//!   number in front of it would make it unrunnable.
+//! * scripts (`crate::view::sniff::is_script`: `#!` and an interpreter,
+//!   as the kernel reads it, but not Rust's `#![` inner attributes): the
+//!   kernel reads the `#!` line from BACKING when the script is run from
+//!   there, and a magic number in front of it would make it unrunnable.
+//!   `cutf8 migrate` leaves the same files raw.
 //!
 //! The path is the one the inode table last saw the file under (renames
 //! through the mount included). Called by the write path (`write.rs`);
@@ -38,7 +40,7 @@ impl RawPolicy {
     /// Whether a file that holds nothing yet must stay raw when `first`
     /// is written at offset 0.
     pub fn keeps_raw(&self, rel: &str, first: &[u8]) -> bool {
-        first.starts_with(b"#!") || under(Path::new(rel), &self.dirs)
+        crate::view::sniff::is_script(first) || under(Path::new(rel), &self.dirs)
     }
 }
 

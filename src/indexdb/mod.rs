@@ -263,7 +263,10 @@ struct Finder {
     /// BACKING's path when the mount started (messages, cache file name).
     backing: PathBuf,
     loc: Location,
-    read_only: bool,
+    /// `-o ro`: the mount writes nothing to BACKING.
+    ro_mount: bool,
+    /// BACKING's filesystem is read-only.
+    ro_fs: bool,
 }
 
 enum Found {
@@ -298,7 +301,7 @@ impl Finder {
                     }
                 };
             }
-            Location::Default if self.read_only => None,
+            Location::Default if self.ro_mount || self.ro_fs => None,
             Location::Default => {
                 let dir = place::open_dir(
                     self.root.as_fd(),
@@ -338,11 +341,14 @@ impl Finder {
                 });
                 match (r, why) {
                     (Ok((f, p)), None) => {
-                        log::info!(
-                            "BACKING is read-only or not the daemon's to write: index \
-                             database kept in {}",
-                            p.display()
-                        );
+                        let why = if self.ro_mount {
+                            "a read-only mount (-o ro) writes nothing to BACKING"
+                        } else if self.ro_fs {
+                            "BACKING is on a read-only filesystem"
+                        } else {
+                            "BACKING's root directory is not writable by the daemon's user"
+                        };
+                        log::info!("{why}: index database kept in {}", p.display());
                         Found::Here(f, p)
                     }
                     (Ok((f, p)), Some(why)) => {
@@ -401,7 +407,8 @@ impl IndexDb {
             root_id: (root_st.st_dev, root_st.st_ino),
             backing,
             loc: loc.clone(),
-            read_only: read_only || fs_ro,
+            ro_mount: read_only,
+            ro_fs: fs_ro,
         };
         let shared = Arc::new(Shared {
             db: OnceLock::new(),
@@ -565,11 +572,13 @@ fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Databa
     if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
         crate::sys::fadvise(&file, libc::POSIX_FADV_WILLNEED);
     }
-    let create = |f: &File| -> Result<redb::Database, String> {
-        let dup = f.try_clone().map_err(|e| e.to_string())?;
+    let create = |f: &File| -> Result<redb::Database, Failed> {
+        let dup = f.try_clone().map_err(|e| Failed::of(e.into()))?;
         match quiet(|| redb::Builder::new().create_file(dup)) {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err("redb failed an internal check reading it".into()),
+            Ok(r) => r.map_err(|e| Failed::of(e.into())),
+            Err(_) => Err(Failed::Damaged(
+                "redb failed an internal check reading it".into(),
+            )),
         }
     };
     // `file` (our lock's descriptor) closes on return; redb's dup holds
@@ -587,26 +596,70 @@ fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Databa
                     Ok(()) => Some(db),
                     Err(e) => {
                         drop(db);
-                        rebuild(&file, path, &e, &create, root_id)
+                        rebuild(&file, path, e, &create, root_id)
                     }
                 }
             }
             Err(e) => {
                 drop(db);
-                rebuild(&file, path, &e, &create, root_id)
+                rebuild(&file, path, e, &create, root_id)
             }
         },
-        Err(e) => rebuild(&file, path, &e, &create, root_id),
+        Err(e) => rebuild(&file, path, e, &create, root_id),
     }
+}
+
+/// Why the database could not be opened or written: its content (rebuilt),
+/// or the disk under it (a full disk, a quota, an I/O error: the file may
+/// be perfectly good, so it is left as it is).
+#[derive(Debug)]
+enum Failed {
+    Damaged(String),
+    Disk(std::io::Error),
+}
+
+impl Failed {
+    fn of(e: redb::Error) -> Failed {
+        match e {
+            redb::Error::Io(io)
+                if matches!(
+                    io.raw_os_error(),
+                    Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
+                ) =>
+            {
+                Failed::Disk(io)
+            }
+            other => Failed::Damaged(other.to_string()),
+        }
+    }
+}
+
+/// The one line for a database the disk would not let us write: not
+/// damaged, so not rebuilt; this mount keeps its indexes in memory.
+fn disk_failed(path: &Path, e: &std::io::Error) {
+    log::warn!(
+        "index database {}: cannot write it ({}); this mount keeps its indexes in memory \
+         only (a full or failing disk, not a fault of the database: it is kept, and used \
+         again once it can be written)",
+        path.display(),
+        crate::convert::io_message(e)
+    );
 }
 
 fn rebuild(
     file: &File,
     path: &Path,
-    why: &str,
-    create: &dyn Fn(&File) -> Result<redb::Database, String>,
+    why: Failed,
+    create: &dyn Fn(&File) -> Result<redb::Database, Failed>,
     root_id: (u64, u64),
 ) -> Option<redb::Database> {
+    let why = match why {
+        Failed::Disk(e) => {
+            disk_failed(path, &e);
+            return None;
+        }
+        Failed::Damaged(why) => why,
+    };
     log::warn!(
         "index database {} is damaged ({why}); rebuilding it (sizes are learned again by \
          reading the files)",
@@ -621,7 +674,11 @@ fn rebuild(
     }
     match create(file).and_then(|db| clear(&db, root_id).map(|()| db)) {
         Ok(db) => Some(db),
-        Err(e) => {
+        Err(Failed::Disk(e)) => {
+            disk_failed(path, &e);
+            None
+        }
+        Err(Failed::Damaged(e)) => {
             log::warn!(
                 "index database {}: cannot create it ({e}); indexes kept in memory only",
                 path.display()
@@ -632,7 +689,7 @@ fn rebuild(
 }
 
 /// Whether the database is BACKING's (an empty one becomes so).
-fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> {
+fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, Failed> {
     let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
         let r = db.begin_read()?;
         let t = match r.open_table(META) {
@@ -642,8 +699,8 @@ fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> 
         };
         Ok(t.get(ROOT)?.map(|v| v.value()))
     })
-    .map_err(|_| "redb failed an internal check reading it".to_owned())?
-    .map_err(|e| e.to_string())?;
+    .map_err(|_| Failed::Damaged("redb failed an internal check reading it".into()))?
+    .map_err(Failed::of)?;
     match found {
         Some(id) => Ok(id == root_id),
         None => clear(db, root_id).map(|()| true),
@@ -651,7 +708,7 @@ fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, String> 
 }
 
 /// Empties the records and makes the database BACKING's.
-fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
+fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), Failed> {
     quiet(|| -> Result<(), redb::Error> {
         let w = db.begin_write()?;
         w.delete_table(RECORDS)?;
@@ -660,8 +717,8 @@ fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), String> {
         w.commit()?;
         Ok(())
     })
-    .map_err(|_| "redb failed an internal check writing it".to_owned())?
-    .map_err(|e| e.to_string())
+    .map_err(|_| Failed::Damaged("redb failed an internal check writing it".into()))?
+    .map_err(Failed::of)
 }
 
 /// The nearest directory at or above `dir`, on its filesystem, that holds
@@ -759,6 +816,79 @@ pub fn record_written(
     }
     db.close();
     done
+}
+
+/// What [`remove_unused`] did with a tree's index database.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// There was none.
+    None,
+    /// Removed, directory and all (its path).
+    Removed(PathBuf),
+    /// Left in place (its path, and why).
+    Kept(PathBuf, String),
+}
+
+/// Removes the index database of the tree at `root` (its
+/// `.cutf8fs-index`), for `cutf8 migrate --to utf8` of a whole tree: a tree
+/// of plain UTF-8 files has no use for it. Only when it is this user's own
+/// by the same checks a mount makes before trusting it (`place`: no
+/// symlink, owned by this user, not writable by others, on the tree's
+/// filesystem, the file regular with one link), holds nothing else, and
+/// no mount is using it: a mount holds the database's lock, and a mount of
+/// the tree that has no database yet may make one at any time, so neither
+/// is disturbed. Everything is reached through descriptors (`unlinkat`),
+/// never by a path resolved again.
+pub fn remove_unused(root: &Path) -> Removal {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    let dir_path = root.join(DIR);
+    let kept = |why: String| Removal::Kept(dir_path.clone(), why);
+    let Ok(rootfd) = place::open_given_dir(root) else {
+        return Removal::None;
+    };
+    let Ok(root_st) = nix::sys::stat::fstat(&rootfd) else {
+        return Removal::None;
+    };
+    let dir = match place::open_dir(rootfd.as_fd(), Path::new(DIR), false, Some(root_st.st_dev)) {
+        Ok(d) => d,
+        Err(place::Refused::Missing) => return Removal::None,
+        Err(place::Refused::Bad(why)) => {
+            return kept(format!("it {why}: not this user's own, so not removed"))
+        }
+    };
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let real = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    if let Some(at) = crate::mountinfo::cutf8fs_mounts_of_source(&mounts, &real).first() {
+        return kept(format!("the tree is mounted at {} (cutf8fs)", at.display()));
+    }
+    let others: Vec<String> = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+    {
+        Ok(it) => it
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .filter(|n| n != place::FILE)
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect(),
+        Err(e) => return kept(format!("it cannot be listed ({e})")),
+    };
+    if !others.is_empty() {
+        return kept(format!("it holds other files ({})", others.join(", ")));
+    }
+    match place::open_file(dir.as_fd(), Path::new(place::FILE)) {
+        Ok(file) => {
+            if !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
+                return kept("a mount or another migrate is using it".into());
+            }
+            if let Err(e) = unlinkat(&dir, place::FILE, UnlinkatFlags::NoRemoveDir) {
+                return kept(format!("{} cannot be removed ({e})", place::FILE));
+            }
+        }
+        Err(why) => return kept(format!("{} {why}: not removed", place::FILE)),
+    }
+    match unlinkat(&rootfd, DIR, UnlinkatFlags::RemoveDir) {
+        Ok(()) => Removal::Removed(dir_path),
+        Err(e) => kept(format!("the directory cannot be removed ({e})")),
+    }
 }
 
 impl Drop for IndexDb {

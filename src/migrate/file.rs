@@ -34,6 +34,8 @@ use crate::{sys, trust};
 pub struct Job {
     pub direction: Direction,
     pub dry_run: bool,
+    /// Convert scripts too (`--include-scripts`).
+    pub include_scripts: bool,
 }
 
 fn denied(e: &io::Error) -> bool {
@@ -164,7 +166,12 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
         drop(file);
         return Step::Done(in_place(job, &dir, entry, bufs));
     }
-    if let Err(stop) = transcode::precheck(job.direction, Region::whole(&file), bufs) {
+    if let Err(stop) = transcode::precheck(
+        job.direction,
+        job.include_scripts,
+        Region::whole(&file),
+        bufs,
+    ) {
         return Step::Done(skip_or_fail(stop, "cannot read"));
     }
     if job.dry_run {
@@ -480,7 +487,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
         ));
     }
     let src = Region::whole(&file);
-    if let Err(stop) = transcode::precheck(job.direction, src, bufs) {
+    if let Err(stop) = transcode::precheck(job.direction, job.include_scripts, src, bufs) {
         return skip_or_fail(stop, "cannot read");
     }
     // Classify the whole file before writing anything.
@@ -606,6 +613,7 @@ mod tests {
     const JOB: Job = Job {
         direction: Direction::Encode,
         dry_run: false,
+        include_scripts: false,
     };
 
     /// Flush a batch holding one pending file; its outcome.

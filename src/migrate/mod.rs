@@ -62,6 +62,8 @@ pub struct Settings {
     pub exclude: Vec<String>,
     /// Enter .git, .hg and .svn too.
     pub include_vcs: bool,
+    /// Convert scripts (`#!` and an interpreter) too.
+    pub include_scripts: bool,
     /// Only this slice of the files (None: all).
     pub shard: Option<Shard>,
     /// Descend into directories on other filesystems too.
@@ -73,6 +75,7 @@ pub struct Options {
     pub paths: Vec<PathBuf>,
     pub direction: Direction,
     pub dry_run: bool,
+    pub include_scripts: bool,
     pub jobs: usize,
     pub exclude: GlobSet,
     pub shard: Shard,
@@ -100,6 +103,7 @@ impl Options {
             paths: args.paths.clone(),
             direction: args.direction,
             dry_run: args.dry_run,
+            include_scripts: args.include_scripts,
             jobs,
             exclude,
             shard: args.shard.unwrap_or(Shard::ALL),
@@ -159,6 +163,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
     let job = file::Job {
         direction: opts.direction,
         dry_run: opts.dry_run,
+        include_scripts: opts.include_scripts,
     };
     let next = AtomicUsize::new(0);
     let batch_files = batch_files(opts.jobs);
@@ -244,6 +249,15 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
     if opts.direction == transcode::Direction::Encode && !opts.dry_run {
         record_in_index_db(&dirs, &roots, &files, &written);
     }
+    if opts.direction == transcode::Direction::Decode
+        && !opts.dry_run
+        && opts.shard == Shard::ALL
+        && summary.failed == 0
+        // Files left corrected still have a use for it.
+        && !summary.skipped.contains_key("not-convertible")
+    {
+        summary.index_db = remove_index_dbs(&opts.paths);
+    }
     for e in sync_errors {
         let outcome = Outcome::Failed(format!("cannot sync the filesystem after renaming: {e}"));
         summary.add(&outcome, true);
@@ -296,6 +310,30 @@ fn record_in_index_db(
             &mut under,
         );
     }
+}
+
+/// After `--to utf8` of whole trees with nothing left corrected: removes
+/// each tree's index database (`crate::indexdb::remove_unused`, which
+/// leaves one that is not this user's own or that a mount uses); what was
+/// done, one line each.
+fn remove_index_dbs(roots: &[PathBuf]) -> Vec<String> {
+    let mut said = Vec::new();
+    for root in roots {
+        if !std::fs::symlink_metadata(root).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        match crate::indexdb::remove_unused(root) {
+            crate::indexdb::Removal::None => {}
+            crate::indexdb::Removal::Removed(p) => said.push(format!(
+                "removed {} (the tree holds no corrected file to index)",
+                report::display_path(&p)
+            )),
+            crate::indexdb::Removal::Kept(p, why) => {
+                said.push(format!("{} left in place: {why}", report::display_path(&p)))
+            }
+        }
+    }
+    said
 }
 
 /// Threads that close replaced originals (see `file::Batch`).

@@ -35,6 +35,10 @@ impl fmt::Display for Position {
 pub enum Reason {
     /// A NUL byte in the first 8000 bytes (git's rule).
     Binary,
+    /// A script (`#!` and an interpreter, as the kernel reads it): the
+    /// kernel must still run it from the tree (`--include-scripts`
+    /// converts it).
+    Script,
     /// A NUL byte later on: text W could store, but not a text file.
     Nul(Position),
     /// A C1 control (U+0080–U+009F), which Corrected UTF-8 cannot encode.
@@ -69,6 +73,7 @@ impl Reason {
     pub fn code(&self) -> &'static str {
         match self {
             Reason::Binary => "binary",
+            Reason::Script => "script",
             Reason::Nul(_) => "contains-nul",
             Reason::C1Control(..) => "c1-control",
             Reason::InvalidUtf8(..) => "invalid-utf8",
@@ -90,6 +95,11 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Binary => write!(f, "binary (NUL byte in the first 8000 bytes)"),
+            Reason::Script => write!(
+                f,
+                "script (#! and an interpreter: it must still run outside the mount; \
+                 --include-scripts converts it)"
+            ),
             Reason::Nul(p) => write!(f, "contains NUL at {p}"),
             Reason::C1Control(cp, p) => write!(f, "C1 control U+{cp:04X} at {p}"),
             Reason::InvalidUtf8(problem, p) => write!(f, "invalid UTF-8 at {p}: {problem}"),
@@ -253,6 +263,9 @@ pub struct Summary {
     /// Sizes of the converted (or to-be-converted) files, each inode once.
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// What became of the trees' index databases (`--to utf8`), one line
+    /// each.
+    pub index_db: Vec<String>,
 }
 
 impl Summary {
@@ -309,6 +322,9 @@ impl Summary {
             size(self.bytes_before),
             size(self.bytes_after)
         )?;
+        for line in &self.index_db {
+            writeln!(out, "index database: {line}")?;
+        }
         writeln!(out, "time:      {:.3} s", elapsed.as_secs_f64())
     }
 }

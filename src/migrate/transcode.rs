@@ -145,9 +145,17 @@ fn reason(dir: Direction, problem: Problem, pos: Position) -> Reason {
     }
 }
 
-/// The checks that need only the first chunk: empty, magic number, binary.
-/// Cheap, so that files to skip never get a temporary file.
-pub fn precheck(dir: Direction, src: Region, bufs: &mut Buffers) -> Result<(), Stop> {
+/// The checks that need only the first chunk: empty, magic number, binary,
+/// and (unless `scripts` asks to convert them) scripts, which the kernel
+/// must still run from the tree (`crate::view::sniff::is_script`, the rule
+/// the mount keeps new files raw by). Cheap, so that files to skip never
+/// get a temporary file.
+pub fn precheck(
+    dir: Direction,
+    scripts: bool,
+    src: Region,
+    bufs: &mut Buffers,
+) -> Result<(), Stop> {
     let n = src.read(0, &mut bufs.inp[..])?;
     let head = &bufs.inp[..n];
     if n == 0 {
@@ -157,6 +165,9 @@ pub fn precheck(dir: Direction, src: Region, bufs: &mut Buffers) -> Result<(), S
         Direction::Encode if has_magic(head) => Err(Stop::Skip(Reason::AlreadyCorrected)),
         Direction::Encode if memchr::memchr(0, &head[..n.min(BINARY_WINDOW)]).is_some() => {
             Err(Stop::Skip(Reason::Binary))
+        }
+        Direction::Encode if !scripts && crate::view::sniff::is_script(head) => {
+            Err(Stop::Skip(Reason::Script))
         }
         Direction::Decode if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
         _ => Ok(()),
@@ -345,7 +356,7 @@ mod tests {
             Stop::Skip(r) => r,
             Stop::Io(e) => panic!("{e}"),
         };
-        precheck(Direction::Encode, src, &mut bufs).map_err(skip)?;
+        precheck(Direction::Encode, false, src, &mut bufs).map_err(skip)?;
         let out = tempfile::tempfile().unwrap();
         let n = convert(
             Direction::Encode,
@@ -367,6 +378,8 @@ mod tests {
         assert_eq!(&v[8..], &[b'a', 0xC0, 0xAF, b'\n']);
         assert_eq!(to_cutf8(b""), Err(Reason::Empty));
         assert_eq!(to_cutf8(b"ab\0c"), Err(Reason::Binary));
+        assert_eq!(to_cutf8(b"#!/bin/sh\necho \xC3\xA9\n"), Err(Reason::Script));
+        assert!(to_cutf8(b"#![no_std]\n// \xC3\xA9\n").is_ok());
         let p = |line, col, offset| Position { line, col, offset };
         match to_cutf8("x\nyé\u{85}".as_bytes()) {
             Err(Reason::C1Control(0x85, pos)) => assert_eq!(pos, p(2, 3, 5)),

@@ -35,7 +35,7 @@ pub enum Target {
 /// failed, 2 on a usage error.
 #[derive(Debug, Clone, clap::Args)]
 #[command(
-    after_help = "Skip reasons (report codes): binary, contains-nul, c1-control, \
+    after_help = "Skip reasons (report codes): binary, script, contains-nul, c1-control, \
 invalid-utf8, already-corrected, empty, special-file, symlink, permission-denied, \
 excluded, other-filesystem; with --to utf8: not-corrected, not-convertible.\n\n\
 Split a large archive over N machines or jobs: run `cutf8 migrate --shard K/N PATH` \
@@ -77,6 +77,16 @@ pub struct MigrateArgs {
     #[arg(long)]
     pub include_vcs: bool,
 
+    /// Convert scripts too.
+    ///
+    /// By default a file whose first line is #! and an interpreter (as the
+    /// kernel reads it; #![ opens Rust source and is not one) is left raw
+    /// and reported as a script: run from the tree outside the mount, a
+    /// converted script fails with "Exec format error". The cutf8fs mount
+    /// keeps new scripts raw by the same rule.
+    #[arg(long)]
+    pub include_scripts: bool,
+
     /// Take only the K-th of N deterministic slices of the files (1 <= K <= N).
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
@@ -111,6 +121,135 @@ struct Cli {
     bar: Option<indicatif::ProgressBar>,
     files_done: u64,
     files_total: u64,
+    git: GitTrees,
+    /// The first files left unconverted for what they hold (their
+    /// reasons carry a position), and how many there were.
+    unconverted: Vec<String>,
+    unconverted_total: u64,
+}
+
+/// Files named after the summary at most (`--report` lists them all).
+const NAMED: usize = 10;
+
+/// The progress bar's look once the work is counted; before, a spinner
+/// says the tree is being counted (a bar over 0 B/0 B would read as done).
+const BAR: &str = "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} \
+{binary_bytes_per_sec} ETA {eta} {msg}";
+const COUNTING: &str = "{spinner} [{elapsed_precise}] counting the files to convert…";
+
+/// Git work trees met by a run that converts to Corrected UTF-8: once a
+/// file of one is converted, one warning (per run) says what that means
+/// for git outside the mount and the ways forward.
+#[derive(Default)]
+struct GitTrees {
+    /// Roots of the work trees seen: a named PATH inside one, or a `.git`
+    /// met by the walk; with the files git tracks there, once asked
+    /// (`git ls-files`; None when git cannot say: then every file counts).
+    roots: Vec<(PathBuf, Option<Option<std::collections::HashSet<PathBuf>>>)>,
+    /// Whether the run converts to Corrected UTF-8 (the other way needs no
+    /// warning: git's blobs are UTF-8).
+    encode: bool,
+    dry_run: bool,
+    warned: bool,
+}
+
+impl GitTrees {
+    /// The work trees that hold the named `paths` (a `.git` directory or
+    /// file in the path or above it, on the way to `/`).
+    fn around(paths: &[PathBuf], encode: bool, dry_run: bool) -> GitTrees {
+        let mut roots = Vec::new();
+        for p in paths {
+            let Ok(real) = std::fs::canonicalize(p) else {
+                continue;
+            };
+            if let Some(root) = real.ancestors().find(|a| a.join(".git").exists()) {
+                roots.push((root.to_path_buf(), None));
+            }
+        }
+        GitTrees {
+            roots,
+            encode,
+            dry_run,
+            warned: false,
+        }
+    }
+
+    /// Looks at one reported path; the warning to print, once.
+    fn see(&mut self, path: &std::path::Path, outcome: &Outcome) -> Option<String> {
+        if !self.encode || self.warned {
+            return None;
+        }
+        // `.git` itself (excluded), or a file inside it (--include-vcs).
+        if let Some(at) = path
+            .ancestors()
+            .find(|a| a.file_name() == Some(".git".as_ref()))
+        {
+            if let Some(root) = at.parent() {
+                let real = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+                if !self.roots.iter().any(|(r, _)| *r == real) {
+                    self.roots.push((real, None));
+                }
+            }
+        }
+        if !matches!(
+            outcome,
+            Outcome::Converted { .. } | Outcome::WouldConvert { .. }
+        ) {
+            return None;
+        }
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let (root, tracked) = self
+            .roots
+            .iter_mut()
+            .filter(|(r, _)| real.starts_with(r))
+            .max_by_key(|(r, _)| r.as_os_str().len())?;
+        let tracked = tracked.get_or_insert_with(|| tracked_files(root));
+        if tracked.as_ref().is_some_and(|t| !t.contains(&real)) {
+            return None;
+        }
+        self.warned = true;
+        Some(git_warning(root, self.dry_run))
+    }
+}
+
+/// The files git tracks in the work tree `root` (absolute paths), or None
+/// when git cannot say (not installed, not a repository it can read).
+fn tracked_files(root: &std::path::Path) -> Option<std::collections::HashSet<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt;
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["ls-files", "-z"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    Some(
+        out.stdout
+            .split(|&b| b == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| root.join(std::ffi::OsStr::from_bytes(n)))
+            .collect(),
+    )
+}
+
+/// What converting files of the git work tree `root` means, and the ways
+/// forward (docs/migrate.md, "Git work trees").
+fn git_warning(root: &std::path::Path, dry_run: bool) -> String {
+    let root = report::display_path(root);
+    let verb = if dry_run { "would convert" } else { "converts" };
+    format!(
+        "cutf8: migrate: warning: this run {verb} files of the git work tree {root}. \
+         git used outside a cutf8fs mount then sees every converted tracked file as \
+         modified (and git diff calls it binary), as its repository holds UTF-8. Two ways \
+         forward: use git through a cutf8fs mount of the tree, where the files read as \
+         UTF-8 again and git status is clean (commit there as usual); or tell git the \
+         working tree is Corrected UTF-8 with the CORRECTED-UTF-8 iconv module \
+         installed: echo '* text working-tree-encoding=CORRECTED-UTF-8' >> \
+         {root}/.gitattributes (docs/charset.md). cutf8 migrate --to utf8 undoes the \
+         conversion."
+    )
 }
 
 impl Cli {
@@ -133,6 +272,7 @@ impl Observer for Cli {
     fn start(&mut self, files: u64, bytes: u64) {
         self.files_total = files;
         if let Some(bar) = &self.bar {
+            bar.set_style(indicatif::ProgressStyle::with_template(BAR).expect("valid template"));
             bar.set_length(bytes);
             bar.set_message(format!("0/{files} files"));
             // The walk that counted the work is over: rate, ETA and
@@ -144,7 +284,21 @@ impl Observer for Cli {
     }
 
     fn event(&mut self, e: &Event) {
+        if let Some(warning) = self.git.see(e.path, e.outcome) {
+            self.say(&warning, true);
+        }
         let shown = report::display_path(e.path);
+        if let Outcome::Skipped(r) = e.outcome {
+            if matches!(
+                r.code(),
+                "invalid-utf8" | "c1-control" | "contains-nul" | "not-convertible"
+            ) {
+                self.unconverted_total += 1;
+                if self.unconverted.len() < NAMED {
+                    self.unconverted.push(format!("  {shown}: {r}"));
+                }
+            }
+        }
         match e.outcome {
             Outcome::Failed(msg) => self.say(&format!("cutf8: migrate: {shown}: {msg}"), true),
             o if self.verbose => {
@@ -201,6 +355,7 @@ impl MigrateArgs {
             jobs: self.jobs.map(|n| n as usize),
             exclude: self.exclude.clone(),
             include_vcs: self.include_vcs,
+            include_scripts: self.include_scripts,
             shard: self.shard,
             cross_filesystems: self.cross_filesystems,
         }
@@ -235,12 +390,7 @@ pub fn run(args: &MigrateArgs) -> i32 {
     };
     let bar = (!args.no_progress && !args.quiet && io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
-            )
-            .expect("valid template"),
-        );
+        bar.set_style(indicatif::ProgressStyle::with_template(COUNTING).expect("valid template"));
         bar.enable_steady_tick(Duration::from_millis(200));
         bar
     });
@@ -251,6 +401,13 @@ pub fn run(args: &MigrateArgs) -> i32 {
         bar,
         files_done: 0,
         files_total: 0,
+        git: GitTrees::around(
+            &opts.paths,
+            opts.direction == Direction::Encode,
+            opts.dry_run,
+        ),
+        unconverted: Vec::new(),
+        unconverted_total: 0,
     };
     if !opts.dry_run {
         say_how_to_resume_on_ctrl_c();
@@ -273,6 +430,24 @@ pub fn run(args: &MigrateArgs) -> i32 {
     if !args.quiet {
         let mut out = io::stdout().lock();
         let _ = summary.write(&mut out, started.elapsed(), opts.dry_run);
+        if cli.unconverted_total > 0 && !cli.verbose {
+            let _ = writeln!(
+                out,
+                "not converted for what they hold ({}):",
+                if cli.unconverted_total as usize > NAMED {
+                    format!(
+                        "the first {NAMED} of {}; --report FILE lists them all, with \
+                         line, column and byte offset",
+                        cli.unconverted_total
+                    )
+                } else {
+                    "each with where and why".into()
+                }
+            );
+            for line in &cli.unconverted {
+                let _ = writeln!(out, "{line}");
+            }
+        }
     }
     status
 }
