@@ -25,9 +25,14 @@
 //! | `reserved-unit` | warning | FE/FF and its continuation bytes: valid (reserved for future use), but without a standard UTF-8 form |
 //! | `beyond-unicode` | warning | a code point above U+10FFFF: valid, but without a standard UTF-8 form |
 //!
-//! Only the first [`CheckOptions::max_per_rule`] findings of each rule in a
-//! file are printed; a note then says how many more there were, and the
-//! summary counts them all.
+//! Built for whole archives: every error is printed, but a warning that
+//! repeats in a file is printed for its first [`CheckOptions::max_per_rule`]
+//! occurrences only (one by default); a note then says how many more there
+//! were, and when any were held back the summary counts each rule's
+//! findings over all files. An empty file has nothing to check and draws
+//! no finding. A path on a cutf8fs mount is not checked: the mount shows
+//! the view (UTF-8, no magic number), not what is stored; the message
+//! names the file in BACKING instead (as `cutf8 migrate` does).
 //!
 //! The module knows nothing of argument parsing; the `cutf8` binary builds
 //! [`CheckOptions`] and prints what [`run`] hands to its callbacks.
@@ -159,7 +164,8 @@ pub enum Level {
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
     levels: [Level; Rule::ALL.len()],
-    /// Findings printed per rule per file (default 20; 0 = no limit).
+    /// Warnings printed per rule per file (default 1; 0 = no limit).
+    /// Errors are always printed, every one.
     pub max_per_rule: u64,
     /// Input chunk size (default [`DEFAULT_BUFFER_SIZE`]).
     pub buffer_size: usize,
@@ -171,7 +177,7 @@ impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
             levels: Rule::ALL.map(Rule::default_level),
-            max_per_rule: 20,
+            max_per_rule: 1,
             buffer_size: DEFAULT_BUFFER_SIZE,
             json: false,
         }
@@ -309,10 +315,44 @@ pub struct CheckSummary {
     pub files: usize,
     pub errors: u64,
     pub warnings: u64,
-    /// Files that could not be read.
+    /// Files that could not be read (or were not checked: on a mount).
     pub unreadable: usize,
     /// Files skipped as binary (one note each).
     pub binary: usize,
+    /// Per rule (in [`Rule::ALL`] order): findings, and files with any.
+    pub per_rule: [(u64, usize); Rule::ALL.len()],
+    /// Whether any finding was held back (not printed).
+    pub held_back: bool,
+}
+
+impl CheckSummary {
+    /// One line per rule with findings (`tab: 1000 warnings in 3 files`),
+    /// for the end of a run where findings were held back; none otherwise
+    /// (every finding is on the screen then).
+    pub fn rule_lines(&self, opts: &CheckOptions) -> Vec<String> {
+        if !self.held_back {
+            return Vec::new();
+        }
+        let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+        Rule::ALL
+            .iter()
+            .filter(|r| self.per_rule[r.index()].0 > 0)
+            .map(|&r| {
+                let (n, files) = self.per_rule[r.index()];
+                let what = if opts.level(r) == Level::Error {
+                    "error"
+                } else {
+                    "warning"
+                };
+                format!(
+                    "  {}: {} in {}",
+                    r.name(),
+                    plural(n, what),
+                    plural(files as u64, "file")
+                )
+            })
+            .collect()
+    }
 }
 
 impl std::fmt::Display for CheckSummary {
@@ -348,7 +388,18 @@ pub fn run(
     diag: &mut dyn FnMut(&str),
 ) -> CheckSummary {
     let mut summary = CheckSummary::default();
-    let inputs = &expand(inputs, diag, &mut summary.unreadable)[..];
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut named = Vec::new();
+    for input in inputs {
+        match on_mount(&mounts, input) {
+            Some(why) => {
+                diag(&why);
+                summary.unreadable += 1;
+            }
+            None => named.push(input.clone()),
+        }
+    }
+    let inputs = &expand(&named, diag, &mut summary.unreadable)[..];
     let mut input_buf = vec![0u8; opts.buffer_size.max(1)];
     let mut output_buf = vec![0u8; cutf8::max_view_len(input_buf.len()).max(MIN_DST)];
     for input in inputs {
@@ -357,9 +408,16 @@ pub fn run(
         let result = input
             .open()
             .and_then(|mut r| file.scan(&mut r, &mut input_buf, &mut output_buf));
-        let (errors, warnings) = file.finish();
-        summary.errors += errors;
-        summary.warnings += warnings;
+        let counted = file.finish();
+        summary.errors += counted.errors;
+        summary.warnings += counted.warnings;
+        summary.held_back |= counted.held_back;
+        for (k, &n) in counted.per_rule.iter().enumerate() {
+            if n > 0 {
+                summary.per_rule[k].0 += n;
+                summary.per_rule[k].1 += 1;
+            }
+        }
         match result {
             Ok(true) => summary.files += 1,
             Ok(false) => summary.binary += 1,
@@ -370,6 +428,39 @@ pub fn run(
         }
     }
     summary
+}
+
+/// Why `input` is not checked when it is on a cutf8fs mount: the mount
+/// shows the view, so every corrected file would lack its magic number.
+fn on_mount(mounts: &str, input: &Input) -> Option<String> {
+    let Input::Path(p) = input else {
+        return None;
+    };
+    let real = std::fs::canonicalize(p).ok()?;
+    let (mnt, source) = crate::mountinfo::cutf8fs_mount_of(mounts, &real)?;
+    let shown = p.display();
+    let stored = real
+        .strip_prefix(&mnt)
+        .ok()
+        .filter(|_| source.starts_with('/'))
+        .map(|rel| std::path::Path::new(&source).join(rel));
+    let instead = match stored {
+        Some(b) => format!("check {} instead", b.display()),
+        None => format!("check it in the mount's BACKING ({source}) instead"),
+    };
+    Some(format!(
+        "{shown}: on a cutf8fs mount ({}), which shows files as UTF-8 without their \
+         magic number, not as they are stored: not checked; {instead}",
+        mnt.display()
+    ))
+}
+
+/// What one file's check counted.
+struct Counted {
+    errors: u64,
+    warnings: u64,
+    per_rule: [u64; Rule::ALL.len()],
+    held_back: bool,
 }
 
 /// How much of a file the binary test looks at (git's number).
@@ -416,7 +507,10 @@ impl<'a> FileCheck<'a> {
         }
         let k = rule.index();
         self.counts[k] += 1;
-        if self.opts.max_per_rule == 0 || self.counts[k] <= self.opts.max_per_rule {
+        if level == Level::Error
+            || self.opts.max_per_rule == 0
+            || self.counts[k] <= self.opts.max_per_rule
+        {
             let f = Finding {
                 file: self.name.clone(),
                 line,
@@ -446,6 +540,10 @@ impl<'a> FileCheck<'a> {
         let mut dec = Decoder::strict();
         let mut probe = vec![0u8; BINARY_PROBE];
         let n = read_prefix(r, &mut probe, input.len())?;
+        if n == 0 {
+            // Nothing to check: no magic number is missing from no text.
+            return Ok(true);
+        }
         if !probe[..n].starts_with(&MAGIC) && probe[..n].contains(&0) {
             (self.out)(&note(
                 self.opts.json,
@@ -571,17 +669,19 @@ impl<'a> FileCheck<'a> {
         self.column = col;
     }
 
-    /// Print the notes for capped rules; return (errors, warnings).
-    fn finish(self) -> (u64, u64) {
-        let (mut errors, mut warnings) = (0, 0);
+    /// Print the notes for capped rules; what was counted.
+    fn finish(self) -> Counted {
+        let (mut errors, mut warnings, mut held_back) = (0, 0, false);
         for rule in Rule::ALL {
             let n = self.counts[rule.index()];
-            match self.opts.level(rule) {
+            let level = self.opts.level(rule);
+            match level {
                 Level::Error => errors += n,
                 Level::Warning => warnings += n,
                 Level::Allow => {}
             }
-            if self.opts.max_per_rule > 0 && n > self.opts.max_per_rule {
+            if level == Level::Warning && self.opts.max_per_rule > 0 && n > self.opts.max_per_rule {
+                held_back = true;
                 let message = format!(
                     "{} more [{}] findings not shown",
                     n - self.opts.max_per_rule,
@@ -590,7 +690,12 @@ impl<'a> FileCheck<'a> {
                 (self.out)(&note(self.opts.json, &self.name, &message));
             }
         }
-        (errors, warnings)
+        Counted {
+            errors,
+            warnings,
+            per_rule: self.counts,
+            held_back,
+        }
     }
 }
 

@@ -22,8 +22,10 @@
 mod support;
 
 mod atime;
+mod check_archive;
 mod cli;
 mod crash;
+mod encode_remedies;
 mod fallocate;
 mod first_hour;
 mod first_hour_mount;

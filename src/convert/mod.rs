@@ -33,6 +33,7 @@ use cutf8::{MAGIC, MIN_DST};
 
 mod atomic;
 mod position;
+mod remedy;
 
 use atomic::AtomicFile;
 use position::Position;
@@ -233,7 +234,8 @@ fn convert_all(
             out.write_all(&MAGIC)?;
         }
         let at_start = out.n == 0;
-        match convert_one(opts, &mut *reader, &mut out, at_start, &mut buffers) {
+        let mut reader = Recorder::new(&mut *reader);
+        match convert_one(opts, &mut reader, &mut out, at_start, &mut buffers) {
             Ok(0) => {}
             Ok(exempt) => diag(&format!(
                 "{name}: warning: {exempt} reserved unit(s) of FE plus six continuation \
@@ -246,7 +248,8 @@ fn convert_all(
                 summary.unreadable += 1;
             }
             Err(FileError::Malformed(at)) => {
-                diag(&format!("{name}:{}", at.message(opts)));
+                let hint = hint(opts, input, &at, &mut reader);
+                diag(&format!("{name}:{}{hint}", at.message(opts)));
                 summary.malformed += 1;
             }
             Err(FileError::NoMagic) => {
@@ -284,6 +287,68 @@ fn convert_all(
         }
     }
     Ok(summary)
+}
+
+/// What to add to a strict conversion error. Encoding: a remedy that fits
+/// what the input looks like (`remedy`), judged from its first bytes and
+/// those after the error (read on from `reader`, at most [`SAMPLE`]
+/// more). Decoding: `--lossless`, for what it can carry. Nothing when
+/// `--lossless` was given or cannot help.
+fn hint(opts: &Options, input: &Input, at: &Located, reader: &mut Recorder) -> String {
+    let unstorable = at.malformed.problem.is_unstorable();
+    if opts.lossless {
+        return String::new();
+    }
+    if opts.direction == Direction::Decode {
+        return if unstorable {
+            String::new()
+        } else {
+            "; --lossless carries it through as the mount does".to_string()
+        };
+    }
+    let mut more = vec![0u8; SAMPLE];
+    let n = read_prefix(reader.inner, &mut more, SAMPLE).unwrap_or(0);
+    let mut sample = reader.head.clone();
+    sample.extend_from_slice(at.bytes.as_deref().unwrap_or_default());
+    sample.extend_from_slice(&more[..n]);
+    let guess = remedy::guess(&reader.head, at.malformed.problem, &sample);
+    if guess == remedy::Guess::MostlyUtf8 && unstorable {
+        // Overlong forms and surrogates: --lossless cannot store them either.
+        return String::new();
+    }
+    let name = match input {
+        Input::Path(p) => Some(p.to_string_lossy()),
+        Input::Stdin => None,
+    };
+    format!("; {}", remedy::suggestion(guess, name.as_deref()))
+}
+
+/// Bytes of an input looked at to suggest a remedy: its first ones (kept
+/// as they are read) and as many after an error.
+const SAMPLE: usize = 64 << 10;
+
+/// A reader that keeps the first [`SAMPLE`] bytes read through it.
+struct Recorder<'a> {
+    inner: &'a mut dyn Read,
+    head: Vec<u8>,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(inner: &'a mut dyn Read) -> Self {
+        Recorder {
+            inner,
+            head: Vec::new(),
+        }
+    }
+}
+
+impl Read for Recorder<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let keep = n.min(SAMPLE.saturating_sub(self.head.len()));
+        self.head.extend_from_slice(&buf[..keep]);
+        Ok(n)
+    }
 }
 
 /// A writer that counts what went through it.

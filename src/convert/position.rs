@@ -194,19 +194,16 @@ pub(crate) struct Located {
 }
 
 impl Located {
-    /// `line:col: what (byte offset N)[; hint]`, to follow the file name.
+    /// `line:col: what (byte offset N)`, to follow the file name (the
+    /// remedy, if any, follows: `convert::hint`).
     pub(super) fn message(&self, opts: &Options) -> String {
-        let mut s = format!(
+        format!(
             "{}:{}: {} (byte offset {})",
             self.line,
             self.column,
             self.describe(opts.direction),
             self.offset
-        );
-        if !opts.lossless && !self.malformed.problem.is_unstorable() {
-            s.push_str("; --lossless carries it through as the mount does");
-        }
-        s
+        )
     }
 
     /// What was found, with its bytes in hex.

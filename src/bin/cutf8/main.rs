@@ -58,6 +58,22 @@ const EXAMPLES: &[(&str, &str)] = &[
         "cutf8 check --allow tab --deny-warnings *.cu8",
         "Lint files, allowing TAB and failing on any other warning.",
     ),
+    (
+        "cutf8 check -A tab -A carriage-return /srv/archive",
+        "Lint a whole archive, TAB and CR allowed; each repeated warning is shown once per file.",
+    ),
+    (
+        "cutf8 migrate --dry-run --report plan.jsonl /srv/archive",
+        "See what converting an archive would do, one JSON line per file.",
+    ),
+    (
+        "cutf8 migrate /srv/archive && cutf8fs /srv/archive /mnt/archive",
+        "Convert an archive in place, then read and write it as UTF-8 through the mount.",
+    ),
+    (
+        "iconv -f LATIN1 -t UTF-8 old.txt | cutf8 encode -o old.cu8",
+        "Encode Latin-1 text: convert it to UTF-8 first (cutf8 encode suggests this when it sees Latin-1).",
+    ),
 ];
 
 /// The environment, for --help and the man page: (variable, meaning).
@@ -67,8 +83,9 @@ const ENVIRONMENT: &[(&str, &str)] = &[(
      the CPU has is chosen by default, and cutf8 --version names it).",
 )];
 
-const SEE_ALSO: &str = "cutf8fs(1), iconv(1), utf-8(7). The format: docs/format.md \
-     (installed in /usr/local/share/doc/cutf8fs); converting trees: docs/migrate.md.";
+const SEE_ALSO: &str = "cutf8fs(1), cutf8-gconv(7), iconv(1), utf-8(7). The format: \
+     docs/format.md (installed in /usr/share/doc/cutf8fs by the package, \
+     PREFIX/share/doc/cutf8fs from source); converting trees: docs/migrate.md.";
 
 const ABOUT: &str = "Convert between UTF-8 and Corrected UTF-8, and check Corrected UTF-8 files";
 
@@ -178,7 +195,15 @@ on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE] (or JSON \
 lines with --format json), and a summary line on standard error. Exit status \
 1 when any finding is an error. Directories are checked recursively; a file \
 without the magic number that has a NUL byte in its first 8000 bytes is \
-binary: one note says so and it is not checked.
+binary: one note says so and it is not checked. An empty file draws no \
+finding. A path on a cutf8fs mount is not checked (the mount shows the \
+view, without the magic number): the message names the file in BACKING to \
+check instead, and the exit status is 2.
+
+Made for whole archives: every error is printed, but a warning that repeats \
+in a file is printed once (--max-per-rule), followed by a note counting the \
+rest; when any were held back, the summary also counts each rule over all \
+files.
 
 Malformed bytes are reported where they are and checking goes on. Reserved \
 units and code points above U+10FFFF are valid Corrected UTF-8, so they are \
@@ -186,8 +211,10 @@ only warnings by default; they have no standard UTF-8 form, which is why \
 decode refuses them without --lossless. The rules and their default levels \
 are listed under --error.
 
-When a rule is named by several of --allow, --warn and --error, --error wins \
-over --warn, which wins over --allow; --deny-warnings applies last.")]
+Rules are turned off and on as compilers' warnings are: -A RULE (--allow), \
+-W RULE (--warn), -D RULE (--deny, --error). When a rule is named by several \
+of them, --error wins over --warn, which wins over --allow, whatever their \
+order; --deny-warnings applies last.")]
     Check(CheckArgs),
     /// Convert text files in place to Corrected UTF-8, or back with --to utf8.
     Migrate(migrate::MigrateArgs),
@@ -270,12 +297,20 @@ struct CheckArgs {
     #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
     format: Format,
 
-    /// Report RULE as an error (repeatable, or comma-separated).
-    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    /// Report RULE as an error (repeatable, or comma-separated; -D and
+    /// --deny as in compilers).
+    #[arg(
+        short = 'D',
+        long,
+        visible_alias = "deny",
+        value_name = "RULE",
+        value_delimiter = ','
+    )]
     error: Vec<RuleArg>,
 
     /// Report RULE as a warning (RULE as for --error).
     #[arg(
+        short = 'W',
         long,
         value_name = "RULE",
         value_delimiter = ',',
@@ -285,6 +320,7 @@ struct CheckArgs {
 
     /// Do not report RULE (RULE as for --error).
     #[arg(
+        short = 'A',
         long,
         value_name = "RULE",
         value_delimiter = ',',
@@ -296,9 +332,10 @@ struct CheckArgs {
     #[arg(long)]
     deny_warnings: bool,
 
-    /// Print at most N findings per rule per file (0: no limit); a note
-    /// counts the rest.
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    /// Print at most N warnings per rule per file (0: no limit); a note
+    /// counts the rest, and the summary counts each rule over all files.
+    /// Errors are always printed, every one.
+    #[arg(long, value_name = "N", default_value_t = 1)]
     max_per_rule: u64,
 
     /// Input buffer size in bytes (for tests).
@@ -489,6 +526,9 @@ fn run_check(a: &CheckArgs) -> u8 {
     );
     let _ = out.flush();
     eprintln!("cutf8: {summary}");
+    for line in summary.rule_lines(&opts) {
+        eprintln!("cutf8: {line}");
+    }
     if summary.unreadable > 0 {
         2
     } else if summary.errors > 0 {

@@ -1,0 +1,141 @@
+//! When `cutf8 encode` refuses its input, the remedy fits the input: text
+//! in another charset (Latin-1, Windows-1252, UTF-16 or UTF-32 with its
+//! byte order mark) is to be converted to UTF-8 first, with the iconv
+//! command that does it; binary data is not text at all; only a file that
+//! is UTF-8 but for a stray byte gets `--lossless`, with what that costs.
+//! The error keeps its position (file:line:col and byte offset).
+
+use crate::support::cli::Dir;
+
+/// `cutf8 encode FILE` on `bytes`: (exit status, stderr).
+fn encode(bytes: &[u8]) -> (Option<i32>, String) {
+    let d = Dir::new();
+    d.write("in.txt", bytes);
+    let r = d.run(&["encode", "in.txt", "-o", "out.cu8"], b"");
+    (r.status, r.stderr)
+}
+
+#[track_caller]
+fn says(bytes: &[u8], position: &str, want: &[&str], not: &[&str]) {
+    let (status, err) = encode(bytes);
+    assert_eq!(status, Some(1), "{err}");
+    assert!(err.contains(position), "position {position} lost:\n{err}");
+    for w in want {
+        assert!(err.contains(w), "no {w:?} in:\n{err}");
+    }
+    for n in not {
+        assert!(!err.contains(n), "{n:?} suggested for this input:\n{err}");
+    }
+}
+
+#[test]
+fn latin1_text_is_to_be_converted_from_latin1() {
+    says(
+        b"caf\xe9 cr\xe8me br\xfbl\xe9e\nna\xefve\n",
+        "in.txt:1:4: ",
+        &["(byte offset 3)", "Latin-1", "iconv -f LATIN1 -t UTF-8"],
+        &["--lossless"],
+    );
+}
+
+#[test]
+fn windows_1252_text_is_to_be_converted_from_cp1252() {
+    // Curly quotes and a euro sign: bytes 0x80-0x9F that only cp1252 prints.
+    says(
+        b"He said \x93caf\xe9 for 5 \x80\x94cheap\x94.\n",
+        "in.txt:1:9: ",
+        &[
+            "(byte offset 8)",
+            "Windows-1252",
+            "iconv -f CP1252 -t UTF-8",
+        ],
+        &["--lossless"],
+    );
+}
+
+#[test]
+fn utf16_and_utf32_are_known_by_their_byte_order_marks() {
+    let utf16le: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain("héllo\n".encode_utf16().flat_map(|u| u.to_le_bytes()))
+        .collect();
+    says(
+        &utf16le,
+        "(byte offset 0)",
+        &["UTF-16", "iconv -f UTF-16 -t UTF-8"],
+        &["--lossless"],
+    );
+    let utf16be: Vec<u8> = [0xFE, 0xFF]
+        .into_iter()
+        .chain("héllo\n".encode_utf16().flat_map(|u| u.to_be_bytes()))
+        .collect();
+    says(
+        &utf16be,
+        "(byte offset 0)",
+        &["UTF-16", "iconv -f UTF-16 -t UTF-8"],
+        &["--lossless"],
+    );
+    let utf32le: Vec<u8> = [0xFF, 0xFE, 0, 0]
+        .into_iter()
+        .chain("héllo\n".chars().flat_map(|c| (c as u32).to_le_bytes()))
+        .collect();
+    says(
+        &utf32le,
+        "(byte offset 0)",
+        &["UTF-32", "iconv -f UTF-32 -t UTF-8"],
+        &["--lossless"],
+    );
+    let utf32be: Vec<u8> = [0, 0, 0xFE, 0xFF]
+        .into_iter()
+        .chain("héllo\n".chars().flat_map(|c| (c as u32).to_be_bytes()))
+        .collect();
+    says(
+        &utf32be,
+        "(byte offset 2)",
+        &["UTF-32", "iconv -f UTF-32 -t UTF-8"],
+        &["--lossless"],
+    );
+}
+
+#[test]
+fn binary_input_is_called_binary() {
+    let elf = std::fs::read("/bin/true").unwrap();
+    says(
+        &elf,
+        "(byte offset ",
+        &["binary"],
+        &["--lossless", "iconv -f"],
+    );
+    // Controls everywhere, no NUL.
+    let mut blob: Vec<u8> = (0..4000u32).map(|i| (i * 37 % 32) as u8 | 1).collect();
+    blob.extend_from_slice(&[0xFF, 0xFE, 0x81, 0x07]);
+    says(&blob, "(byte offset 4000)", &["binary"], &["--lossless"]);
+}
+
+#[test]
+fn utf8_with_one_stray_byte_gets_lossless_and_what_it_costs() {
+    let mut t = "Grüße aus Köln, ça va très bien, 中文 😀\n"
+        .repeat(50)
+        .into_bytes();
+    t.insert(200, 0xFF);
+    let (status, err) = encode(&t);
+    assert_eq!(status, Some(1), "{err}");
+    assert!(err.contains("(byte offset 200)"), "{err}");
+    assert!(err.contains("--lossless"), "{err}");
+    assert!(
+        err.contains("decode --lossless"),
+        "--lossless suggested without saying strict decode then refuses it:\n{err}"
+    );
+    assert!(!err.contains("LATIN1") && !err.contains("binary"), "{err}");
+}
+
+#[test]
+fn c1_controls_from_a_windows_1252_mixup_are_named_so() {
+    // cp1252 curly quotes taken for Latin-1: U+0093 and U+0094 in UTF-8.
+    says(
+        "He said \u{93}hello\u{94}.\n".as_bytes(),
+        "in.txt:1:9: ",
+        &["C1 control", "Windows-1252", "iconv -f UTF-8 -t LATIN1"],
+        &["--lossless"],
+    );
+}
