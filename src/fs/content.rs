@@ -483,12 +483,24 @@ impl IndexCache {
     /// The index for this stamp: cached (marked as recently used), or from
     /// the index database (then cached).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+        use super::stats::{lookup, Lookup};
         if let Some(index) = self.get_cached(stamp) {
+            lookup(Lookup::Memory);
             return Some(index);
         }
-        let index = Arc::new(self.db.get(&stamp.state())?);
+        let Some(index) = self.db.get(&stamp.state()) else {
+            lookup(Lookup::Miss);
+            return None;
+        };
+        lookup(Lookup::Database);
+        let index = Arc::new(index);
         self.put(*stamp, index.clone());
         Some(index)
+    }
+
+    /// Memory the cached indexes take, and the bound (for `--stats`).
+    pub fn usage(&self) -> (usize, usize) {
+        (self.inner.lock().used, self.limit)
     }
 
     fn get_cached(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
@@ -576,7 +588,18 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
         return Ok(index);
     }
     let started = crate::indexdb::now();
-    let index = Arc::new(build_index(file).map_err(io)?);
+    let size = stamp.size;
+    super::stats::scan(size);
+    let index = if size >= super::progress::WATCHED {
+        use std::os::fd::AsRawFd;
+        let name = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .map_or_else(|_| "a corrected file".into(), |p| p.display().to_string());
+        let scan = super::progress::start(name, size);
+        crate::io::build_index_watched(file, scan.done())
+    } else {
+        build_index(file)
+    };
+    let index = Arc::new(index.map_err(io)?);
     let after = super::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
     if Stamp::of(&after) == stamp {
         cache.put(stamp, index.clone());

@@ -5,7 +5,12 @@
 //! yet); the parent waits on a pipe and exits 0 only once the child has
 //! mounted and completed the FUSE handshake, or prints the child's error
 //! and exits with its code. Logs go to syslog in the background and to
-//! stderr with `-f` (level info; debug with `-d`; `RUST_LOG` overrides).
+//! stderr with `-f` (level info; debug with `-d`; `RUST_LOG` overrides);
+//! `-o log=FILE` sends them to FILE. A daemon in the background with no
+//! syslog to reach (no /dev/log: containers, minimal systems) logs to a
+//! file of its own ([`default_log`]) and says which on the terminal before
+//! it detaches, so that nothing it logs is lost. So do options it ignores:
+//! they are read before any log exists.
 //!
 //! Exit codes (documented in man/cutf8fs.1): 0 mounted and later unmounted
 //! cleanly; 1 the mount could not be made or served (missing or non-empty
@@ -65,9 +70,13 @@ fn dir_of(p: &Path, what: &str) -> Result<PathBuf, Failure> {
     Ok(abs)
 }
 
-/// Validates without touching anything.
+/// Validates without touching anything (but for saying, on stderr, which
+/// options are ignored: the log does not exist yet).
 fn check(cfg: &Config) -> Result<Checked, Failure> {
     let opts = options::parse(&cfg.options).map_err(Failure::usage)?;
+    for why in &opts.ignored {
+        eprintln!("cutf8fs: warning: {why}");
+    }
     let backing = dir_of(&cfg.backing, "BACKING")?;
     let mountpoint = dir_of(&cfg.mountpoint, "MOUNTPOINT")?;
     if mountpoint.starts_with(&backing) && mountpoint != backing {
@@ -111,30 +120,111 @@ fn check(cfg: &Config) -> Result<Checked, Failure> {
     })
 }
 
-/// Where log lines go when not to syslog: `-o log=FILE`, opened before
-/// the daemon detaches so that a bad path is reported to the user.
+/// Where log lines go when not to syslog: `-o log=FILE`, or without
+/// syslog in the background the default file ([`default_log`]); opened
+/// before the daemon detaches so that a bad path is reported to the user.
 fn open_log(c: &Checked, background: bool) -> Result<Option<File>, Failure> {
-    let Some(p) = &c.opts.log else {
-        if background
-            && std::os::unix::net::UnixDatagram::unbound()
-                .and_then(|s| s.connect("/dev/log"))
-                .is_err()
-        {
-            eprintln!(
-                "cutf8fs: warning: no syslog (/dev/log): the daemon's log messages will be \
-                 lost; use -o log=FILE, or -f to stay in the foreground"
-            );
-        }
-        return Ok(None);
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let open = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(p)
     };
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(p)
-        .map(Some)
-        .map_err(|e| Failure::usage(format!("option log={}: {e}", p.display())))
+    if let Some(p) = &c.opts.log {
+        return open(p)
+            .map(Some)
+            .map_err(|e| Failure::usage(format!("option log={}: {e}", p.display())));
+    }
+    if !background
+        || std::os::unix::net::UnixDatagram::unbound()
+            .and_then(|s| s.connect("/dev/log"))
+            .is_ok()
+    {
+        return Ok(None);
+    }
+    let file = default_log(&c.mountpoint, sys::is_root()).and_then(|p| {
+        let dir = p.parent().unwrap_or(Path::new("/"));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| open(&p))
+            .map(|f| (f, p))
+            .ok()
+    });
+    match file {
+        Some((f, p)) => {
+            eprintln!(
+                "cutf8fs: no syslog (/dev/log): logging to {} (-o log=FILE chooses another file)",
+                p.display()
+            );
+            Ok(Some(f))
+        }
+        None => {
+            eprintln!(
+                "cutf8fs: warning: no syslog (/dev/log) and no log file could be made: the \
+                 daemon's log messages will be lost; use -o log=FILE, or -f to stay in the \
+                 foreground"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The log file of a daemon in the background without syslog:
+/// `/var/log/cutf8fs/NAME.log` for root, `$XDG_STATE_HOME/cutf8fs/NAME.log`
+/// (by default `~/.local/state/cutf8fs/NAME.log`) for anyone else, where
+/// NAME is the mount point escaped as `systemd-escape --path` does
+/// (`/mnt/my archive` gives `mnt-my\x20archive`). None without a home.
+fn default_log(mountpoint: &Path, root: bool) -> Option<PathBuf> {
+    let dir = if root {
+        PathBuf::from("/var/log/cutf8fs")
+    } else {
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .map(|h| h.join(".local/state"))
+            })?;
+        state.join("cutf8fs")
+    };
+    Some(dir.join(format!("{}.log", escape_path(mountpoint))))
+}
+
+/// A path as one file name, as `systemd-escape --path` writes it: the
+/// slashes around it dropped, the others `-`, every byte but ASCII
+/// letters, digits, `_` and a `.` that does not begin the name as `\xNN`;
+/// `/` itself is `-`.
+fn escape_path(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let parts: Vec<&[u8]> = p
+        .as_os_str()
+        .as_bytes()
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return "-".into();
+    }
+    let mut out = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push('-');
+        }
+        for (k, &b) in part.iter().enumerate() {
+            if b.is_ascii_alphanumeric() || b == b'_' || (b == b'.' && (i, k) != (0, 0)) {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+    }
+    out
 }
 
 fn init_logging(cfg: &Config, background: bool, file: Option<File>) {
@@ -245,6 +335,9 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
         daemonize()?
     };
     init_logging(&cfg, !cfg.foreground, log_file);
+    for why in &checked.opts.ignored {
+        log::warn!("{why}");
+    }
     // A panic is a bug: make sure it reaches the log (syslog in the
     // background, where stderr is /dev/null).
     let default_hook = std::panic::take_hook();
@@ -319,4 +412,25 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     let r = session.run();
     log::info!("unmounted {}", m.mountpoint.display());
     r.map_err(|e| Failure::mount(format!("FUSE session ended with an error: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_escape_as_systemd_escapes_paths() {
+        assert_eq!(escape_path(Path::new("/mnt/archive")), "mnt-archive");
+        assert_eq!(
+            escape_path(Path::new("/mnt/my archive/")),
+            "mnt-my\\x20archive"
+        );
+        assert_eq!(escape_path(Path::new("/srv/a-b/.x")), "srv-a\\x2db-.x");
+        assert_eq!(escape_path(Path::new("/.hidden")), "\\x2ehidden");
+        assert_eq!(escape_path(Path::new("/")), "-");
+        assert_eq!(
+            default_log(Path::new("/mnt/archive"), true),
+            Some(PathBuf::from("/var/log/cutf8fs/mnt-archive.log"))
+        );
+    }
 }

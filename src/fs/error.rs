@@ -101,6 +101,10 @@ pub enum Refused {
     /// The request could not take the caller's identity or umask (logged
     /// where it happened): refused rather than done with the daemon's.
     NoIdentity,
+    /// A change of a virtual attribute (`cutf8fs.*`): it is read-only.
+    Virtual,
+    /// A virtual attribute this inode does not have.
+    NoVirtual,
 }
 
 impl From<Refused> for Errno {
@@ -109,7 +113,7 @@ impl From<Refused> for Errno {
             Refused::IsDir => Errno::EISDIR,
             Refused::NotDir => Errno::ENOTDIR,
             Refused::NotRegular | Refused::BadSeek => Errno::EINVAL,
-            Refused::Reserved => Errno::EPERM,
+            Refused::Reserved | Refused::Virtual => Errno::EPERM,
             Refused::Hidden => Errno::ENOENT,
             Refused::KeepsChanging | Refused::NoIdentity => Errno::EIO,
             Refused::SymlinkMode => Errno::EOPNOTSUPP,
@@ -117,7 +121,7 @@ impl From<Refused> for Errno {
             Refused::PastEnd => Errno::ENXIO,
             Refused::TooBig => Errno::E2BIG,
             Refused::BufferTooSmall => Errno::ERANGE,
-            Refused::NoAcl => Errno::ENODATA,
+            Refused::NoAcl | Refused::NoVirtual => Errno::ENODATA,
         }
     }
 }

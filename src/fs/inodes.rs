@@ -701,6 +701,11 @@ impl InodeTable {
         drop(gone);
     }
 
+    /// How many inodes the kernel holds now (for `--stats`).
+    pub fn known(&self) -> usize {
+        self.tables.lock().by_ino.len()
+    }
+
     /// Descriptors the cache holds now (for tests and messages).
     #[cfg(test)]
     fn cached(&self) -> usize {

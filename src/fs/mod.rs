@@ -51,6 +51,7 @@ mod attr;
 mod content;
 mod daemon;
 mod error;
+mod explain;
 mod failure;
 mod handles;
 mod inodes;
@@ -58,7 +59,9 @@ mod mount;
 mod ops;
 pub mod options;
 mod passthrough;
+mod progress;
 mod rawnew;
+pub mod stats;
 use crate::sys;
 mod write;
 
@@ -226,6 +229,7 @@ impl CutFs {
     /// Runs one request's work under `error::guard`: a panic answers EIO
     /// and is logged with `op` and the path of `ino`; the session goes on.
     fn guard<T>(&self, op: &str, ino: u64, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        stats::request(op);
         error::guard(op, || self.name_of_ino(ino), work)
     }
 
@@ -635,6 +639,7 @@ impl Filesystem for CutFs {
         // for the rest of the mount (one round trip less per close), while
         // close(2) still writes back a shared mapping's dirty pages and
         // reports their errors (the kernel does that before it would ask).
+        stats::request("flush");
         reply.error(fuser::Errno::ENOSYS);
     }
 
@@ -899,6 +904,7 @@ impl Filesystem for CutFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        stats::request("ioctl");
         log::debug!("ioctl {cmd:#x} on inode {}: not supported (ENOTTY)", ino.0);
         reply.error(fuser::Errno::ENOTTY);
     }

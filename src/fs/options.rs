@@ -72,6 +72,10 @@ pub struct Options {
     /// 1 MiB in one (`max_pages` 256). It is this filesystem's own hint, as
     /// `st_dev` and `st_ino` are. None (`backing`): BACKING's.
     pub blksize: Option<u32>,
+    /// Options accepted but ignored, each with why: said on the terminal
+    /// before the daemon detaches (its log does not exist yet when options
+    /// are read), and logged once it does.
+    pub ignored: Vec<String>,
 }
 
 impl Default for Options {
@@ -96,6 +100,7 @@ impl Default for Options {
             log: None,
             passthrough: None,
             blksize: Some(DEFAULT_BLKSIZE),
+            ignored: Vec::new(),
         }
     }
 }
@@ -230,8 +235,8 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     (
         "passthrough=on|off|auto",
         "auto",
-        "the kernel reads raw files opened read-only directly from BACKING (auto: on if the mount is read-only)",
-        "on, off, auto",
+        "the kernel reads raw files opened read-only directly from BACKING (auto: on if the mount is read-only; yes and no mean on and off)",
+        "on, off, auto (yes, no)",
     ),
     (
         "blksize=SIZE|backing",
@@ -253,8 +258,8 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "log=FILE",
-        "syslog",
-        "append the daemon's log to FILE",
+        "syslog, else a file",
+        "append the daemon's log to FILE (without syslog: /var/log/cutf8fs/MOUNTPOINT.log as root, ~/.local/state/cutf8fs/ otherwise)",
         "a file name",
     ),
 ];
@@ -277,13 +282,55 @@ pub fn help() -> String {
     s
 }
 
-/// The error for a bad value of `key`: what is allowed.
+/// The error for a bad value of `key`: what is allowed (or that the
+/// option takes none).
 fn bad_value(opt: &str, key: &str) -> String {
     let allowed = OPTIONS
         .iter()
         .find(|(form, ..)| form.split('=').next() == Some(key))
         .map_or("", |o| o.3);
+    if allowed.is_empty() {
+        return format!("option '{opt}': '{key}' takes no value; allowed: {key}");
+    }
     format!("option '{opt}': bad value; allowed: {allowed}")
+}
+
+/// Whether `key` is the name of an option in [`OPTIONS`].
+fn known(key: &str) -> bool {
+    OPTIONS
+        .iter()
+        .any(|(form, ..)| form.split('=').next() == Some(key))
+}
+
+/// What `cutf8fs -o <TAB>` offers: every option's name, with `=` for
+/// those that take a value.
+pub fn completion_names() -> Vec<String> {
+    let mut names: Vec<String> = OPTIONS
+        .iter()
+        .map(|(form, ..)| match form.split_once('=') {
+            Some((k, _)) => format!("{k}="),
+            None => form.to_string(),
+        })
+        .chain(
+            [
+                "suid",
+                "dev",
+                "exec",
+                "async",
+                "dirsync",
+                "nodiratime",
+                "relatime",
+                "strictatime",
+                "defaults",
+                "nofail",
+                "_netdev",
+            ]
+            .map(String::from),
+        )
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The known option name nearest to `key`, if near (edit distance ≤ 2).
@@ -439,8 +486,8 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
-        ("passthrough", Some("on")) => o.passthrough = Some(true),
-        ("passthrough", Some("off")) => o.passthrough = Some(false),
+        ("passthrough", Some("on" | "yes")) => o.passthrough = Some(true),
+        ("passthrough", Some("off" | "no")) => o.passthrough = Some(false),
         ("passthrough", Some("auto")) => o.passthrough = None,
         ("blksize", Some("backing")) => o.blksize = None,
         ("blksize", Some(v)) => {
@@ -463,13 +510,16 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         (k, _) if IGNORED.contains(&k) => {}
         (k, _) if k.starts_with("x-") || k == "comment" => {}
         // mount(8)'s helper convention passes these through; harmless.
-        (
-            "uid" | "gid" | "setuid" | "context" | "fscontext" | "defcontext" | "rootcontext",
-            Some(_),
-        ) => {
-            log::warn!("option '{opt}' is ignored");
+        ("uid" | "gid", Some(_)) => o.ignored.push(format!(
+            "option '{opt}' is ignored: cutf8fs shows BACKING's owners as they are (files \
+             made through the mount get their creator's); to change who owns what, chown \
+             in BACKING"
+        )),
+        ("setuid" | "context" | "fscontext" | "defcontext" | "rootcontext", Some(_)) => {
+            o.ignored.push(format!("option '{opt}' is ignored"))
         }
-        ("newfiles" | "threads" | "fsname" | "log", _) => return Err(bad_value(opt, key)),
+        // A known option with a value it does not take.
+        (k, _) if known(k) => return Err(bad_value(opt, key)),
         _ => {
             return Err(match nearest(key) {
                 Some(n) => format!("unknown option '{opt}' (did you mean '{n}'?)"),
@@ -560,6 +610,28 @@ mod tests {
         assert!(e.contains("did you mean 'allow_other'"), "{e}");
         let e = parse(&["zzzzzzzz"]).unwrap_err();
         assert!(e.contains("unknown option 'zzzzzzzz'"), "{e}");
+        // A known name with a wrong value: its values, not a suggestion.
+        let e = parse(&["passthrough=maybe"]).unwrap_err();
+        assert!(
+            e.contains("allowed: on, off, auto") && !e.contains("did you mean"),
+            "{e}"
+        );
+        let e = parse(&["ro=1"]).unwrap_err();
+        assert!(e.contains("takes no value"), "{e}");
+        assert_eq!(parse(&["passthrough=yes"]).unwrap().passthrough, Some(true));
+        assert_eq!(parse(&["passthrough=no"]).unwrap().passthrough, Some(false));
+        let o = parse(&["uid=1000,gid=1000"]).unwrap();
+        assert_eq!(o.ignored.len(), 2);
+        assert!(o.ignored[0].contains("uid=1000"), "{:?}", o.ignored);
+        for n in completion_names() {
+            let probe = if n.ends_with('=') {
+                format!("{n}x")
+            } else {
+                n.clone()
+            };
+            let e = parse(&[probe.as_str()]).err().unwrap_or_default();
+            assert!(!e.contains("unknown option"), "{n}: {e}");
+        }
         for (form, ..) in OPTIONS {
             assert!(help().contains(form), "{form}");
         }

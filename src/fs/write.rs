@@ -226,6 +226,7 @@ impl CutFs {
                             let held = self.hold_rest(file, offset, data, first.len())?;
                             self.changed(state, content, file, Some(index))?;
                             content.held = held;
+                            super::stats::view_written(u64::from(n));
                             return Ok(n);
                         }
                         Err(backing::Error::View(e)) => log::debug!("new file stays raw: {e}"),
@@ -299,12 +300,7 @@ impl CutFs {
                             self.failed(state, content, file, stamp, next);
                             return Err(e.into());
                         }
-                        crate::ratelog::warn("made-raw", &name, || {
-                            format!(
-                                "{name}: {why}; the file is now raw (stored as it reads), \
-                                 so nothing written is lost"
-                            )
-                        });
+                        super::explain::now_raw(&name, &why);
                         self.changed(state, content, file, None)?;
                     }
                     Err(e) => {
@@ -312,6 +308,7 @@ impl CutFs {
                         return Err(e.into());
                     }
                 }
+                super::stats::view_written(u64::from(n));
                 Ok(n)
             }
         }
@@ -340,16 +337,7 @@ impl CutFs {
 
     fn log_magic_refused(&self, inode: &Inode, e: &backing::Error) {
         if matches!(e, backing::Error::View(view::Error::MagicOnRaw)) {
-            let name = self.name_of(inode);
-            crate::ratelog::warn("magic-refused", &name, || {
-                format!(
-                    "{name}: refused a write (EILSEQ) that would make this raw file begin \
-                     with the Corrected UTF-8 magic number: it would read back as something \
-                     else. To bring a Corrected UTF-8 file in, copy it into BACKING \
-                     directly, or decode it first (cutf8 decode) and copy the result into \
-                     the mount."
-                )
-            });
+            super::explain::magic_on_raw(&self.name_of(inode));
         }
     }
 
@@ -392,7 +380,10 @@ impl CutFs {
             0 => None,
             PUNCH if keep => Some(Zeroing::Punch),
             ZERO => Some(Zeroing::Zero),
-            _ => return Err(view::Error::Unsupported.into()),
+            _ => {
+                super::explain::fallocate_mode(&self.name_of(&h.inode), mode);
+                return Err(view::Error::Unsupported.into());
+            }
         };
         let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
         let done = match how {

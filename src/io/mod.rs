@@ -205,6 +205,18 @@ pub fn build_index(file: &File) -> io::Result<OffsetIndex> {
     build_range(file, DATA_START, u64::MAX)
 }
 
+/// [`build_index`], storing in `done` how far into the file the scan is
+/// after each read (for progress reports of long scans).
+pub fn build_index_watched(
+    file: &File,
+    done: &std::sync::atomic::AtomicU64,
+) -> io::Result<OffsetIndex> {
+    let end = file.metadata()?.len();
+    let mut src = Extents::new(file, DATA_START, end);
+    src.progress = Some(done);
+    OffsetIndex::build_pieces(|buf| src.next(buf))
+}
+
 /// The index of `file[start..end)` (`start` just after the magic number),
 /// holes skipped (SEEK_DATA/SEEK_HOLE): a sparse 20 GiB file with 1 MiB of
 /// data is scanned in milliseconds.
@@ -265,6 +277,8 @@ struct Extents<'a> {
     end: u64,
     /// Data is known to go on up to here (the next hole or `end`).
     data_to: u64,
+    /// Where `pos` is reported, if anywhere.
+    progress: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 impl<'a> Extents<'a> {
@@ -274,6 +288,7 @@ impl<'a> Extents<'a> {
             pos,
             end: end.max(pos),
             data_to: pos,
+            progress: None,
         }
     }
 
@@ -317,6 +332,9 @@ impl<'a> Extents<'a> {
             return Ok(Piece::End);
         }
         self.pos += n as u64;
+        if let Some(p) = self.progress {
+            p.store(self.pos, std::sync::atomic::Ordering::Relaxed);
+        }
         if n < want {
             // Shorter than it was: the end is here.
             self.end = self.pos;

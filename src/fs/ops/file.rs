@@ -188,11 +188,17 @@ impl CutFs {
             let data = crate::io::read_view_checked(&h.file, &index, stamp, offset, size as usize);
             drop(content);
             match data.map_err(io)? {
-                Viewed::Read(data) => return Ok(data),
+                Viewed::Read(data) => {
+                    crate::fs::stats::view_read(data.len() as u64);
+                    return Ok(data);
+                }
                 Viewed::Changed => {}
                 // Built from these very bytes: they are changing now, as
                 // under a writer on a native filesystem.
-                Viewed::Stale(data) if rebuilt => return Ok(data),
+                Viewed::Stale(data) if rebuilt => {
+                    crate::fs::stats::view_read(data.len() as u64);
+                    return Ok(data);
+                }
                 Viewed::Stale(_) => {
                     rebuilt = true;
                     let name = self.name_of(&h.inode);
@@ -386,6 +392,7 @@ impl Opener {
             // SPEC invariant 1's exempt class: the view cannot be written
             // back unchanged, so the file opens for writing with an error.
             if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
+                crate::fs::explain::read_only_view(&inode.path());
                 return Err(crate::view::Error::ReadOnly.into());
             }
         } else {

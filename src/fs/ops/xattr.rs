@@ -1,7 +1,35 @@
 //! Extended attributes: set, get, list (hiding `trusted.*` from callers
 //! without CAP_SYS_ADMIN) and remove; ACLs are xattrs changed as the caller.
+//!
+//! Also the mount's virtual attributes, which tell what the mount does:
+//!
+//! * `cutf8fs.encoding` on a regular file: `corrected`, `raw` or `empty`,
+//!   how it is stored in BACKING (through the mount every file reads as
+//!   UTF-8, so nothing else tells);
+//! * `cutf8fs.stats` on the mount's root: the daemon's statistics
+//!   (`super::super::stats`), which `cutf8fs --stats MOUNTPOINT` prints.
+//!
+//! They are answered by getxattr and by nothing else: never listed by
+//! listxattr, so `cp -a`, `tar --xattrs`, `rsync -X` and any tool that
+//! copies "all attributes" never carry them to a copy (which is stored as
+//! the mount decides, not as its source was); set and remove fail with
+//! EPERM. Their namespace, `cutf8fs.`, is none of the kernel's (`user.`,
+//! `trusted.`, `security.`, `system.`): no file in BACKING can have an
+//! attribute of that name (its filesystem refuses the namespace), so none
+//! is hidden or shadowed, and a tool told to copy it explicitly fails
+//! rather than store it. The kernel passes the name through to the daemon
+//! after checking read permission on the file, so anyone who may read a
+//! file may ask how it is stored, as native tools could tell by reading
+//! its first bytes in BACKING.
 
 use super::*;
+
+/// The namespace of the mount's virtual attributes.
+const VIRTUAL: &[u8] = b"cutf8fs.";
+/// How a file is stored.
+const ENCODING: &[u8] = b"cutf8fs.encoding";
+/// The daemon's statistics (the mount's root only).
+const STATS: &[u8] = b"cutf8fs.stats";
 
 impl CutFs {
     /// Sets an xattr as the caller (the kernel has checked the caller may;
@@ -15,6 +43,9 @@ impl CutFs {
         value: &[u8],
         flags: i32,
     ) -> Result<()> {
+        if name.as_bytes().starts_with(VIRTUAL) {
+            return Err(Refused::Virtual.into());
+        }
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
@@ -44,6 +75,19 @@ impl CutFs {
     /// permissions; on a BACKING without ACL support they are absent
     /// (ENODATA), not an error that would refuse every access.
     pub(in crate::fs) fn get_xattr(&self, ino: u64, name: &OsStr, size: u32) -> Result<XattrReply> {
+        if name.as_bytes().starts_with(VIRTUAL) {
+            let value = self.virtual_xattr(ino, name.as_bytes())?;
+            return Self::xattr_reply(size, |buf| {
+                if buf.is_empty() {
+                    Ok(value.len())
+                } else if buf.len() < value.len() {
+                    Err(std::io::Error::from_raw_os_error(libc::ERANGE))
+                } else {
+                    buf[..value.len()].copy_from_slice(&value);
+                    Ok(value.len())
+                }
+            });
+        }
         let inode = self.inodes.get(ino)?;
         let acl = is_acl_name(name.as_bytes());
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
@@ -99,8 +143,50 @@ impl CutFs {
         }
     }
 
+    /// The value of virtual attribute `name` of inode `ino` (see the
+    /// module doc).
+    fn virtual_xattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let inode = self.inodes.get(ino)?;
+        match name {
+            ENCODING if inode.is_reg() => {
+                let st = inode.stat()?;
+                let value = if st.st_size == 0 {
+                    "empty"
+                } else {
+                    match classify(&self.cache, &inode, &st)? {
+                        Class::Raw => "raw",
+                        Class::Corrected { .. } => "corrected",
+                    }
+                };
+                Ok(value.as_bytes().to_vec())
+            }
+            STATS if ino == crate::fs::inodes::ROOT => {
+                let (cache_used, cache_limit) = self.cache.usage();
+                let backing = inode
+                    .fd()
+                    .ok()
+                    .and_then(|fd| {
+                        use std::os::fd::AsRawFd;
+                        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+                    })
+                    .map_or_else(|| "BACKING".into(), |p| p.display().to_string());
+                let now = crate::fs::stats::Now {
+                    backing,
+                    inodes: self.inodes.known(),
+                    cache_used,
+                    cache_limit,
+                };
+                Ok(crate::fs::stats::report(&now).into_bytes())
+            }
+            _ => Err(Refused::NoVirtual.into()),
+        }
+    }
+
     /// removexattr, as the caller (see `setxattr`).
     pub(in crate::fs) fn remove_xattr(&self, req: &Request, ino: u64, name: &OsStr) -> Result<()> {
+        if name.as_bytes().starts_with(VIRTUAL) {
+            return Err(Refused::Virtual.into());
+        }
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
