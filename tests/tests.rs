@@ -44,6 +44,7 @@ mod migrate_security;
 mod mount;
 mod mount_status;
 mod mount_write;
+mod package;
 mod passthrough;
 mod pjdfstest;
 mod robust_fds;

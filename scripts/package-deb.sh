@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Build the Debian package: target/debian/cutf8fs_<version>_<arch>.deb.
+#
+#   scripts/package-deb.sh [OUTDIR]        (default target/debian)
+#
+# Builds the release binaries and the iconv module (cargo build --release),
+# strips them (their debug info is split off into OUTDIR/debug/*.debug,
+# not shipped) and lays out, as Debian's own packages do:
+#   /usr/bin/cutf8, /usr/bin/cutf8fs, /usr/bin/cutf8-lessopen
+#   /usr/sbin/mount.fuse.cutf8fs -> ../bin/cutf8fs (mount -t fuse.cutf8fs, fstab)
+#   /usr/share/man/man1/cutf8.1.gz, cutf8fs.1.gz, man7/cutf8-gconv.7.gz
+#   shell completions for bash, zsh and fish
+#   /usr/share/doc/cutf8fs/ (README, docs/*.md, copyright)
+#   /usr/share/cutf8fs/magic (file -m), corrected-utf-8.vim
+#   /usr/lib/<multiarch>/gconv/CORRECTED-UTF-8.so and
+#   gconv-modules.d/cutf8fs.conf: registered with glibc's iconv by
+#   iconvconfig in postinst, unregistered by iconvconfig in postrm.
+# Nothing else on the system is changed: /etc/magic (libmagic's conffile)
+# is left alone; docs/install.md says how to use the magic entry. purge
+# also removes the daemon's logs and cache (/var/log/cutf8fs,
+# /var/cache/cutf8fs). Install: apt install ./target/debian/cutf8fs_*.deb
+#
+# CUTF8_BIN_DIR=DIR takes cutf8 and cutf8fs from DIR, CUTF8_GCONV_SO=FILE
+# the module, instead of building them (the tests package what they built).
+# Needs dpkg-deb, objcopy and strip (binutils), gzip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+
+out=${1:-target/debian}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+arch=$(dpkg --print-architecture)
+
+bin=${CUTF8_BIN_DIR:-}
+so=${CUTF8_GCONV_SO:-}
+if [[ -z $bin ]]; then
+    cargo build --release --locked --bins -p cutf8fs
+    bin=target/release
+fi
+if [[ -z $so ]]; then
+    cargo build --release --locked -p cutf8-gconv
+    so=target/release/libcutf8_gconv.so
+fi
+for f in "$bin/cutf8" "$bin/cutf8fs" "$so"; do
+    [[ -f $f ]] || { echo "package-deb: $f: missing (build failed?)" >&2; exit 1; }
+done
+
+# glibc's own gconv directory (/usr/lib/<multiarch>/gconv): where the
+# module must live for iconvconfig's cache to record it.
+gconv=$(dirname "$(find /usr/lib /usr/lib64 -maxdepth 3 -name UTF-16.so -path '*gconv*' \
+    2>/dev/null | head -1)")
+[[ $gconv == /usr/lib* ]] || { echo "package-deb: glibc's gconv directory not found" >&2; exit 1; }
+
+root=$out/root
+rm -rf "$root" "$out/debug"
+mkdir -p "$root/DEBIAN" "$out/debug"
+
+# Stripped copies; the debug info goes to OUTDIR/debug, linked by name.
+ship() { # ship SRC DEST MODE
+    local name
+    name=$(basename "$2")
+    install -D -m "$3" "$1" "$2"
+    objcopy --only-keep-debug "$2" "$out/debug/$name.debug"
+    strip --strip-unneeded --remove-section=.comment --remove-section=.note "$2"
+    objcopy --add-gnu-debuglink="$out/debug/$name.debug" "$2"
+}
+ship "$bin/cutf8" "$root/usr/bin/cutf8" 0755
+ship "$bin/cutf8fs" "$root/usr/bin/cutf8fs" 0755
+ship "$so" "$root$gconv/CORRECTED-UTF-8.so" 0644
+install -D -m 0644 gconv/gconv-modules "$root$gconv/gconv-modules.d/cutf8fs.conf"
+install -D -m 0755 gconv/cutf8-lessopen "$root/usr/bin/cutf8-lessopen"
+install -d "$root/usr/sbin"
+ln -s ../bin/cutf8fs "$root/usr/sbin/mount.fuse.cutf8fs"
+
+man=$root/usr/share/man
+install -d "$man/man1" "$man/man7"
+for page in man/cutf8.1 man/cutf8fs.1; do
+    gzip -9n <"$page" >"$man/man1/$(basename "$page").gz"
+done
+gzip -9n <man/cutf8-gconv.7 >"$man/man7/cutf8-gconv.7.gz"
+
+comp=$root/usr/share
+install -d "$comp/bash-completion/completions" "$comp/zsh/vendor-completions" \
+    "$comp/fish/vendor_completions.d"
+for b in cutf8 cutf8fs; do
+    "$bin/$b" --generate-completions bash >"$comp/bash-completion/completions/$b"
+    "$bin/$b" --generate-completions zsh >"$comp/zsh/vendor-completions/_$b"
+    "$bin/$b" --generate-completions fish >"$comp/fish/vendor_completions.d/$b.fish"
+done
+
+doc=$root/usr/share/doc/cutf8fs
+install -d "$doc" "$root/usr/share/cutf8fs"
+install -m 0644 README.md docs/format.md docs/migrate.md docs/charset.md docs/install.md \
+    docs/performance.md "$doc/"
+cat >"$doc/copyright" <<EOF
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: cutf8fs
+Comment: Corrected UTF-8: the cutf8 converter, the cutf8fs FUSE mount and
+ the CORRECTED-UTF-8 iconv module.
+
+Files: *
+Copyright: the cutf8fs authors
+License: MIT or Apache-2.0
+ Licensed under either of the Apache License, Version 2.0 (see
+ /usr/share/common-licenses/Apache-2.0) or the MIT license, at your option.
+ .
+ MIT: Permission is hereby granted, free of charge, to any person obtaining
+ a copy of this software and associated documentation files (the
+ "Software"), to deal in the Software without restriction, including without
+ limitation the rights to use, copy, modify, merge, publish, distribute,
+ sublicense, and/or sell copies of the Software, and to permit persons to
+ whom the Software is furnished to do so, subject to the following
+ conditions: The above copyright notice and this permission notice shall be
+ included in all copies or substantial portions of the Software. THE
+ SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND.
+EOF
+install -m 0644 gconv/cutf8.magic "$root/usr/share/cutf8fs/magic"
+install -m 0644 gconv/corrected-utf-8.vim "$root/usr/share/cutf8fs/corrected-utf-8.vim"
+
+# Depends: the libraries the binaries link, at the newest glibc symbol
+# version they use; fuse3 for fusermount3 and mount.fuse3.
+needed=$(for f in "$root/usr/bin/cutf8" "$root/usr/bin/cutf8fs" "$root$gconv/CORRECTED-UTF-8.so"; do
+    objdump -p "$f" | awk '/NEEDED/ {print $2}'
+done | sort -u)
+glibc=$(for f in "$root/usr/bin/cutf8" "$root/usr/bin/cutf8fs" "$root$gconv/CORRECTED-UTF-8.so"; do
+    objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' || true
+done | sed 's/GLIBC_//' | sort -uV | tail -1)
+depends="libc6 (>= $glibc)"
+for lib in $needed; do
+    case $lib in
+    libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1 | ld-linux*) ;;
+    libgcc_s.so.1) depends="$depends, libgcc-s1" ;;
+    *) echo "package-deb: linked against $lib: add its package to Depends" >&2; exit 1 ;;
+    esac
+done
+depends="$depends, fuse3"
+
+size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+cat >"$root/DEBIAN/control" <<EOF
+Package: cutf8fs
+Version: $version
+Architecture: $arch
+Maintainer: cutf8fs developers <cutf8fs@localhost>
+Installed-Size: $size
+Depends: $depends
+Section: utils
+Priority: optional
+Description: Corrected UTF-8 archives that every legacy tool can read
+ Corrected UTF-8 keeps UTF-8's byte structure but gives every character
+ exactly one encoding and none to overlong forms, C1 controls and
+ surrogates. cutf8fs mounts a directory (FUSE) and shows its Corrected
+ UTF-8 files as standard UTF-8, writing them back as Corrected UTF-8;
+ cutf8 converts files and whole trees and checks them. Also the
+ CORRECTED-UTF-8 charset for glibc's iconv (iconv(1), git, vim) and a
+ file(1) magic entry.
+EOF
+cat >"$root/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+# Registers CORRECTED-UTF-8 with glibc's iconv: its gconv-modules.d entry
+# is in place, iconvconfig puts it into glibc's module cache.
+set -e
+if [ "$1" = configure ] && command -v iconvconfig >/dev/null 2>&1; then
+    iconvconfig || echo "cutf8fs: iconvconfig failed; run it to make CORRECTED-UTF-8 known to iconv" >&2
+fi
+exit 0
+EOF
+cat >"$root/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+# Unregisters CORRECTED-UTF-8: the module and its entry are gone, so
+# iconvconfig writes glibc's module cache without them. purge also
+# removes what the daemon kept: its logs and its index-database cache.
+set -e
+case "$1" in
+remove | purge | abort-install | disappear)
+    if command -v iconvconfig >/dev/null 2>&1; then iconvconfig || true; fi
+    ;;
+esac
+if [ "$1" = purge ]; then
+    rm -rf /var/log/cutf8fs /var/cache/cutf8fs
+fi
+exit 0
+EOF
+chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
+(cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum) >"$root/DEBIAN/md5sums"
+
+deb=$out/cutf8fs_${version}_${arch}.deb
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+rm -rf "$root"
+echo "$deb"
