@@ -312,20 +312,10 @@ pub fn completion_names() -> Vec<String> {
             None => form.to_string(),
         })
         .chain(
-            [
-                "suid",
-                "dev",
-                "exec",
-                "async",
-                "dirsync",
-                "nodiratime",
-                "relatime",
-                "strictatime",
-                "defaults",
-                "nofail",
-                "_netdev",
-            ]
-            .map(String::from),
+            SYNONYMS
+                .iter()
+                .chain(&["strictatime", "defaults", "nofail", "_netdev"])
+                .map(|s| s.to_string()),
         )
         .collect();
     names.sort();
@@ -333,20 +323,23 @@ pub fn completion_names() -> Vec<String> {
     names
 }
 
+/// Names the kernel's flags also go by, beside [`OPTIONS`]'s forms.
+const SYNONYMS: [&str; 7] = [
+    "suid",
+    "dev",
+    "exec",
+    "async",
+    "dirsync",
+    "nodiratime",
+    "relatime",
+];
+
 /// The known option name nearest to `key`, if near (edit distance ≤ 2).
 fn nearest(key: &str) -> Option<&'static str> {
     let names = OPTIONS
         .iter()
         .map(|o| o.0.split('=').next().unwrap_or(o.0))
-        .chain([
-            "suid",
-            "dev",
-            "exec",
-            "async",
-            "dirsync",
-            "nodiratime",
-            "relatime",
-        ]);
+        .chain(SYNONYMS);
     names
         .map(|n| (distance(key, n), n))
         .filter(|(d, _)| *d <= 2)
