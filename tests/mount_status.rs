@@ -176,18 +176,25 @@ fn cutf8fs_stats_reports_what_the_daemon_does() {
 }
 
 /// The first scan of a large corrected file says how far it is, in the log
-/// (every `CUTF8FS_SCAN_PROGRESS_MS`, 2 s by default), so a stalled-looking
-/// `ls -l` has an explanation.
+/// (every `CUTF8FS_SCAN_PROGRESS_MS`, 2 s by default; 1 ms here, as the
+/// scan of a file in the page cache is fast), so a stalled-looking `ls -l`
+/// has an explanation.
 #[test]
 fn a_long_first_scan_shows_progress_in_the_log() {
     let m = Mount::with(&[])
-        .env("CUTF8FS_SCAN_PROGRESS_MS", "20")
+        .env("CUTF8FS_SCAN_PROGRESS_MS", "1")
         .fresh(|b| {
+            // 256 MiB of text, written in 1 MiB pieces of whole characters:
+            // large enough to be watched, and its scan (a GB/s or more from
+            // the page cache) takes many of the 1 ms reporting intervals.
             let unit = "Grüße ࠀ 𐀀 ";
-            let text = unit.repeat((256 << 20) / unit.len());
-            let mut f = cutf8::MAGIC.to_vec();
-            f.extend_from_slice(&cutf8::encode_strict(text.as_bytes()).unwrap());
-            fs::write(b.join("big.txt"), f).unwrap();
+            let piece =
+                cutf8::encode_strict(unit.repeat((1 << 20) / unit.len()).as_bytes()).unwrap();
+            let mut f = std::io::BufWriter::new(fs::File::create(b.join("big.txt")).unwrap());
+            std::io::Write::write_all(&mut f, &cutf8::MAGIC).unwrap();
+            for _ in 0..256 {
+                std::io::Write::write_all(&mut f, &piece).unwrap();
+            }
         });
     let _ = fs::metadata(m.m("big.txt")).unwrap().len();
     let log = m.log_text();
