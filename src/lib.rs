@@ -50,6 +50,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod check;
+pub mod codec;
 pub mod convert;
 pub mod fs;
 pub mod indexdb;

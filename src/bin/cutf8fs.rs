@@ -45,7 +45,7 @@ fn long_version() -> &'static str {
             "{}\ncodec: {} (CUTF8FS_SIMD lowers it)\nfuser {FUSER} (FUSE protocol 7)\n\
              kernel: Linux {kernel}; {fuse}; {passthrough}",
             env!("CARGO_PKG_VERSION"),
-            cutf8::simd::level().name(),
+            cutf8fs::codec::level().name(),
         )
     })
 }
@@ -135,13 +135,6 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    // The codec reads no environment: lower its SIMD level here (measurements).
-    if let Some(level) = std::env::var("CUTF8FS_SIMD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        cutf8::simd::set_max_level(level);
-    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

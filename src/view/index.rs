@@ -15,7 +15,7 @@
 //! their length, so only a unit cut by the hole's start is decided and the
 //! rest costs nothing — a sparse 20 GiB file with 1 MiB of data is indexed
 //! in milliseconds. Data is counted per block
-//! ([`cutf8::length::count_disk_blocks`]: a popcount per vector where the
+//! ([`cutf8::index::count_disk_blocks`]: a popcount per vector where the
 //! growing units are dense, not a call per unit); [`OffsetIndex::from_slices`]
 //! takes bytes already in memory without copying them. After a change, [`OffsetIndex::rescan_plan`] says which
 //! disk bytes to look at again, and `apply_tail` / `apply_blocks` take them.
@@ -26,7 +26,7 @@
 
 use std::io::{self, Read};
 
-use cutf8::length::{count_disk_blocks, scan_disk, BlockCount, DiskEvent};
+use cutf8::index::{BlockCount, DiskEvent};
 
 /// Disk bytes per index block.
 pub(super) const BLOCK: u64 = 4096;
@@ -35,6 +35,22 @@ pub(super) const BLOCK: u64 = 4096;
 pub(super) const BACK: u64 = 5;
 /// Disk bytes read per step when building or reading.
 pub(super) const CHUNK: usize = 64 * 1024;
+
+/// [`cutf8::index::count_disk_blocks`] at this process's vector level.
+pub(super) fn count_disk_blocks(
+    buf: &[u8],
+    at_end: bool,
+    start: u64,
+    block: u64,
+    tally: impl FnMut(BlockCount),
+) -> usize {
+    cutf8::index::count_disk_blocks(crate::codec::level(), buf, at_end, start, block, tally)
+}
+
+/// [`cutf8::index::scan_disk`] at this process's vector level.
+fn scan_disk(buf: &[u8], at_end: bool, event: impl FnMut(DiskEvent)) -> usize {
+    cutf8::index::scan_disk(crate::codec::level(), buf, at_end, event)
+}
 
 /// View-offset map of one corrected file; see the module doc.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -18,7 +18,7 @@
 use cutf8::unit::{decode_disk_unit, encode_view, DiskUnit};
 use cutf8::{max_view_len, Decoder, Status, MIN_DST};
 
-use super::index::{OffsetIndex, BACK, BLOCK, CHUNK};
+use super::index::{count_disk_blocks, OffsetIndex, BACK, BLOCK, CHUNK};
 use super::Error;
 
 /// One read of view bytes `[view_off, view_off + len)` (clamped to the
@@ -77,7 +77,7 @@ impl OffsetIndex {
             len: first,
             first: true,
             skip: 0,
-            dec: Decoder::lossless(),
+            dec: Decoder::lossless().with_simd_level(crate::codec::level()),
             out: Vec::new(),
             done: want == 0,
             view_len,
@@ -125,7 +125,7 @@ impl Reading {
         let last = at_end && upto == disk.len();
         let k = self.block / BLOCK;
         let mut grow = 0;
-        cutf8::length::count_disk_blocks(&disk[..upto], last, pos, BLOCK, |c| {
+        count_disk_blocks(&disk[..upto], last, pos, BLOCK, |c| {
             if c.block == k {
                 grow += c.grow;
             }
@@ -304,7 +304,7 @@ impl OffsetIndex {
         let bytes = tail[p..].to_vec();
         let view = self
             .view_len()
-            .checked_sub(cutf8::length::view_len(&bytes))?;
+            .checked_sub(crate::codec::view_len(&bytes))?;
         if !whole && view + super::write::REACH > self.view_len() {
             return None;
         }
@@ -371,7 +371,7 @@ impl Span {
             return Vec::new();
         }
         let mut out = vec![0u8; max_view_len(self.bytes.len()).max(MIN_DST)];
-        let mut dec = Decoder::lossless();
+        let mut dec = Decoder::lossless().with_simd_level(crate::codec::level());
         let (_, _, w) = dec.convert(&self.bytes, &mut out, self.at_end);
         out.truncate(w);
         let a = ((from - self.view) as usize).min(out.len());

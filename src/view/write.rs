@@ -12,7 +12,8 @@
 //! long as the old ones, as an extension when the window is the end of the
 //! file, or by rewriting the tail of the file (under the journal).
 
-use cutf8::{encode_lossless, MAGIC};
+use crate::codec::encode_lossless;
+use cutf8::MAGIC;
 
 use super::{is_cont, Error, OffsetIndex, Span};
 
@@ -96,7 +97,7 @@ pub fn spans_for(view_off: u64, end: u64) -> [(u64, u64); 2] {
 fn encode(view: &[u8], base: u64) -> Result<Vec<u8>, Error> {
     encode_lossless(view).map_err(|e| Error::Unstorable {
         problem: e.malformed.problem,
-        offset: base + e.offset as u64,
+        offset: base + e.offset,
     })
 }
 

@@ -29,6 +29,7 @@ fn codec(c: &mut Criterion) {
     print!("\n{}", support::describe(&cs));
     println!("codec SIMD path: {}\n", support::simd_path());
     let medians = support::measure(&cs, &mut buf, 5);
+    println!("{}", support::headline(&cs, &medians));
     print!("{}", support::table(&cs, &medians));
 }
 

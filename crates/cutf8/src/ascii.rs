@@ -1,4 +1,5 @@
-//! Finding the end of an ASCII run: the fast path both converters take first.
+//! Finding the end of an ASCII run (the fast path both converters take
+//! first) and a zero byte, without vector instructions.
 //!
 //! Portable word-at-a-time code: four `usize` words (32 bytes on 64-bit
 //! targets) are OR-ed and tested against the high bits at once, which LLVM
@@ -6,7 +7,7 @@
 //! sides of ASCII are identical in Corrected UTF-8 and UTF-8, so a run is a
 //! plain copy.
 
-const WORD: usize = std::mem::size_of::<usize>();
+const WORD: usize = core::mem::size_of::<usize>();
 const HIGH: usize = usize::from_ne_bytes([0x80; WORD]);
 const STRIDE: usize = 4 * WORD;
 
@@ -32,12 +33,53 @@ pub fn ascii_prefix_len(s: &[u8]) -> usize {
     i
 }
 
+const ONES: usize = usize::from_ne_bytes([0x01; WORD]);
+
+/// Index of the first zero byte of `s`, a word at a time.
+pub fn find_zero(s: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + WORD <= s.len() {
+        let mut b = [0u8; WORD];
+        b.copy_from_slice(&s[i..i + WORD]);
+        let w = usize::from_ne_bytes(b);
+        // A byte of `w` is zero where borrowing into it sets its high bit
+        // that `w` has clear (exact for the first zero byte).
+        if w.wrapping_sub(ONES) & !w & HIGH != 0 {
+            break;
+        }
+        i += WORD;
+    }
+    s[i..].iter().position(|&b| b == 0).map(|k| i + k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn naive(s: &[u8]) -> usize {
         s.iter().position(|&b| b >= 0x80).unwrap_or(s.len())
+    }
+
+    #[test]
+    fn first_zero_byte_at_every_position() {
+        for len in 0..80 {
+            let mut s = vec![0x80u8; len];
+            assert_eq!(find_zero(&s), None);
+            for pos in 0..len {
+                s[pos] = 0;
+                for start in 0..=pos.min(9) {
+                    assert_eq!(
+                        find_zero(&s[start..]),
+                        Some(pos - start),
+                        "len {len} pos {pos}"
+                    );
+                }
+                s[len - 1] = 0;
+                assert_eq!(find_zero(&s), Some(pos));
+                s[len - 1] = 0x80;
+                s[pos] = 0x01;
+            }
+        }
     }
 
     #[test]

@@ -1,21 +1,36 @@
 //! V, streaming: Corrected UTF-8 (disk) → UTF-8 (view).
 //!
 //! State between calls is only what a chunk edge can cut: a partial
-//! sequence (at most five bytes) or the fact that a reserved FE/FF unit is
-//! still open. The main loop runs the vector code of [`super::simd`] (ASCII
-//! and every well-formed unit up to U+D109F), then decodes a stretch unit by
-//! unit: 2- and 3-byte sequences inline, everything else through the scalar
-//! reference.
+//! sequence (at most five bytes), the fact that a reserved FE/FF unit is
+//! still open, and the magic number's [`Gate`] (its bytes held at the
+//! start of the stream or, in strict mode, anywhere a magic number may
+//! begin). The main loop runs the vector code of [`crate::simd`] (ASCII and
+//! every well-formed unit up to U+D109F), then decodes a stretch unit by
+//! unit: 2- and 3-byte sequences inline, everything else through the
+//! scalar reference. In strict mode the vector code stops short of every
+//! U+0000 byte (the magic number holds one) so that the scalar code sees
+//! each unit that could begin a magic number.
 
-use super::scalar::decode_disk_unit;
-use super::scalar::{disk_cp, encode_view, is_cont, lead_len, payload, DiskUnit};
-use super::{simd, Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
+use crate::magic::{DecodeMagic, Gate, MagicState, NulScan, MAGIC, MAGIC_ENDS, MAGIC_NUL};
+use crate::scalar::{decode_disk_unit, disk_cp, encode_view, is_cont, lead_len, payload};
+use crate::scalar::{view_len_of, DiskUnit};
+use crate::simd::{Level, Path};
+use crate::{Malformed, Problem, Status, MAX_CODE_POINT, MAX_UNIT_LEN};
 
 /// How far the scalar loop goes after the vector code stops: past the
 /// longest block it refuses, so that the next try starts beyond it.
 const SCALAR_STRETCH: usize = 64;
 
-/// Streaming V; see the module doc of [`crate`] for the contract.
+/// The view of each unit of the magic number (U+10E7D U+ED4E U+0000
+/// U+000A), for magic numbers held and then found to be text.
+const MAGIC_VIEWS: [&[u8]; 4] = [
+    &[0xF0, 0x90, 0xB9, 0xBD],
+    &[0xEE, 0xB5, 0x8E],
+    &[0],
+    &[0x0A],
+];
+
+/// Streaming V; see the crate documentation for the contract.
 ///
 /// ```
 /// use cutf8::{Decoder, Status};
@@ -28,13 +43,16 @@ const SCALAR_STRETCH: usize = 64;
 #[derive(Debug, Clone)]
 pub struct Decoder {
     strict: bool,
+    path: Path,
+    magic: DecodeMagic,
+    gate: Gate,
     /// A sequence cut by the end of the previous chunk: `pending[..plen]`,
     /// starting with its lead byte (never FE/FF, never complete).
     pending: [u8; 8],
     plen: usize,
     /// An FE/FF unit whose continuation bytes may go on in the next chunk.
     reserved: Option<Reserved>,
-    /// Reserved units W would not give back unchanged (SPEC §2, invariant 1).
+    /// Reserved units W would not give back unchanged.
     exempt: u64,
 }
 
@@ -61,13 +79,20 @@ impl Reserved {
 }
 
 impl Decoder {
-    /// V exactly as the mount applies it: never fails.
+    /// V as the format defines it, for reading whatever a file holds: never
+    /// fails. Reserved units, stray continuation bytes and truncated
+    /// sequences pass through unchanged; code points above U+10FFFF come
+    /// out in their shortest extended form (RFC 2279 up to U+7FFFFFFF,
+    /// FE plus six continuation bytes above). Only a missing magic number
+    /// ([`DecodeMagic::Expect`]) is reported.
     pub fn lossless() -> Self {
         Self::new(false)
     }
 
-    /// `cutf8 decode`'s default: stray bytes, truncated sequences, reserved
-    /// units and code points above U+10FFFF are [`Status::Malformed`].
+    /// V for text: stray bytes, truncated sequences, reserved units, code
+    /// points above U+10FFFF and a magic number after the start are
+    /// [`Status::Malformed`]; what it writes is always valid UTF-8, and
+    /// strict encoding gives the input back.
     pub fn strict() -> Self {
         Self::new(true)
     }
@@ -75,6 +100,9 @@ impl Decoder {
     fn new(strict: bool) -> Self {
         Decoder {
             strict,
+            path: Path::best(),
+            magic: DecodeMagic::Off,
+            gate: Gate::default(),
             pending: [0; 8],
             plen: 0,
             reserved: None,
@@ -82,20 +110,63 @@ impl Decoder {
         }
     }
 
+    /// What to do with the magic number at the start of the input
+    /// (default: [`DecodeMagic::Off`]).
+    pub fn with_magic(mut self, magic: DecodeMagic) -> Self {
+        self.magic = magic;
+        self
+    }
+
+    /// Use vector code up to `max` (never more than the CPU has; the
+    /// default is the best it has, [`Level::best`]).
+    pub fn with_simd_level(mut self, max: Level) -> Self {
+        self.path = Path::at_most(max);
+        self
+    }
+
+    /// The vector level this decoder runs.
+    pub fn simd_level(&self) -> Level {
+        self.path.level()
+    }
+
+    /// Go on from `state`, taken from a decoder of the same mode by
+    /// [`magic_state`](Self::magic_state) (see [`MagicState`]).
+    pub fn resume(mut self, state: MagicState) -> Self {
+        self.gate = state.gate();
+        self
+    }
+
+    /// What this decoder remembers of the magic number; with no unit cut
+    /// by the end of its input held, all it remembers.
+    pub fn magic_state(&self) -> MagicState {
+        MagicState::of(self.gate)
+    }
+
+    /// Whether a magic number at the start of the input was dropped
+    /// ([`DecodeMagic::Expect`] and [`DecodeMagic::Strip`]).
+    pub fn found_magic(&self) -> bool {
+        self.gate.found
+    }
+
     /// How many reserved units seen so far are FE plus six or more
     /// continuation bytes carrying a value in U+80000000–U+8421109F: the one
-    /// input V cannot hand to W unchanged (a mount serves such a file
-    /// read-only).
+    /// input V cannot hand to W unchanged (lossless mode).
     pub fn exempt_units(&self) -> u64 {
         self.exempt
     }
 
-    /// Convert `src` into `dst`; see [`crate`] for the contract.
+    /// Convert `src` into `dst`; see the crate documentation for the
+    /// contract.
     pub fn convert(&mut self, src: &[u8], dst: &mut [u8], last: bool) -> (Status, usize, usize) {
         let mut i = 0;
         let mut o = 0;
         if let Some(r) = self.reserved.take() {
             if let Some(s) = self.reserved_tail(r, src, dst, &mut i, &mut o, last) {
+                return (s, i, o);
+            }
+        }
+        if !self.gate.body || self.gate.held > 0 {
+            if let Some(s) = self.gate(src, dst, &mut i, &mut o, last) {
                 return (s, i, o);
             }
         }
@@ -110,12 +181,18 @@ impl Decoder {
             if have < need && i == src.len() && !last {
                 return (Status::InputEmpty, i, o);
             }
-            if dst.len() - o < MAX_UNIT_LEN {
+            let cp = disk_cp(payload(&self.pending, need) as u32, need);
+            let out = match (have == need, self.strict) {
+                (true, true) if cp > 0x10_FFFF => 0,
+                (true, _) => view_len_of(cp),
+                (false, true) => 0,
+                (false, false) => have,
+            };
+            if out > dst.len() - o {
                 return (Status::OutputFull, i, o);
             }
             self.plen = 0;
             if have == need {
-                let cp = disk_cp(payload(&self.pending, need) as u32, need);
                 if let Some(m) = self.emit(cp, need, dst, &mut o) {
                     return (Status::Malformed(m), i, o);
                 }
@@ -133,6 +210,96 @@ impl Decoder {
             }
         }
         self.run(src, dst, i, o, last)
+    }
+
+    /// The start of the stream and held magic bytes: take what the input
+    /// adds to them, decide, and write held bytes that turned out to be
+    /// text. `None` when conversion goes on.
+    fn gate(
+        &mut self,
+        src: &[u8],
+        dst: &mut [u8],
+        i: &mut usize,
+        o: &mut usize,
+        last: bool,
+    ) -> Option<Status> {
+        let g = &mut self.gate;
+        // Held bytes taken from earlier inputs (the rest are in `src`).
+        let before = g.held as usize;
+        if !g.text {
+            if !g.body {
+                if self.magic == DecodeMagic::Off {
+                    g.body = true;
+                    return None;
+                }
+                // The start: the magic number, or not.
+                if g.take(src, i) {
+                    g.clear();
+                    g.found = true;
+                    g.body = true;
+                    return None;
+                }
+                if *i == src.len() && !last {
+                    return Some(Status::InputEmpty);
+                }
+                g.body = true;
+                if g.held == 0 && *i == src.len() {
+                    // Empty input.
+                    return None;
+                }
+                if self.magic == DecodeMagic::Expect {
+                    // The bytes that differ from it, up to the first
+                    // that does, are the bad unit.
+                    let differs = (*i < src.len()) as usize;
+                    *i += differs;
+                    let len = g.held as usize + differs;
+                    g.clear();
+                    return Some(Status::Malformed(Malformed {
+                        problem: Problem::MissingMagic,
+                        len,
+                    }));
+                }
+            } else {
+                // A magic number after the start (strict mode).
+                if g.take(src, i) {
+                    g.clear();
+                    return Some(Status::Malformed(Malformed {
+                        problem: Problem::MagicNumber,
+                        len: MAGIC.len(),
+                    }));
+                }
+                if *i == src.len() && !last {
+                    return Some(Status::InputEmpty);
+                }
+            }
+            g.text = true;
+        }
+        // Held bytes that are text: their whole units, then a cut one as
+        // the pending sequence.
+        let mut start = 0;
+        for (&end, view) in MAGIC_ENDS.iter().zip(MAGIC_VIEWS) {
+            if g.done as usize == start && end <= g.held as usize {
+                if view.len() > dst.len() - *o {
+                    return Some(Status::OutputFull);
+                }
+                dst[*o..*o + view.len()].copy_from_slice(view);
+                *o += view.len();
+                g.done = end as u8;
+            }
+            start = end;
+        }
+        let (done, held) = (g.done as usize, g.held as usize);
+        g.clear();
+        if done < held {
+            if done >= before {
+                // A cut unit, all of it in this input: convert it from there.
+                *i -= held - done;
+            } else {
+                self.pending[..held - done].copy_from_slice(&MAGIC[done..held]);
+                self.plen = held - done;
+            }
+        }
+        None
     }
 
     /// Write the view of `cp` (a complete `len`-byte disk sequence); in strict
@@ -187,6 +354,21 @@ impl Decoder {
         None
     }
 
+    /// How many bytes the unit at `src[i]` writes (0 when it is refused or
+    /// only held): for an output buffer with less than [`MAX_UNIT_LEN`]
+    /// bytes of room, which must not take a unit it cannot finish.
+    #[cold]
+    fn out_len(&self, src: &[u8], i: usize, last: bool) -> usize {
+        match decode_disk_unit(&src[i..], last) {
+            DiskUnit::Char { cp, .. } if self.strict && cp > 0x10_FFFF => 0,
+            DiskUnit::Char { cp, .. } => view_len_of(cp),
+            _ if self.strict => 0,
+            DiskUnit::Stray | DiskUnit::ReservedLead => 1,
+            DiskUnit::Truncated { len, .. } => len,
+            DiskUnit::Incomplete => 0,
+        }
+    }
+
     fn run(
         &mut self,
         src: &[u8],
@@ -195,18 +377,33 @@ impl Decoder {
         mut o: usize,
         last: bool,
     ) -> (Status, usize, usize) {
+        let mut nuls = NulScan::default();
+        let path = self.path;
         loop {
             // Vector blocks as far as they go (ASCII, and units that keep
             // their length), then scalar code for at least the block the
             // vector code refused.
-            let (read, written) = simd::decode_run(&src[i..], &mut dst[o..]);
+            let (limit, window_end) = if self.strict {
+                let find = |s: &[u8]| path.find_zero(s);
+                nuls.limit(find, src, i, last, MAGIC_NUL)
+            } else {
+                (src.len(), false)
+            };
+            let (read, written) = path.decode_run(&src[i..limit.max(i)], &mut dst[o..]);
             i += read;
             o += written;
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }
-            let stop = i + SCALAR_STRETCH;
-            while i < src.len() && i < stop && dst.len() - o >= MAX_UNIT_LEN {
+            let stop = if window_end && limit > i {
+                limit.min(i + SCALAR_STRETCH)
+            } else {
+                i + SCALAR_STRETCH
+            };
+            while i < src.len() && i < stop {
+                if dst.len() - o < MAX_UNIT_LEN && self.out_len(src, i, last) > dst.len() - o {
+                    return (Status::OutputFull, i, o);
+                }
                 let b = src[i];
                 if b < 0x80 {
                     dst[o] = b;
@@ -245,9 +442,19 @@ impl Decoder {
                                 dst[o + 1] = 0x80 | ((cp >> 6) & 0x3F) as u8;
                                 dst[o + 2] = 0x80 | (cp & 0x3F) as u8;
                                 o += 3;
-                            } else {
-                                o += encode_view(cp, &mut dst[o..]);
+                                i += 3;
+                                continue;
                             }
+                            // U+10E7D begins the magic number.
+                            if !(self.strict && cp == 0x1_0E7D) {
+                                o += encode_view(cp, &mut dst[o..]);
+                                i += 3;
+                                continue;
+                            }
+                            if let Some(s) = self.magic_at(src, &mut i, last) {
+                                return (s, i, o);
+                            }
+                            o += encode_view(cp, &mut dst[o..]);
                             i += 3;
                             continue;
                         }
@@ -260,14 +467,34 @@ impl Decoder {
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }
-            if dst.len() - o < MAX_UNIT_LEN {
-                return (Status::OutputFull, i, o);
-            }
         }
     }
 
+    /// Strict mode, at a unit that begins the magic number (U+10E7D, or a
+    /// cut start of it): refuse a whole magic number, hold one cut by the
+    /// end of a chunk that is not the last; `None` when it is text (the
+    /// caller goes on at `*i`, unchanged, and must not ask again).
+    #[cold]
+    fn magic_at(&mut self, src: &[u8], i: &mut usize, last: bool) -> Option<Status> {
+        let rest = &src[*i..];
+        if rest.starts_with(&MAGIC) {
+            *i += MAGIC.len();
+            return Some(Status::Malformed(Malformed {
+                problem: Problem::MagicNumber,
+                len: MAGIC.len(),
+            }));
+        }
+        if !last && rest.len() < MAGIC.len() && MAGIC.starts_with(rest) {
+            self.gate.hold(rest, false);
+            *i = src.len();
+            return Some(Status::InputEmpty);
+        }
+        // Text: U+10E7D and whatever follows.
+        None
+    }
+
     /// Any unit starting at `src[i]` (≥ 0x80), through the scalar reference.
-    /// `dst` has at least [`MAX_UNIT_LEN`] bytes of room.
+    /// `dst` has room for what the unit writes.
     #[inline(never)]
     fn slow_unit(
         &mut self,
@@ -280,6 +507,11 @@ impl Decoder {
         let b = src[*i];
         match decode_disk_unit(&src[*i..], last) {
             DiskUnit::Char { cp, len } => {
+                if self.strict && cp == 0x1_0E7D {
+                    if let Some(s) = self.magic_at(src, i, last) {
+                        return Some(s);
+                    }
+                }
                 *i += len;
                 self.emit(cp, len, dst, o).map(Status::Malformed)
             }
@@ -309,8 +541,14 @@ impl Decoder {
             }
             DiskUnit::Incomplete => {
                 let rest = &src[*i..];
-                self.pending[..rest.len()].copy_from_slice(rest);
-                self.plen = rest.len();
+                if self.strict && MAGIC.starts_with(rest) {
+                    // The end of the chunk may be the start of a magic
+                    // number (the next chunk decides).
+                    self.gate.hold(rest, false);
+                } else {
+                    self.pending[..rest.len()].copy_from_slice(rest);
+                    self.plen = rest.len();
+                }
                 *i = src.len();
                 Some(Status::InputEmpty)
             }

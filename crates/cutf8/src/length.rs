@@ -1,7 +1,7 @@
 //! Length-only passes: how long the other side of some bytes is, without
-//! converting them. The offset index of the mount is built from these.
+//! converting them ([`view_len`], [`disk_len`], [`LengthCounter`]).
 //!
-//! The key fact (SPEC §2): most units keep their length. A disk unit grows by
+//! The key fact: most units keep their length. A disk unit grows by
 //! one byte in the view exactly when it is a complete sequence whose code
 //! point needs a longer form there (U+0800–U+089F, U+10000–U+1109F, and the
 //! ranges just above U+1FFFFF, U+3FFFFFF and U+7FFFFFFF); ill-formed bytes
@@ -9,27 +9,18 @@
 //! DD DE DF EE EF F7 FB FD, and a lead byte (≥ C0) always begins a unit, so the
 //! scan only has to look at those bytes, skipping everything else a vector
 //! at a time. FE units are watched as well: FE plus six
-//! continuation bytes with a value in U+80000000–U+8421109F is SPEC §2's
-//! exempt unit.
+//! continuation bytes with a value in U+80000000–U+8421109F is the one unit
+//! W would not give back unchanged (an *exempt* unit).
 //!
 //! In the other direction, a view unit shrinks by one byte on disk exactly
 //! when W stores it in the next shorter form: lead bytes E0 F0 F8 FC FE.
 
+use super::index::{BlockCount, DiskEvent};
 use super::scalar::{
     classify_view_value, disk_cp, is_cont, lead_len, payload, view_len_of, ViewUnit,
 };
-use super::{simd, MAX_CODE_POINT};
-
-/// What a disk scan reports, with the offset of the unit's first byte.
-/// A closed set (the only units whose length differs between disk and
-/// view): callers match it exhaustively.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiskEvent {
-    /// A complete sequence whose view is one byte longer.
-    Grow(usize),
-    /// FE plus six continuation bytes carrying U+80000000–U+8421109F.
-    Exempt(usize),
-}
+use super::simd::{Level, Path};
+use super::MAX_CODE_POINT;
 
 /// `Some(len)` when `s` (starting at a lead announcing `len`) holds a
 /// complete sequence, `None` when it is cut by a non-continuation byte, and
@@ -53,8 +44,13 @@ fn complete(s: &[u8], len: usize, at_end: bool) -> Result<bool, ()> {
 /// otherwise possibly all but a last unit (at most six bytes) that the next
 /// chunk decides — hand those bytes in again at the front of it. `buf` may
 /// start anywhere except inside a complete sequence whose lead it lacks.
-pub fn scan_disk(buf: &[u8], at_end: bool, mut event: impl FnMut(DiskEvent)) -> usize {
-    scan(buf, false, |i, sure| {
+pub(crate) fn scan_disk(
+    p: Path,
+    buf: &[u8],
+    at_end: bool,
+    mut event: impl FnMut(DiskEvent),
+) -> usize {
+    scan(p, buf, false, |i, sure| {
         if sure {
             event(DiskEvent::Grow(i));
             Ok(())
@@ -66,8 +62,8 @@ pub fn scan_disk(buf: &[u8], at_end: bool, mut event: impl FnMut(DiskEvent)) -> 
 
 /// Scan view bytes for units W stores one byte shorter; `shrink` gets each
 /// unit's offset. Same chunking contract as [`scan_disk`].
-pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usize {
-    scan(buf, true, |i, sure| {
+pub(crate) fn scan_view(p: Path, buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usize {
+    scan(p, buf, true, |i, sure| {
         if sure {
             shrink(i);
             Ok(())
@@ -78,25 +74,30 @@ pub fn scan_view(buf: &[u8], at_end: bool, mut shrink: impl FnMut(usize)) -> usi
 }
 
 /// Call `unit` on every candidate byte of `buf` in order (see
-/// `simd::find_disk_candidate`), with `true` when the vector code found
+/// `Path::find_disk_candidate`), with `true` when the vector code found
 /// that the unit there certainly changes length; `unit` returns `Err` when
 /// the unit is cut by the end of `buf`, which ends the scan at that offset.
 /// Sparse candidates are skipped to a vector at a time; where they are
 /// dense, each block's candidates come from its masks, block after block
 /// until one holds none (no search before each).
 #[inline(always)]
-fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), ()>) -> usize {
+fn scan(
+    p: Path,
+    buf: &[u8],
+    view: bool,
+    mut unit: impl FnMut(usize, bool) -> Result<(), ()>,
+) -> usize {
     let mut i = 0;
     loop {
         i = if view {
-            simd::find_view_candidate(buf, i)
+            p.find_view_candidate(buf, i)
         } else {
-            simd::find_disk_candidate(buf, i)
+            p.find_disk_candidate(buf, i)
         };
         if i == buf.len() {
             return i;
         }
-        let Some((exact, other, lanes)) = simd::candidate_block(buf, i, view) else {
+        let Some((exact, other, lanes)) = p.candidate_block(buf, i, view) else {
             // The last bytes: this candidate alone.
             if unit(i, false).is_err() {
                 return i;
@@ -116,7 +117,7 @@ fn scan(buf: &[u8], view: bool, mut unit: impl FnMut(usize, bool) -> Result<(), 
                 }
             }
             i += lanes;
-            match simd::candidate_block(buf, i, view) {
+            match p.candidate_block(buf, i, view) {
                 Some(next) if next.0 | next.1 != 0 => (exact, other, lanes) = next,
                 _ => break,
             }
@@ -158,17 +159,6 @@ fn decide_disk(buf: &[u8], i: usize, at_end: bool) -> Result<Option<DiskEvent>, 
     })
 }
 
-/// The units of one block that [`count_disk_blocks`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockCount {
-    /// The block: `(start + p) / block` for a unit at `buf[p]`.
-    pub block: u64,
-    /// Units whose view is one byte longer ([`DiskEvent::Grow`]).
-    pub grow: u64,
-    /// Exempt units ([`DiskEvent::Exempt`]).
-    pub exempt: u64,
-}
-
 /// Count, per block of `block` bytes, the units of Corrected UTF-8 bytes
 /// whose view length differs: what [`scan_disk`] reports one by one,
 /// without a call per unit, for an index that only needs the counts.
@@ -186,19 +176,11 @@ pub struct BlockCount {
 /// certainly grow are counted with a popcount each; the other candidates
 /// (cut or ill-formed sequences, F7 FB FD FE leads) are decided one by one.
 ///
-/// ```
-/// use cutf8::length::{count_disk_blocks, BlockCount};
-/// // U+089F (DF BF) grows; block 2 of 4-byte blocks starts at offset 8.
-/// let disk = b"abcdefg\xDF\xBFz\n";
-/// let mut got = Vec::new();
-/// assert_eq!(count_disk_blocks(disk, true, 1, 4, |c| got.push(c)), disk.len());
-/// assert_eq!(got, [BlockCount { block: 2, grow: 1, exempt: 0 }]);
-/// ```
-///
 /// # Panics
 ///
 /// When `block` is 0.
-pub fn count_disk_blocks(
+pub(crate) fn count_disk_blocks(
+    p: Path,
     buf: &[u8],
     at_end: bool,
     start: u64,
@@ -206,13 +188,14 @@ pub fn count_disk_blocks(
     tally: impl FnMut(BlockCount),
 ) -> usize {
     assert!(block > 0, "count_disk_blocks: a block of 0 bytes");
-    count_blocks(buf, at_end, start, block, false, tally)
+    count_blocks(p, buf, at_end, start, block, false, tally)
 }
 
 /// [`count_disk_blocks`], and with `view` its mirror on view bytes: `grow`
 /// counts the units W stores one byte shorter (what [`scan_view`]
 /// reports), `exempt` stays 0. `block` is not 0.
 fn count_blocks(
+    p: Path,
     buf: &[u8],
     at_end: bool,
     start: u64,
@@ -255,7 +238,7 @@ fn count_blocks(
         }
         // Whole vectors inside the block whose candidates all certainly
         // change length: a popcount each.
-        let (j, n) = simd::count_changing(buf, i, end, view);
+        let (j, n) = p.count_changing(buf, i, end, view);
         cur.grow += n;
         i = j;
         if i >= end {
@@ -264,7 +247,7 @@ fn count_blocks(
         // A vector that holds other candidates or reaches into the next
         // block: its masks, cut at the block's end, the other candidates
         // decided one by one.
-        if let Some((exact, mut other, lanes)) = simd::candidate_block(buf, i, view) {
+        if let Some((exact, mut other, lanes)) = p.candidate_block(buf, i, view) {
             let take = lanes.min(end - i);
             let exact = exact & below(take);
             other &= below(take);
@@ -288,9 +271,9 @@ fn count_blocks(
         }
         // The portable path, and the last bytes: candidate by candidate.
         let c = if view {
-            simd::find_view_candidate(buf, i)
+            p.find_view_candidate(buf, i)
         } else {
-            simd::find_disk_candidate(buf, i)
+            p.find_disk_candidate(buf, i)
         };
         if c == buf.len() {
             flush(&mut cur);
@@ -362,6 +345,7 @@ enum Direction {
 #[derive(Debug, Clone)]
 pub struct LengthCounter {
     dir: Direction,
+    path: Path,
     carry: [u8; 8],
     clen: usize,
     input: u64,
@@ -384,6 +368,7 @@ impl LengthCounter {
     fn new(dir: Direction) -> Self {
         LengthCounter {
             dir,
+            path: Path::best(),
             carry: [0; 8],
             clen: 0,
             input: 0,
@@ -392,23 +377,30 @@ impl LengthCounter {
         }
     }
 
+    /// Use vector code up to `max` (never more than the CPU has; the
+    /// default is the best it has, [`Level::best`]).
+    pub fn with_simd_level(mut self, max: Level) -> Self {
+        self.path = Path::at_most(max);
+        self
+    }
+
     fn scan(&mut self, buf: &[u8], at_end: bool, only_first: bool) -> usize {
-        let (changed, exempt) = (&mut self.changed, &mut self.exempt);
+        let (changed, exempt, p) = (&mut self.changed, &mut self.exempt, self.path);
         if !only_first {
             let view = self.dir == Direction::ViewToDisk;
-            return count_blocks(buf, at_end, 0, u64::MAX, view, |c| {
+            return count_blocks(p, buf, at_end, 0, u64::MAX, view, |c| {
                 *changed += c.grow;
                 *exempt += c.exempt;
             });
         }
         match self.dir {
-            Direction::DiskToView => scan_disk(buf, at_end, |e| match e {
+            Direction::DiskToView => scan_disk(p, buf, at_end, |e| match e {
                 DiskEvent::Grow(p) if !only_first || p == 0 => *changed += 1,
                 DiskEvent::Exempt(p) if !only_first || p == 0 => *exempt += 1,
                 _ => {}
             }),
-            Direction::ViewToDisk => scan_view(buf, at_end, |p| {
-                if !only_first || p == 0 {
+            Direction::ViewToDisk => scan_view(p, buf, at_end, |at| {
+                if !only_first || at == 0 {
                     *changed += 1
                 }
             }),
@@ -441,7 +433,9 @@ impl LengthCounter {
         self.clen = rest.len();
     }
 
-    /// Exempt units seen (disk direction only; see [`DiskEvent::Exempt`]).
+    /// Exempt units seen: FE plus six or more continuation bytes carrying
+    /// a value in U+80000000–U+8421109F, the one unit W would not give
+    /// back unchanged (disk direction only).
     pub fn exempt_units(&self) -> u64 {
         self.exempt
     }
@@ -467,19 +461,36 @@ impl LengthCounter {
 /// assert_eq!(cutf8::length::view_len(&[0xDF, 0xBF, b'\n']), 4);
 /// ```
 pub fn view_len(disk: &[u8]) -> u64 {
-    disk.len() as u64 + changing_units(disk, false)
+    disk.len() as u64 + changing_units(Path::best(), disk, false)
 }
 
 /// Disk length of a whole buffer of view bytes, for content W can store.
+///
+/// ```
+/// // U+0800 is three bytes in UTF-8 and two on disk.
+/// assert_eq!(cutf8::length::disk_len("\u{800}\n".as_bytes()), 3);
+/// ```
 pub fn disk_len(view: &[u8]) -> u64 {
-    view.len() as u64 - changing_units(view, true)
+    view.len() as u64 - changing_units(Path::best(), view, true)
 }
 
 /// The units of a whole buffer whose length changes (disk bytes: those
 /// that grow in the view; `view`: those W stores shorter), counted as one
 /// block: a popcount per vector where the vector code runs.
-fn changing_units(buf: &[u8], view: bool) -> u64 {
+fn changing_units(p: Path, buf: &[u8], view: bool) -> u64 {
     let mut n = 0;
-    count_blocks(buf, true, 0, u64::MAX, view, |c| n += c.grow);
+    count_blocks(p, buf, true, 0, u64::MAX, view, |c| n += c.grow);
     n
+}
+
+/// [`view_len`] on the path `p` (for the tests of every path).
+#[cfg(test)]
+pub(crate) fn view_len_on(p: Path, disk: &[u8]) -> u64 {
+    disk.len() as u64 + changing_units(p, disk, false)
+}
+
+/// [`disk_len`] on the path `p`.
+#[cfg(test)]
+pub(crate) fn disk_len_on(p: Path, view: &[u8]) -> u64 {
+    view.len() as u64 - changing_units(p, view, true)
 }

@@ -124,7 +124,14 @@ fn magic_is_what_spec_says() {
         .iter()
         .map(|&c| char::from_u32(c).unwrap())
         .collect();
-    assert_eq!(encode_to_vec(chars.as_bytes(), true).unwrap(), MAGIC);
+    assert_eq!(chars.as_bytes(), MAGIC_TEXT);
+    // W of those characters is the magic number; strict W refuses them.
+    assert_eq!(encode_to_vec(chars.as_bytes(), false).unwrap(), MAGIC);
+    let e = encode_to_vec(chars.as_bytes(), true).unwrap_err();
+    assert_eq!((e.problem(), e.offset), (Problem::MagicText, 0));
+    // And strict V refuses the magic number as text.
+    let e = decode_to_vec(&MAGIC, true).unwrap_err();
+    assert_eq!((e.problem(), e.offset), (Problem::MagicNumber, 0));
 }
 
 #[test]
@@ -260,7 +267,7 @@ fn w_never_stores_c1_overlong_or_surrogates() {
                     },
                     "{bytes:02X?}"
                 );
-                assert_eq!(e.offset, pad);
+                assert_eq!(e.offset, pad as u64);
             }
         }
     }
@@ -300,7 +307,7 @@ fn strict_errors_have_exact_positions() {
             let e = decode_to_vec(&input, true).unwrap_err();
             assert_eq!(
                 (e.malformed, e.offset),
-                (Malformed { problem, len }, pre.len()),
+                (Malformed { problem, len }, pre.len() as u64),
                 "{input:02X?}"
             );
             // the same through a streaming decoder cut at every position
@@ -339,7 +346,7 @@ fn strict_errors_have_exact_positions() {
             let e = encode_to_vec(&input, true).unwrap_err();
             assert_eq!(
                 (e.malformed, e.offset),
-                (Malformed { problem, len }, pre.len()),
+                (Malformed { problem, len }, pre.len() as u64),
                 "{input:02X?}"
             );
             for cut in 0..=input.len() {
@@ -488,10 +495,10 @@ proptest! {
     /// Streaming at random cuts equals one-shot, both directions, both modes.
     #[test]
     fn streaming_equals_one_shot(b in arb_bytes(), cuts in proptest::collection::vec(0usize..300, 0..8)) {
-        prop_assert_eq!(stream(&mut Decoder::lossless(), &b, &cuts).map_err(|e| e.1), decode_to_vec(&b, false).map_err(|e| e.offset));
-        prop_assert_eq!(stream(&mut Decoder::strict(), &b, &cuts), decode_to_vec(&b, true).map_err(|e| (e.malformed, e.offset)));
-        prop_assert_eq!(stream(&mut Encoder::lossless(), &b, &cuts), encode_to_vec(&b, false).map_err(|e| (e.malformed, e.offset)));
-        prop_assert_eq!(stream(&mut Encoder::strict(), &b, &cuts), encode_to_vec(&b, true).map_err(|e| (e.malformed, e.offset)));
+        prop_assert_eq!(stream(&mut Decoder::lossless(), &b, &cuts).map_err(|e| e.1), decode_to_vec(&b, false).map_err(|e| e.offset as usize));
+        prop_assert_eq!(stream(&mut Decoder::strict(), &b, &cuts), decode_to_vec(&b, true).map_err(|e| (e.malformed, e.offset as usize)));
+        prop_assert_eq!(stream(&mut Encoder::lossless(), &b, &cuts), encode_to_vec(&b, false).map_err(|e| (e.malformed, e.offset as usize)));
+        prop_assert_eq!(stream(&mut Encoder::strict(), &b, &cuts), encode_to_vec(&b, true).map_err(|e| (e.malformed, e.offset as usize)));
         let mut c = length::LengthCounter::disk_to_view();
         let mut start = 0;
         let mut cs = cuts.clone();
@@ -516,16 +523,19 @@ proptest! {
     /// Strict encode accepts exactly std's idea of UTF-8 minus C1 controls.
     #[test]
     fn strict_encode_accepts_exactly_utf8_without_c1(b in arb_bytes()) {
-        let ok = std::str::from_utf8(&b).map(|s| !s.chars().any(|c| ('\u{80}'..='\u{9F}').contains(&c))).unwrap_or(false);
+        let ok = std::str::from_utf8(&b).map(|s| !s.chars().any(|c| ('\u{80}'..='\u{9F}').contains(&c)) && !s.contains("\u{10E7D}\u{ED4E}\0\n")).unwrap_or(false);
         prop_assert_eq!(encode_to_vec(&b, true).is_ok(), ok);
     }
 }
 
 /// The scalar reference's answer to "does every unit decode to a code point
-/// ≤ U+10FFFF".
+/// ≤ U+10FFFF, and is no unit the start of a magic number".
 fn reference_faithful(b: &[u8]) -> bool {
     let mut i = 0;
     while i < b.len() {
+        if b[i..].starts_with(&MAGIC) {
+            return false;
+        }
         match decode_disk_unit(&b[i..], true) {
             DiskUnit::Char { cp, len } if cp <= 0x10FFFF => i += len,
             _ => return false,

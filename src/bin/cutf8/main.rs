@@ -127,7 +127,7 @@ fn long_version() -> &'static str {
         format!(
             "{} (codec: {})",
             env!("CARGO_PKG_VERSION"),
-            cutf8::simd::level().name()
+            cutf8fs::codec::level().name()
         )
     })
 }
@@ -369,13 +369,6 @@ impl clap::ValueEnum for RuleArg {
 }
 
 fn main() -> ExitCode {
-    // The codec reads no environment: lower its SIMD level here (measurements).
-    if let Some(level) = std::env::var("CUTF8FS_SIMD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        cutf8::simd::set_max_level(level);
-    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => e.exit(),

@@ -13,6 +13,8 @@
 //! `count_disk_blocks 4K`) read the disk form too.
 #![allow(dead_code)] // each includer uses a different part
 
+use cutf8::index::{self, DiskEvent};
+use cutf8::simd::Level;
 use cutf8::{length, Decoder, Encoder, Status};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -548,10 +550,12 @@ impl Op {
 /// The offset index's block size (`src/view/index.rs`).
 const BLOCK: u64 = 4096;
 
-/// Preallocated output buffers, reused by every run (as memcpy's is).
+/// Preallocated output buffers, reused by every run (as memcpy's is), and
+/// the vector level the codec runs at.
 pub struct Buffers {
     bytes: Vec<u8>,
     utf16: Vec<u16>,
+    level: Level,
 }
 
 impl Buffers {
@@ -564,6 +568,7 @@ impl Buffers {
         let mut b = Buffers {
             bytes: vec![0; cutf8::max_view_len(n)],
             utf16: vec![0; n + 1],
+            level: level(),
         };
         // Touch every page once so that no run pays for first faults.
         b.bytes.fill(1);
@@ -586,33 +591,43 @@ impl Buffers {
                 encoding_rs::mem::convert_utf8_to_utf16(src, &mut self.utf16) as u64
             }
             Op::DecodeLossless | Op::DecodeStrict => {
-                let mut d = if op == Op::DecodeLossless {
+                let d = if op == Op::DecodeLossless {
                     Decoder::lossless()
                 } else {
                     Decoder::strict()
                 };
+                let mut d = d.with_simd_level(self.level);
                 let (s, r, w) = d.convert(src, &mut self.bytes, true);
                 assert_eq!((s, r, w), (Status::InputEmpty, src.len(), c.view.len()));
                 w as u64
             }
             Op::EncodeLossless | Op::EncodeStrict => {
-                let mut e = if op == Op::EncodeLossless {
+                let e = if op == Op::EncodeLossless {
                     Encoder::lossless()
                 } else {
                     Encoder::strict()
                 };
+                let mut e = e.with_simd_level(self.level);
                 let (s, r, w) = e.convert(src, &mut self.bytes, true);
                 assert_eq!((s, r, w), (Status::InputEmpty, src.len(), c.disk.len()));
                 w as u64
             }
-            Op::ViewLen => length::view_len(src),
-            Op::DiskLen => length::disk_len(src),
+            Op::ViewLen => {
+                let mut c = length::LengthCounter::disk_to_view().with_simd_level(self.level);
+                c.push(src);
+                c.finish()
+            }
+            Op::DiskLen => {
+                let mut c = length::LengthCounter::view_to_disk().with_simd_level(self.level);
+                c.push(src);
+                c.finish()
+            }
             // What the offset index needs: growing units per 4 KiB block
             // (a checksum of them), by a closure call per unit ...
             Op::ScanBlocks => {
                 let (mut sum, mut grow) = (0u64, 0u64);
-                length::scan_disk(src, true, |e| {
-                    if let length::DiskEvent::Grow(p) = e {
+                index::scan_disk(self.level, src, true, |e| {
+                    if let DiskEvent::Grow(p) = e {
                         grow += 1;
                         sum = sum.wrapping_add((p as u64 / BLOCK + 1) * grow);
                     }
@@ -622,7 +637,7 @@ impl Buffers {
             // ... and by the per-block count.
             Op::CountBlocks => {
                 let (mut sum, mut grow) = (0u64, 0u64);
-                length::count_disk_blocks(src, true, 0, BLOCK, |c| {
+                index::count_disk_blocks(self.level, src, true, 0, BLOCK, |c| {
                     grow += c.grow;
                     sum = sum.wrapping_add((c.block + 1) * grow);
                 });
@@ -658,8 +673,8 @@ impl Buffers {
             // The two per-block passes' checksums differ (a term per unit,
             // a term per block): compare the counts per block instead.
             let mut a = Vec::new();
-            length::scan_disk(&c.disk, true, |e| {
-                if let length::DiskEvent::Grow(p) = e {
+            index::scan_disk(self.level, &c.disk, true, |e| {
+                if let DiskEvent::Grow(p) = e {
                     match a.last_mut() {
                         Some((k, g)) if *k == p as u64 / BLOCK => *g += 1,
                         _ => a.push((p as u64 / BLOCK, 1u64)),
@@ -667,7 +682,9 @@ impl Buffers {
                 }
             });
             let mut b = Vec::new();
-            length::count_disk_blocks(&c.disk, true, 0, BLOCK, |x| b.push((x.block, x.grow)));
+            index::count_disk_blocks(self.level, &c.disk, true, 0, BLOCK, |x| {
+                b.push((x.block, x.grow))
+            });
             assert!(a == b, "{}: count_disk_blocks", c.name);
             let grown: u64 = b.iter().map(|x| x.1).sum();
             assert_eq!(grown, (c.view.len() - c.disk.len()) as u64);
@@ -703,6 +720,39 @@ pub fn measure(cs: &[Corpus], buf: &mut Buffers, repeats: usize) -> Vec<Vec<Dura
                 .collect()
         })
         .collect()
+}
+
+/// The headline: how fast V and W convert a text against simdutf8's
+/// validation of the same text (the floor of any pass that reads UTF-8 and
+/// writes it): validation time ÷ conversion time, so 1.0 is as fast as
+/// reading the text once.
+pub fn headline(cs: &[Corpus], medians: &[Vec<Duration>]) -> String {
+    use std::fmt::Write;
+    let time = |ci: usize, op: Op| {
+        let oi = Op::ALL.iter().position(|&o| o == op).unwrap();
+        medians[ci][oi].as_secs_f64()
+    };
+    let mut s = String::new();
+    writeln!(
+        s,
+        "speed ÷ simdutf8's validation of the same text (validation time ÷ conversion time)\n{:<8} {:>12} {:>12} {:>12} {:>12}",
+        "corpus", "V lossless", "V strict", "W lossless", "W strict"
+    )
+    .unwrap();
+    for (ci, c) in cs.iter().enumerate() {
+        let v = time(ci, Op::Simdutf8);
+        write!(s, "{:<8}", c.name).unwrap();
+        for op in [
+            Op::DecodeLossless,
+            Op::DecodeStrict,
+            Op::EncodeLossless,
+            Op::EncodeStrict,
+        ] {
+            write!(s, " {:>11.2}×", v / time(ci, op)).unwrap();
+        }
+        s.push('\n');
+    }
+    s
 }
 
 /// The table: corpus × operation, GB/s, and the ratio to each peer.
@@ -749,13 +799,20 @@ pub fn describe(cs: &[Corpus]) -> String {
         .collect()
 }
 
-/// Which vector code the codec runs, after lowering it as
-/// `CUTF8FS_SIMD=avx512|avx2|sse2|portable` asks (the codec itself reads no
-/// environment).
-pub fn simd_path() -> &'static str {
-    if let Ok(v) = std::env::var("CUTF8FS_SIMD") {
-        let level = v.parse().unwrap_or_else(|e| panic!("CUTF8FS_SIMD: {e}"));
-        cutf8::simd::set_max_level(level);
+/// The vector level to measure: the best this CPU has, or a lower one
+/// that `CUTF8_SIMD=avx512|avx2|sse2|portable` names (the codec itself
+/// reads no environment; each converter here is given the level).
+pub fn level() -> Level {
+    match std::env::var("CUTF8_SIMD") {
+        Ok(v) => v.parse().unwrap_or_else(|e| panic!("CUTF8_SIMD: {e}")),
+        Err(_) => Level::best(),
     }
-    cutf8::simd::level().name()
+}
+
+/// The name of the vector level the codec runs here.
+pub fn simd_path() -> &'static str {
+    Decoder::strict()
+        .with_simd_level(level())
+        .simd_level()
+        .name()
 }

@@ -372,6 +372,7 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
             continue;
         }
         ascii = false;
+        super::kernels::prefetch(sp.add(i));
         // The lanes before a lead whose sequence runs past the block (61
         // to 64; its last four bytes are inside `src` as the block is).
         let commit = commit_at(sp.add(i + LANES - 4));

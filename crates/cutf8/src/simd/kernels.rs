@@ -38,6 +38,21 @@
 //! of the block is left for the next block, whose first lane is its lead.
 
 use super::vector::Vector;
+use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+
+/// Ask for the bytes [`super::PREFETCH`] after `p`, for the block that
+/// will be converted there: its load then need not wait for memory after
+/// the blocks before it are done (each block's start depends on where the
+/// last one stopped). A prefetch never faults, wherever it points.
+///
+/// # Safety
+///
+/// None beyond calling it on x86_64 (SSE is baseline); `unsafe` because
+/// the intrinsic is.
+#[inline(always)]
+pub(super) unsafe fn prefetch(p: *const u8) {
+    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(super::PREFETCH) as *const i8);
+}
 
 /// Lane masks shared by both directions, and whether the block is
 /// well-formed. Scalar bit masks (bit `j` = lane `j`) do what they can: the
@@ -348,6 +363,7 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(
             continue;
         }
         ascii = false;
+        prefetch(sp.add(i));
         // The lanes before a lead whose sequence runs past the block,
         // from the last three bytes: scalar and branch-free, as the next
         // block's address depends on it.
@@ -409,6 +425,38 @@ pub(super) unsafe fn find<V: Vector, const VIEW: bool>(s: &[u8], mut i: usize) -
     }
     while i + lanes + 2 <= s.len() {
         let m = candidates_at::<V, VIEW>(p.add(i));
+        if m != 0 {
+            return i + m.trailing_zeros() as usize;
+        }
+        i += lanes;
+    }
+    i
+}
+
+/// Index of the first zero byte of `s`, or the first index from which
+/// fewer than a vector's worth of bytes remain: the caller goes on word by
+/// word from there.
+///
+/// # Safety
+///
+/// The CPU must have `V`'s instructions; loads stay inside `s`.
+#[inline(always)]
+pub(super) unsafe fn find_zero<V: Vector>(s: &[u8]) -> usize {
+    let lanes = V::LANES;
+    let (p, z) = (s.as_ptr(), V::splat(0));
+    let mut i = 0;
+    while i + 4 * lanes <= s.len() {
+        let a = V::load(p.add(i)).eq(z);
+        let b = V::load(p.add(i + lanes)).eq(z);
+        let c = V::load(p.add(i + 2 * lanes)).eq(z);
+        let d = V::load(p.add(i + 3 * lanes)).eq(z);
+        if a.or(b).or(c).or(d).movemask() != 0 {
+            break;
+        }
+        i += 4 * lanes;
+    }
+    while i + lanes <= s.len() {
+        let m = V::load(p.add(i)).eq(z).movemask();
         if m != 0 {
             return i + m.trailing_zeros() as usize;
         }

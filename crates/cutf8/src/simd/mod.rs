@@ -1,23 +1,32 @@
-//! Which vector code the converters run: [`level`] names it,
-//! [`set_max_level`] lowers it (for measurements and tests).
+//! Which vector code the converters run: a [`Level`], chosen per
+//! converter.
 //!
-//! The level is detected once, on first use: AVX-512 when the CPU has
-//! every instruction its kernel uses (AVX-512 F, BW, VBMI and VBMI2, with
-//! AVX2, BMI2 and POPCNT), else AVX2 when it has that, SSE2 otherwise
-//! (always there on x86_64), and on other targets the portable
-//! word-at-a-time code. Nothing here reads the environment; a program that
-//! wants a knob (the `cutf8` tools honour
-//! `CUTF8FS_SIMD=avx512|avx2|sse2|portable`) parses it into a [`Level`]
-//! and calls [`set_max_level`]:
+//! The best level this CPU has is detected once, on first use: AVX-512
+//! when it has every instruction that level's kernels use (AVX-512 F, BW,
+//! VBMI and VBMI2, with AVX2, BMI2 and POPCNT), else AVX2 when it has
+//! that, SSE2 otherwise (always there on x86_64), and on other targets the
+//! portable word-at-a-time code. Without the `std` feature nothing is
+//! detected at run time: the level is the best one the compilation target
+//! enables (`-C target-feature`, `-C target-cpu`).
+//!
+//! Every converter runs at that level unless it is built with a lower
+//! maximum ([`Decoder::with_simd_level`](crate::Decoder::with_simd_level),
+//! [`Encoder::with_simd_level`](crate::Encoder::with_simd_level),
+//! [`LengthCounter::with_simd_level`](crate::length::LengthCounter::with_simd_level)):
+//! for measurements and tests. Nothing here is process-wide or reads the
+//! environment; a program that wants a knob parses it into a [`Level`]
+//! and passes it to the converters it makes.
 //!
 //! ```
-//! use cutf8::simd::{self, Level};
-//! let best = simd::level();
-//! assert_eq!(simd::set_max_level(Level::Portable), Level::Portable);
-//! assert_eq!(cutf8::decode_strict(&[0xC0, 0xAF])?, "Ï".as_bytes());
+//! use cutf8::simd::Level;
+//! use cutf8::Decoder;
+//! let best = Level::best();
+//! let level: Level = "portable".parse().unwrap();
+//! let d = Decoder::strict().with_simd_level(level);
+//! assert_eq!(d.simd_level(), Level::Portable);
 //! // Asking for more than the CPU has gives what it has.
-//! assert_eq!(simd::set_max_level(Level::Avx512), best);
-//! assert_eq!("sse2".parse::<Level>().map(Level::name), Ok("sse2"));
+//! assert_eq!(Decoder::strict().with_simd_level(Level::Avx512).simd_level(), best);
+//! assert_eq!(d.decode_to_vec(&[0xC0, 0xAF])?, "Ï".as_bytes());
 //! # Ok::<(), cutf8::ConvertError>(())
 //! ```
 //!
@@ -32,12 +41,11 @@
 //! as masks where they are dense, and `count_changing` counts the disk
 //! units that certainly grow (or view units that certainly shrink) a
 //! vector at a time, one popcount each, for the per-block counts the
-//! offset index is built from and for the whole-buffer lengths. They know
-//! nothing of streaming state: a run starts at a unit boundary and stops
-//! at one. On SSE2, which has no byte shuffle, the blocks whose units
-//! change length are spread or packed by a byte loop (3 CPU ns/byte on
-//! property-test-like text, against 0.6 with AVX2's `pshufb` and 5 before
-//! either).
+//! offset index is built from and for the whole-buffer lengths;
+//! `find_zero` finds the U+0000 bytes near which a magic number may
+//! begin. They know nothing of streaming state: a run starts at a unit
+//! boundary and stops at one. On SSE2, which has no byte shuffle, the
+//! blocks whose units change length are spread or packed by a byte loop.
 //!
 //! The AVX-512 level has its own conversion kernel (`avx512`: 64-byte
 //! blocks, lane classes as `k` masks, `vpcompressb` for the units whose
@@ -50,63 +58,15 @@
 //! against bounds a `vpermb` looks up per lead); the search ends with the
 //! AVX2 one, and a block with fewer than 67 bytes left is an AVX2 block.
 //!
+//! Every conversion kernel steps from block to block by how much of the
+//! block it took, which depends on the block's last bytes; so that the
+//! next blocks' loads need not wait for that, each block also prefetches
+//! the block [`PREFETCH`] bytes ahead. Where these choices were measured:
+//! `docs/performance.md` of the repository this crate lives in.
+//!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
 //! take a `Path`, and a `Path` of a level is only made by `Path::new`,
-//! which returns `None` when the CPU lacks the level's instructions. The
-//! live path sits in an atomic that only ever holds a checked level.
-//!
-//! Measured on an AMD EPYC (Zen 4, 2 shared cores) with
-//! `scripts/bench-codec.sh`: AVX2 blocks of 32 bytes convert the non-ASCII
-//! corpora 1.6–2× as fast as SSE2 blocks of 16; ASCII runs near memcpy
-//! speed either way (checked four vectors at a time). In thread CPU time
-//! (the machine is shared), AVX2 converts CJK at 3.3 GB/s where
-//! encoding_rs's UTF-8 → UTF-16 does 1.4. The kernels are bound by
-//! instruction count: a variant that computed each lane's carry straight
-//! from look-ahead loads (a much shorter dependent chain, more
-//! instructions) measured the same, so the simpler lane-to-lane carries
-//! stayed. Taking the units whose length differs on disk in the vector
-//! code (see `kernels`) made property-test-like text (a quarter of its
-//! characters in U+0800–U+089F or U+10000–U+1109F) 7–9× faster: 0.57 and
-//! 0.69 CPU ns/byte for V and W, where the scalar fallback took 5.1 and 5.4
-//! (`docs/performance.md`).
-//!
-//! AVX-512 blocks of 64 bytes (same machine, `scripts/bench-codec.sh 64
-//! 9`, medians of six runs each, GB/s, AVX2 → AVX-512) convert text dense
-//! in units whose length changes about twice as fast or more: V 1.67 →
-//! 3.25 on `dense` and 1.73 → 3.24 on `random`, W 1.42 → 3.83 and 1.40 →
-//! 3.66; the other corpora gain too (V and W: Latin 4.1 → 7.9 and 4.2 →
-//! 9.1, CJK 3.5 → 5.0 and 3.7 → 4.8, emoji 3.1 → 4.2 and 3.3 → 3.9,
-//! mixed 2.7 → 4.0 and 2.8 → 4.0), and ASCII stays at memcpy speed
-//! (about 10). The width alone did not do it: Zen 4 executes a 512-bit
-//! operation as two 256-bit halves, and the first 64-byte kernel, which
-//! built every lane mask for every block, ran W on Latin and CJK text at
-//! 0.8–0.9× the AVX2 speed. What gained: `vpcompressb` and `vpermi2b`,
-//! which make a block whose units change length cost little more than
-//! one whose units do not (AVX2's `pshufb` tables take eight lanes at a
-//! time); one copy of the block code per longest lead, as mask work is
-//! what a block costs; and reading the block's cut with a scalar load,
-//! which the next block's address waits on. The inputs the 64-byte
-//! blocks cannot take, under 64 bytes or at the end of a run, go to the
-//! AVX2 blocks (before that, the AVX-512 level converted 40- and
-//! 100-byte chunks at 0.35–0.7× the AVX2 speed).
-//!
-//! The length passes on AVX-512 (same machine, `scripts/bench-codec.sh 64
-//! 5`, medians of six alternating runs, GB/s, AVX2 → AVX-512): the
-//! per-block count the offset index is built with (`count_disk_blocks`)
-//! 9.3 → 18.2 on `dense` and 9.8 → 18.5 on `random`, 15–16 → 17.5–18.6
-//! on the other corpora, where simdutf8 reads the same buffers at 17–23;
-//! `view_len` 9.5 → 19.0 and `disk_len` 8.3 → 16.8 on `dense` (they count
-//! as the index does; before, with a closure call per unit that changes
-//! length, they ran at 1.3 and 1.7 on either level); `scan_disk`, which
-//! still reports each unit, 1.7 → 2.2 on `dense` and 15–16 → 21–25
-//! elsewhere. Nothing runs slower than on AVX2. What made the count fast
-//! was not the width: a port of the AVX2 kernel to 64-byte vectors, mask
-//! compares and the logic between them, counted `dense` at 11–12 (in
-//! cache) where AVX2 does 9, because on Zen 4 every compare into a mask
-//! and every operation on masks costs about a cycle and moving a mask to
-//! a general register two. Looking up per lead the bounds on the next
-//! bytes and chaining masked compares (see `avx512_len`) roughly halved
-//! that work: 19–20 in cache.
+//! which returns `None` when the CPU lacks the level's instructions.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "x86_64")]
@@ -118,7 +78,10 @@ mod kernels;
 #[cfg(target_arch = "x86_64")]
 mod vector;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+/// How far ahead of the block it converts a conversion kernel prefetches.
+pub(crate) const PREFETCH: usize = 1024;
 
 /// A level of vector code, lowest first.
 #[non_exhaustive]
@@ -147,11 +110,10 @@ impl Level {
         }
     }
 
-    /// The best level this CPU runs.
+    /// The best level this CPU runs (detected once): what every converter
+    /// runs unless told otherwise.
     pub fn best() -> Level {
-        Path::available()
-            .last()
-            .map_or(Level::Portable, |p| p.level())
+        Path::best().level()
     }
 
     fn from_u8(v: u8) -> Option<Level> {
@@ -165,18 +127,18 @@ impl Level {
     }
 }
 
-impl std::fmt::Display for Level {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for Level {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
 }
 
 /// A name that is not a [`Level`] (see [`Level::name`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseLevelError(String);
+pub struct ParseLevelError(alloc::string::String);
 
-impl std::fmt::Display for ParseLevelError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for ParseLevelError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
             "unknown SIMD level {:?}: use avx512, avx2, sse2 or portable",
@@ -185,9 +147,9 @@ impl std::fmt::Display for ParseLevelError {
     }
 }
 
-impl std::error::Error for ParseLevelError {}
+impl core::error::Error for ParseLevelError {}
 
-impl std::str::FromStr for Level {
+impl core::str::FromStr for Level {
     type Err = ParseLevelError;
     fn from_str(s: &str) -> Result<Level, ParseLevelError> {
         match s {
@@ -195,38 +157,36 @@ impl std::str::FromStr for Level {
             "sse2" => Ok(Level::Sse2),
             "avx2" => Ok(Level::Avx2),
             "avx512" => Ok(Level::Avx512),
-            _ => Err(ParseLevelError(s.to_owned())),
+            _ => Err(ParseLevelError(s.into())),
         }
     }
 }
 
-/// The level the converters run (detected once).
-pub fn level() -> Level {
-    path().level()
-}
-
-/// Run at most `max` from now on (never more than the CPU has); returns the
-/// level now live. For measurements and tests: it affects every converter
-/// in the process, including those other threads are running.
-pub fn set_max_level(max: Level) -> Level {
-    let p = Path::available()
-        .into_iter()
-        .rfind(|p| p.level() <= max)
-        .unwrap_or(Path::PORTABLE);
-    LIVE.store(p.level() as u8, Ordering::Relaxed);
-    p.level()
-}
-
-/// A [`Level`] this CPU is known to run.
+/// A [`Level`] this CPU is known to run: what a converter keeps.
 ///
 /// Invariant (what makes the kernels' `unsafe` sound): a `Path` of a level
 /// that needs CPU features is only made by [`Path::new`] after checking
 /// them, or by [`Path::new_unchecked`] under the same proof.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Path(Level);
 
+/// Whether the CPU has `feature`: detected at run time with `std`, else
+/// whether the compilation target enables it.
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+macro_rules! has {
+    ($feature:tt) => {
+        std::is_x86_feature_detected!($feature)
+    };
+}
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+macro_rules! has {
+    ($feature:tt) => {
+        cfg!(target_feature = $feature)
+    };
+}
+
 impl Path {
-    const PORTABLE: Path = Path(Level::Portable);
+    pub(crate) const PORTABLE: Path = Path(Level::Portable);
 
     /// `None` when this CPU lacks the instructions of `level`.
     pub(crate) fn new(level: Level) -> Option<Path> {
@@ -234,17 +194,17 @@ impl Path {
             Level::Portable => true,
             Level::Sse2 => cfg!(target_arch = "x86_64"),
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => std::is_x86_feature_detected!("avx2"),
+            Level::Avx2 => has!("avx2"),
             // Its kernels end their runs and searches with AVX2 code.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => {
-                std::is_x86_feature_detected!("avx2")
-                    && std::is_x86_feature_detected!("avx512f")
-                    && std::is_x86_feature_detected!("avx512bw")
-                    && std::is_x86_feature_detected!("avx512vbmi")
-                    && std::is_x86_feature_detected!("avx512vbmi2")
-                    && std::is_x86_feature_detected!("bmi2")
-                    && std::is_x86_feature_detected!("popcnt")
+                has!("avx2")
+                    && has!("avx512f")
+                    && has!("avx512bw")
+                    && has!("avx512vbmi")
+                    && has!("avx512vbmi2")
+                    && has!("bmi2")
+                    && has!("popcnt")
             }
             #[cfg(not(target_arch = "x86_64"))]
             Level::Avx2 | Level::Avx512 => false,
@@ -263,76 +223,143 @@ impl Path {
     }
 
     /// Every path this CPU can run, best last.
-    pub(crate) fn available() -> Vec<Path> {
+    #[cfg(test)]
+    pub(crate) fn available() -> alloc::vec::Vec<Path> {
         [Level::Portable, Level::Sse2, Level::Avx2, Level::Avx512]
             .into_iter()
             .filter_map(Path::new)
             .collect()
     }
+
+    /// The best path this CPU runs (detected once).
+    #[inline(always)]
+    pub(crate) fn best() -> Path {
+        match Level::from_u8(BEST.load(Ordering::Relaxed)) {
+            // SAFETY: `BEST` only ever holds a level taken from a `Path`
+            // made by `Path::new` (in `detect`).
+            Some(level) => unsafe { Path::new_unchecked(level) },
+            None => detect(),
+        }
+    }
+
+    /// The best path this CPU runs at or below `max`.
+    pub(crate) fn at_most(max: Level) -> Path {
+        let best = Path::best();
+        if best.level() <= max {
+            return best;
+        }
+        [Level::Avx2, Level::Sse2]
+            .into_iter()
+            .filter(|&l| l <= max)
+            .find_map(Path::new)
+            .unwrap_or(Path::PORTABLE)
+    }
 }
 
-/// 0 until detected, then the discriminant of a [`Level`] that was checked
-/// by [`Path::new`] (see [`set_max_level`]).
-static LIVE: AtomicU8 = AtomicU8::new(0);
+/// 0 until detected, then the discriminant of the best [`Level`], as
+/// checked by [`Path::new`]. A cache of what the CPU has, not a setting.
+static BEST: AtomicU8 = AtomicU8::new(0);
 
 #[cold]
 fn detect() -> Path {
-    let best = Path::available().pop().unwrap_or(Path::PORTABLE);
-    // Keep a level another thread or `set_max_level` stored meanwhile.
-    match LIVE.compare_exchange(0, best.level() as u8, Ordering::Relaxed, Ordering::Relaxed) {
-        Ok(_) => best,
-        Err(_) => path(),
+    let best = [Level::Avx512, Level::Avx2, Level::Sse2]
+        .into_iter()
+        .find_map(Path::new)
+        .unwrap_or(Path::PORTABLE);
+    BEST.store(best.level() as u8, Ordering::Relaxed);
+    best
+}
+
+impl Path {
+    /// V of the longest prefix of `src` (Corrected UTF-8, starting at a
+    /// unit) that the fast path takes, into `dst`; returns the number of
+    /// bytes read and written. Bytes of `dst` past those written may have
+    /// been changed. May stop earlier than it could near the ends of `src`
+    /// and `dst`.
+    #[inline]
+    pub(crate) fn decode_run(self, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        decode_run_on(self, src, dst)
+    }
+
+    /// W of the longest prefix of `src` (view bytes, starting at a unit)
+    /// that the fast path takes; as [`Path::decode_run`].
+    #[inline]
+    pub(crate) fn encode_run(self, src: &[u8], dst: &mut [u8]) -> (usize, usize) {
+        encode_run_on(self, src, dst)
+    }
+
+    /// Index of the first byte at or after `from` that the disk scan of
+    /// the length passes must examine (DD–DF EE EF F7 FB FD FE), or
+    /// `s.len()`.
+    #[inline]
+    pub(crate) fn find_disk_candidate(self, s: &[u8], from: usize) -> usize {
+        find_on(self, s, from, false)
+    }
+
+    /// As [`Path::find_disk_candidate`] for the view scan (E0 F0 F8 FC FE).
+    #[inline]
+    pub(crate) fn find_view_candidate(self, s: &[u8], from: usize) -> usize {
+        find_on(self, s, from, true)
+    }
+
+    /// The candidates (as [`Path::find_disk_candidate`], or
+    /// [`Path::find_view_candidate`] with `view`) among the block of bytes
+    /// at `i` as two masks (bit `j` for `s[i + j]`): the units that
+    /// certainly change length, and the others; then the block's length
+    /// (16, 32 or 64). `None` on the portable path and where fewer than a
+    /// block and three bytes of look-ahead remain.
+    #[inline]
+    pub(crate) fn candidate_block(
+        self,
+        s: &[u8],
+        i: usize,
+        view: bool,
+    ) -> Option<(u64, u64, usize)> {
+        candidate_block_on(self, s, i, view)
+    }
+
+    /// How many units certainly change length (disk units that grow in
+    /// the view; with `view`, view units that shrink on disk) in whole
+    /// vectors from `i` on, up to the first vector holding a candidate
+    /// [`Path::candidate_block`] would mark `other`, one reaching past
+    /// `stop`, or the last whole block with its look-ahead: `(where it
+    /// stopped, count)`. `(i, 0)` on the portable path.
+    #[inline]
+    pub(crate) fn count_changing(
+        self,
+        s: &[u8],
+        i: usize,
+        stop: usize,
+        view: bool,
+    ) -> (usize, u64) {
+        count_changing_on(self, s, i, stop, view)
+    }
+
+    /// Index of the first zero byte of `s`.
+    #[inline]
+    pub(crate) fn find_zero(self, s: &[u8]) -> Option<usize> {
+        find_zero_on(self, s)
     }
 }
 
-/// The path the converters use on this machine.
-#[inline(always)]
-pub(crate) fn path() -> Path {
-    match Level::from_u8(LIVE.load(Ordering::Relaxed)) {
-        // SAFETY: `LIVE` only ever holds levels taken from a `Path` made
-        // by `Path::new` (in `detect` and `set_max_level`).
-        Some(level) => unsafe { Path::new_unchecked(level) },
-        None => detect(),
+/// [`Path::find_zero`] on the path `p`: vectors where the path has them,
+/// then words, then bytes.
+pub(crate) fn find_zero_on(p: Path, s: &[u8]) -> Option<usize> {
+    let i = match p.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 | Level::Avx512 => {
+            // SAFETY: a `Path` of these levels exists only when the CPU
+            // has AVX2 (the invariant of `Path`).
+            unsafe { x86::zero_avx2(s) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Level::Sse2 => x86::zero_sse2(s),
+        _ => 0,
+    };
+    if i < s.len() && s[i] == 0 {
+        return Some(i);
     }
-}
-
-/// V of the longest prefix of `src` (Corrected UTF-8, starting at a unit)
-/// that the fast path takes, into `dst`; returns the number of bytes read
-/// and written. Bytes of `dst` past those written may have been changed.
-/// May stop earlier than it could near the ends of `src` and `dst`.
-#[inline]
-pub(crate) fn decode_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
-    decode_run_on(path(), src, dst)
-}
-
-/// W of the longest prefix of `src` (view bytes, starting at a unit) that
-/// the fast path takes; as [`decode_run`].
-#[inline]
-pub(crate) fn encode_run(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
-    encode_run_on(path(), src, dst)
-}
-
-/// Index of the first byte at or after `from` that [`super::length`]'s
-/// disk scan must examine (DD–DF EE EF F7 FB FD FE), or `s.len()`.
-#[inline]
-pub(crate) fn find_disk_candidate(s: &[u8], from: usize) -> usize {
-    find_on(path(), s, from, false)
-}
-
-/// As [`find_disk_candidate`] for the view scan (E0 F0 F8 FC FE).
-#[inline]
-pub(crate) fn find_view_candidate(s: &[u8], from: usize) -> usize {
-    find_on(path(), s, from, true)
-}
-
-/// The candidates (as [`find_disk_candidate`], or [`find_view_candidate`]
-/// with `view`) among the block of bytes at `i` as two masks (bit `j` for
-/// `s[i + j]`): the units that certainly change length, and the others;
-/// then the block's length (16, 32 or 64). `None` on the portable path and
-/// where fewer than a block and three bytes of look-ahead remain.
-#[inline]
-pub(crate) fn candidate_block(s: &[u8], i: usize, view: bool) -> Option<(u64, u64, usize)> {
-    candidate_block_on(path(), s, i, view)
+    super::ascii::find_zero(&s[i..]).map(|k| i + k)
 }
 
 /// [`candidate_block`] on the path `p`.
@@ -370,18 +397,7 @@ pub(crate) fn candidate_block_on(
     }
 }
 
-/// How many units certainly change length (disk units that grow in the
-/// view; with `view`, view units that shrink on disk) in whole vectors
-/// from `i` on, up to the first vector holding a candidate
-/// [`candidate_block`] would mark `other`, one reaching past `stop`, or
-/// the last whole block with its look-ahead: `(where it stopped, count)`.
-/// `(i, 0)` on the portable path.
-#[inline]
-pub(crate) fn count_changing(s: &[u8], i: usize, stop: usize, view: bool) -> (usize, u64) {
-    count_changing_on(path(), s, i, stop, view)
-}
-
-/// [`count_changing`] on the path `p`.
+/// [`Path::count_changing`] on the path `p`.
 pub(crate) fn count_changing_on(
     p: Path,
     s: &[u8],
@@ -536,6 +552,21 @@ mod x86 {
     pub(super) fn encode_sse2(src: &[u8], dst: &mut [u8]) -> (usize, usize) {
         // SAFETY: as in `decode_sse2`.
         unsafe { kernels::run::<__m128i, true>(src, dst) }
+    }
+
+    pub(super) fn zero_sse2(s: &[u8]) -> usize {
+        // SAFETY: SSE2 is baseline; `find_zero` loads only whole vectors
+        // inside `s`.
+        unsafe { kernels::find_zero::<__m128i>(s) }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn zero_avx2(s: &[u8]) -> usize {
+        // SAFETY: the caller guarantees AVX2; `find_zero` loads only whole
+        // vectors inside `s`.
+        unsafe { kernels::find_zero::<__m256i>(s) }
     }
 
     pub(super) fn find_sse2(s: &[u8], from: usize, view: bool) -> usize {
