@@ -43,7 +43,7 @@ use crate::convert::{
     count_chars, io_message, read_chunk, read_prefix, Direction, Input, Tracker,
     DEFAULT_BUFFER_SIZE,
 };
-use cutf8::{Decoder, Problem, Status, MAGIC, MIN_DST};
+use cutf8::{has_magic, DecodeMagic, Decoder, Problem, Status, MIN_DST};
 
 /// One document rule of SPEC §1 (or a malformation of §1's format).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -537,14 +537,19 @@ impl<'a> FileCheck<'a> {
         input: &mut [u8],
         output: &mut [u8],
     ) -> std::io::Result<bool> {
-        let mut dec = Decoder::strict();
+        // The magic number is dropped if there; its absence is a finding,
+        // and the text is checked from the first byte either way.
+        let mut dec = Decoder::strict()
+            .with_magic(DecodeMagic::Strip)
+            .with_simd_level(crate::codec::level());
         let mut probe = vec![0u8; BINARY_PROBE];
         let n = read_prefix(r, &mut probe, input.len())?;
         if n == 0 {
             // Nothing to check: no magic number is missing from no text.
             return Ok(true);
         }
-        if !probe[..n].starts_with(&MAGIC) && probe[..n].contains(&0) {
+        let magic = has_magic(&probe[..n]);
+        if !magic && probe[..n].contains(&0) {
             (self.out)(&note(
                 self.opts.json,
                 &self.name,
@@ -552,19 +557,13 @@ impl<'a> FileCheck<'a> {
             ));
             return Ok(false);
         }
-        let mut r = std::io::Cursor::new(&probe[..n]).chain(r);
-        let r = &mut r as &mut dyn Read;
-        let mut prefix = [0u8; 8];
-        let n = read_prefix(r, &mut prefix, input.len())?;
-        let mut eof = n < MAGIC.len();
-        if prefix[..n] == MAGIC {
-            self.pos.skip_magic();
-        } else {
+        if !magic {
             self.report(Rule::MissingMagic, 1, 1, || {
                 "no Corrected UTF-8 magic number at the start".to_string()
             });
-            self.feed(&mut dec, &prefix[..n], eof, output);
         }
+        let mut eof = n < probe.len();
+        self.feed(&mut dec, &probe[..n], eof, output);
         while !eof {
             let n = read_chunk(r, input)?;
             eof = n == 0;
@@ -598,6 +597,8 @@ impl<'a> FileCheck<'a> {
                         Problem::StrayContinuation(_) => Rule::StrayByte,
                         Problem::Truncated { .. } => Rule::TruncatedSequence,
                         Problem::Reserved(_) => Rule::ReservedUnit,
+                        // A second magic number holds U+0000.
+                        Problem::MagicNumber => Rule::Nul,
                         _ => Rule::BeyondUnicode,
                     };
                     let (line, col) = (self.line, self.column);

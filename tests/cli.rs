@@ -697,17 +697,34 @@ fn check_output_is_the_same_at_every_chunk_size() {
     }
 }
 
+/// U+10E7D U+ED4E U+0000 U+000A in a row, the magic number's characters,
+/// would encode to a magic number inside the output, which strict decoding
+/// refuses: strict encode refuses them anywhere in the text, with or
+/// without --no-magic, whatever the chunking, naming line, column and byte
+/// offset of the first one. --lossless carries them through (decode
+/// --lossless gives them back), except where they would begin an output
+/// without a magic number.
 #[test]
-fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
-    // U+10E7D U+ED4E U+0000 U+000A: the text whose encoding is the magic.
-    let mut text = "\u{10E7D}\u{ED4E}\0\n".as_bytes().to_vec();
-    text.extend_from_slice(b"rest\n");
-    cutf8(&["encode", "--no-magic"], &text)
-        .exits(1)
-        .stderr_has("<stdin>:1:1: text begins with U+10E7D U+ED4E U+0000 U+000A (byte offset 0)");
-    // With the magic number, it round-trips through --lossless; strict
-    // decode takes the second magic number for a second file.
-    let disk = cutf8(&["encode"], &text).ok().stdout;
+fn strict_encode_refuses_the_magic_numbers_characters_anywhere() {
+    let chars = "\u{10E7D}\u{ED4E}\0\n";
+    let long = "é".repeat(70);
+    for (pre, line, col) in [("", 1, 1), ("ab\nçd", 2, 3), (&long[..], 1, 71)] {
+        let text = format!("{pre}{chars}rest\n");
+        for args in [&["encode"][..], &["encode", "--no-magic"]] {
+            for chunk in CHUNKS {
+                cutf8(&args_with(args, chunk), text.as_bytes())
+                    .exits(1)
+                    .stderr_has(&format!(
+                        "<stdin>:{line}:{col}: the magic number's characters U+10E7D U+ED4E \
+                         U+0000 U+000A, which would encode to a magic number inside the text \
+                         (decoding refuses one) (byte offset {})",
+                        pre.len()
+                    ));
+            }
+        }
+    }
+    let text = format!("{chars}rest\n").into_bytes();
+    let disk = cutf8(&["encode", "--lossless"], &text).ok().stdout;
     assert_eq!(&disk[..16], [MAGIC, MAGIC].concat());
     cutf8(&["decode", "--lossless"], &disk)
         .ok()
@@ -715,12 +732,86 @@ fn no_magic_refuses_text_that_would_encode_to_the_magic_number() {
     cutf8(&["decode"], &disk)
         .exits(1)
         .stderr_has("<stdin>:1:1: a second Corrected UTF-8 magic number (byte offset 8)");
-    // Not at the start of the output, it is just text.
+    cutf8(&["encode", "--lossless", "--no-magic"], &text)
+        .exits(1)
+        .stderr_has("<stdin>:1:1: text begins with U+10E7D U+ED4E U+0000 U+000A (byte offset 0)");
+    // Not at the start of the output, --lossless carries them through.
     let d = Dir::new();
     d.write("first", b"x");
     d.write("second", &text);
-    d.run(&["encode", "--no-magic", "first", "second"], b"")
-        .ok();
+    d.run(
+        &["encode", "--lossless", "--no-magic", "first", "second"],
+        b"",
+    )
+    .ok();
+}
+
+/// An empty text is an empty file, with no magic number (as iconv writes
+/// nothing for it, and as the mount empties a file it truncates): encode
+/// writes the magic number before the first text only, and decode takes
+/// an empty input for the empty text. An input that holds the magic
+/// number alone is the empty text too.
+#[test]
+fn an_empty_text_is_an_empty_file() {
+    for chunk in CHUNKS {
+        cutf8(&args_with(&["encode"], chunk), b"")
+            .ok()
+            .stdout_is(b"", "empty text, no magic number");
+        cutf8(&args_with(&["decode"], chunk), b"")
+            .ok()
+            .stdout_is(b"", "empty input");
+        cutf8(&args_with(&["decode"], chunk), &MAGIC)
+            .ok()
+            .stdout_is(b"", "magic number alone");
+    }
+    let d = Dir::new();
+    d.write("empty", b"");
+    d.write("text", b"x\n");
+    d.run(&["encode", "empty", "text", "empty"], b"")
+        .ok()
+        .stdout_is(
+            &with_magic(b"x\n"),
+            "the magic number once, before the text",
+        );
+    d.run(&["encode", "empty", "-o", "out.cu8"], b"").ok();
+    assert_eq!(d.read("out.cu8"), b"");
+}
+
+/// Decode requires the magic number at the start of each input, whatever
+/// the chunking: an input without it (plain UTF-8, most likely) is an error
+/// at byte offset 0, as iconv -f CORRECTED-UTF-8 says; --no-magic decodes
+/// it, and drops a magic number that is there.
+#[test]
+fn decode_requires_the_magic_number_at_every_chunking() {
+    let partial: &[&[u8]] = &[
+        b"plain\n",
+        &MAGIC[..3],
+        &MAGIC[..7],
+        b"\xEF\xB7\x9D\xED\xB2\xAEx\n",
+    ];
+    for input in partial {
+        for chunk in CHUNKS {
+            cutf8(&args_with(&["decode"], chunk), input)
+                .exits(1)
+                .stderr_has("<stdin>:1:1: input does not begin with the Corrected UTF-8 magic number (byte offset 0)");
+            cutf8(&args_with(&["decode", "--lossless"], chunk), input).exits(1);
+            let want = cutf8::decode_lossless(input);
+            cutf8(
+                &args_with(&["decode", "--no-magic", "--lossless"], chunk),
+                input,
+            )
+            .ok()
+            .stdout_is(&want, "--no-magic");
+        }
+    }
+    for chunk in CHUNKS {
+        cutf8(
+            &args_with(&["decode", "--no-magic"], chunk),
+            &with_magic(b"a\n"),
+        )
+        .ok()
+        .stdout_is(b"a\n", "--no-magic drops a magic number that is there");
+    }
 }
 
 /// Peak resident memory of `cutf8 args` in KiB (from wait4's rusage).

@@ -2,10 +2,13 @@
 //! codec into one output (stdout, or a file replaced atomically).
 //!
 //! This module owns everything between a path and the codec: reading in
-//! fixed-size chunks (constant memory, whatever the input size), the magic
-//! number (encode writes it once at the start of the output unless told not
-//! to; decode drops it from each input that begins with it), and locating a
-//! malformed unit as `file:line:column` plus its byte offset and bytes.
+//! fixed-size chunks (constant memory, whatever the input size), which
+//! magic number handling the codec applies (encode writes the magic number
+//! once at the start of the output unless told not to, and nothing for an
+//! empty text; decode requires it at the start of each input, or with
+//! `--no-magic` drops it if there, and strict conversion refuses one
+//! inside the text), and locating a malformed unit as `file:line:column`
+//! plus its byte offset and bytes.
 //!
 //! Positions: lines and columns count from 1 in the *text* (the magic number
 //! is not part of the text, so the line after it is line 1); a column counts
@@ -28,15 +31,14 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use cutf8::{max_disk_len, max_view_len, Decoder, Encoder, Status};
-use cutf8::{MAGIC, MIN_DST};
+use cutf8::{has_magic, max_disk_len, max_view_len, Decoder, Encoder, Problem, Status};
+use cutf8::{DecodeMagic, EncodeMagic, MAGIC_TEXT, MIN_DST};
 
 mod atomic;
 mod position;
 mod remedy;
 
 use atomic::AtomicFile;
-use position::Position;
 pub(crate) use position::{count_chars, Located, Tracker};
 #[cfg(test)]
 use position::{count_newlines, hex};
@@ -214,10 +216,10 @@ fn convert_all(
     out: &mut dyn Write,
     diag: &mut dyn FnMut(&str),
 ) -> io::Result<Summary> {
+    // The encoder writes the magic number before the first text, so that
+    // `encode nosuch > out` leaves `out` empty, as iconv does, and so does
+    // an empty text.
     let mut out = Counting { inner: out, n: 0 };
-    // The magic number goes out once an input has opened, so that
-    // `encode nosuch > out` leaves `out` empty, as iconv does.
-    let mut magic_due = opts.direction == Direction::Encode && opts.magic;
     let mut buffers = Buffers::new(opts);
     let mut summary = Summary::default();
     for input in inputs {
@@ -230,9 +232,6 @@ fn convert_all(
                 continue;
             }
         };
-        if std::mem::take(&mut magic_due) {
-            out.write_all(&MAGIC)?;
-        }
         let at_start = out.n == 0;
         let mut reader = Recorder::new(&mut *reader);
         match convert_one(opts, &mut reader, &mut out, at_start, &mut buffers) {
@@ -398,10 +397,10 @@ enum FileError {
     /// Decode without `--no-magic`: the input does not begin with it.
     NoMagic,
     /// Strict decode: the magic number again after the start.
-    MagicInside(Position),
-    /// Encode with `--no-magic`, at the start of the output: the text
-    /// begins with V(MAGIC), so the output would begin with the magic number
-    /// and decode would drop it.
+    MagicInside(Located),
+    /// Lossless encode with `--no-magic`, at the start of the output: the
+    /// text begins with the magic number's characters, so the output would
+    /// begin with the magic number and decode would drop it.
     EncodesToMagic,
 }
 
@@ -412,12 +411,37 @@ pub(crate) enum Converter {
 }
 
 impl Converter {
-    fn new(opts: &Options) -> Self {
-        match (opts.direction, opts.lossless) {
-            (Direction::Decode, false) => Converter::Decode(Decoder::strict()),
-            (Direction::Decode, true) => Converter::Decode(Decoder::lossless()),
-            (Direction::Encode, false) => Converter::Encode(Encoder::strict()),
-            (Direction::Encode, true) => Converter::Encode(Encoder::lossless()),
+    /// The converter for one input; `write_magic`: this input's output
+    /// begins the output (encode writes the magic number if it holds text).
+    fn new(opts: &Options, write_magic: bool) -> Self {
+        let level = crate::codec::level();
+        match opts.direction {
+            Direction::Decode => {
+                let d = if opts.lossless {
+                    Decoder::lossless()
+                } else {
+                    Decoder::strict()
+                };
+                let magic = if opts.magic {
+                    DecodeMagic::Expect
+                } else {
+                    DecodeMagic::Strip
+                };
+                Converter::Decode(d.with_magic(magic).with_simd_level(level))
+            }
+            Direction::Encode => {
+                let e = if opts.lossless {
+                    Encoder::lossless()
+                } else {
+                    Encoder::strict()
+                };
+                let magic = if opts.magic && write_magic {
+                    EncodeMagic::Write
+                } else {
+                    EncodeMagic::Off
+                };
+                Converter::Encode(e.with_magic(magic).with_simd_level(level))
+            }
         }
     }
 
@@ -425,6 +449,18 @@ impl Converter {
         match self {
             Converter::Decode(d) => d.exempt_units(),
             Converter::Encode(_) => 0,
+        }
+    }
+
+    fn encodes(&self) -> bool {
+        matches!(self, Converter::Encode(_))
+    }
+
+    /// Whether a decoder dropped a magic number at the start.
+    fn found_magic(&self) -> bool {
+        match self {
+            Converter::Decode(d) => d.found_magic(),
+            Converter::Encode(_) => false,
         }
     }
 
@@ -467,12 +503,9 @@ pub(crate) fn read_chunk(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> 
     }
 }
 
-/// The view of [`MAGIC`]: the text whose encoding is the magic number.
-const VIEW_MAGIC: [u8; 9] = [0xF0, 0x90, 0xB9, 0xBD, 0xEE, 0xB5, 0x8E, 0x00, 0x0A];
-
 /// Convert one input into `out`; `at_start` says nothing has been written
 /// to `out` yet. Returns how many reserved units W would not give back
-/// unchanged (lossless decode only; SPEC §2, invariant 1).
+/// unchanged (lossless decode only).
 fn convert_one(
     opts: &Options,
     reader: &mut dyn Read,
@@ -480,96 +513,36 @@ fn convert_one(
     at_start: bool,
     bufs: &mut Buffers,
 ) -> Result<u64, FileError> {
-    let mut conv = Converter::new(opts);
+    let mut conv = Converter::new(opts, at_start);
     let mut pos = Tracker::default();
-    let mut prefix = [0u8; VIEW_MAGIC.len()];
+    let mut prefix = [0u8; MAGIC_TEXT.len()];
     let n = read_prefix(reader, &mut prefix, bufs.input.len()).map_err(FileError::Read)?;
     let mut eof = n < prefix.len();
-    let mut first = &prefix[..n];
-    if first.starts_with(&MAGIC) {
-        match opts.direction {
-            Direction::Decode => {
-                pos.skip_magic();
-                first = &first[MAGIC.len()..];
-            }
-            Direction::Encode => return Err(FileError::AlreadyEncoded),
+    let first = &prefix[..n];
+    if opts.direction == Direction::Encode && opts.lossless {
+        // Strict W refuses these (the codec); lossless W would carry them
+        // through as text, into an output that reads back otherwise.
+        if has_magic(first) {
+            return Err(FileError::AlreadyEncoded);
         }
-    } else if opts.direction == Direction::Decode && opts.magic && n > 0 {
-        return Err(FileError::NoMagic);
-    } else if opts.direction == Direction::Encode && !opts.magic && at_start && first == VIEW_MAGIC
-    {
-        return Err(FileError::EncodesToMagic);
+        if !opts.magic && at_start && first == MAGIC_TEXT {
+            return Err(FileError::EncodesToMagic);
+        }
     }
-    // Strict decode looks for a second magic number; elsewhere the scan
-    // is skipped (lossless carries it through as text, as the mount does).
-    let mut scan = (opts.direction == Direction::Decode && !opts.lossless).then(MagicScan::default);
-    let mut step = |chunk: &[u8], eof: bool, pos: &mut Tracker, out: &mut dyn Write| match &mut scan
-    {
-        Some(s) => s.feed(&mut conv, chunk, eof, out, &mut bufs.output, pos),
-        None => feed(&mut conv, chunk, eof, out, &mut bufs.output, pos),
-    };
-    step(first, eof, &mut pos, out)?;
+    feed(&mut conv, first, eof, out, &mut bufs.output, &mut pos)?;
     while !eof {
         let n = read_chunk(reader, &mut bufs.input).map_err(FileError::Read)?;
         eof = n == 0;
-        step(&bufs.input[..n], eof, &mut pos, out)?;
+        feed(
+            &mut conv,
+            &bufs.input[..n],
+            eof,
+            out,
+            &mut bufs.output,
+            &mut pos,
+        )?;
     }
     Ok(conv.exempt_units())
-}
-
-/// Finds [`MAGIC`] inside a stream fed in chunks: the bytes of a chunk's
-/// end that could begin it are held back (`carry`) until the next chunk
-/// says. [`MAGIC`] holds its first byte once, so a match cannot start
-/// inside a partial match.
-#[derive(Default)]
-struct MagicScan {
-    carry: Vec<u8>,
-}
-
-impl MagicScan {
-    fn feed(
-        &mut self,
-        conv: &mut Converter,
-        src: &[u8],
-        last: bool,
-        out: &mut dyn Write,
-        dst: &mut [u8],
-        pos: &mut Tracker,
-    ) -> Result<(), FileError> {
-        let mut src = src;
-        if !self.carry.is_empty() {
-            let need = MAGIC.len() - self.carry.len();
-            let k = need.min(src.len());
-            let rest = &MAGIC[self.carry.len()..self.carry.len() + k];
-            if src[..k] == *rest {
-                if k == need {
-                    // Everything before the carry went through `feed`.
-                    feed(conv, &[], true, out, dst, pos)?;
-                    return Err(FileError::MagicInside(pos.position()));
-                }
-                if !last {
-                    self.carry.extend_from_slice(src);
-                    return Ok(());
-                }
-            }
-            let carry = std::mem::take(&mut self.carry);
-            feed(conv, &carry, false, out, dst, pos)?;
-        }
-        if let Some(k) = memchr::memmem::find(src, &MAGIC) {
-            feed(conv, &src[..k], true, out, dst, pos)?;
-            return Err(FileError::MagicInside(pos.position()));
-        }
-        if !last {
-            let tail = src.len().saturating_sub(MAGIC.len() - 1);
-            if let Some(k) = memchr::memrchr(MAGIC[0], &src[tail..]).map(|k| tail + k) {
-                if MAGIC.starts_with(&src[k..]) {
-                    self.carry.extend_from_slice(&src[k..]);
-                    src = &src[..k];
-                }
-            }
-        }
-        feed(conv, src, last, out, dst, pos)
-    }
 }
 
 /// Push one chunk through the converter, writing everything it produces.
@@ -587,13 +560,27 @@ fn feed(
         out.write_all(&dst[..written]).map_err(FileError::Write)?;
         let consumed = &src[i..i + read];
         i += read;
+        if conv.found_magic() {
+            // The magic number is not text: its line does not count.
+            pos.magic_dropped();
+        }
         match status {
             Status::InputEmpty => {
                 pos.advance(consumed);
                 return Ok(());
             }
             Status::OutputFull => pos.advance(consumed),
-            Status::Malformed(m) => return Err(FileError::Malformed(pos.locate(consumed, m))),
+            Status::Malformed(m) => {
+                let at = pos.locate(consumed, m);
+                return Err(match m.problem {
+                    Problem::MissingMagic => FileError::NoMagic,
+                    Problem::MagicNumber if at.offset == 0 && conv.encodes() => {
+                        FileError::AlreadyEncoded
+                    }
+                    Problem::MagicNumber => FileError::MagicInside(at),
+                    _ => FileError::Malformed(at),
+                });
+            }
         }
     }
 }

@@ -2,17 +2,9 @@
 //! described: byte offset, line, column (characters since the last
 //! U+000A), and the unit's bytes even when it began in an earlier chunk.
 
-use cutf8::{Malformed, Problem, MAGIC};
+use cutf8::{Malformed, Problem};
 
 use super::{Direction, Options};
-
-/// Where a second magic number starts.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Position {
-    pub(super) line: u64,
-    pub(super) column: u64,
-    pub(super) offset: u64,
-}
 
 /// Where the converter is in its input: byte offset, line, characters since
 /// the last U+000A, and the last few bytes (a bad unit may have begun in an
@@ -24,6 +16,8 @@ pub(crate) struct Tracker {
     chars: u64,
     tail: [u8; TAIL],
     tail_len: usize,
+    /// The decoder dropped a magic number at the start (counted as input).
+    magic: bool,
 }
 
 /// Bytes of history kept: longer than any unit but a reserved one.
@@ -37,21 +31,20 @@ impl Default for Tracker {
             chars: 0,
             tail: [0; TAIL],
             tail_len: 0,
+            magic: false,
         }
     }
 }
 
 impl Tracker {
-    pub(super) fn position(&self) -> Position {
-        Position {
-            line: self.line,
-            column: self.chars + 1,
-            offset: self.offset,
+    /// The decoder dropped the magic number at the start of the input it
+    /// was given: its bytes count as offsets but not as text. It ends with
+    /// U+000A, so it adds exactly one line when counted; take it back
+    /// (once, whether its bytes are counted yet or not).
+    pub(crate) fn magic_dropped(&mut self) {
+        if !std::mem::replace(&mut self.magic, true) {
+            self.line -= 1;
         }
-    }
-
-    pub(crate) fn skip_magic(&mut self) {
-        self.offset += MAGIC.len() as u64;
     }
 
     /// Count `bytes` (consumed input) into the position.
@@ -101,17 +94,18 @@ impl Tracker {
         let (offset, chars, bytes) = if m.len <= consumed.len() {
             (self.offset, self.chars, Some(here.to_vec()))
         } else {
-            // The unit began in an earlier chunk: its lead byte (the only
-            // non-continuation byte in it) is already counted.
+            // The unit began in an earlier chunk: the characters of that
+            // part are already counted (one lead byte for a sequence or a
+            // reserved unit; more for the magic number or its characters,
+            // which are never longer than the bytes kept).
             let earlier = m.len - consumed.len();
-            let bytes = (earlier <= self.tail_len).then(|| {
-                let mut v = self.tail[self.tail_len - earlier..self.tail_len].to_vec();
-                v.extend_from_slice(here);
-                v
-            });
+            let before = (earlier <= self.tail_len)
+                .then(|| &self.tail[self.tail_len - earlier..self.tail_len]);
+            let counted = before.map_or(1, count_chars);
+            let bytes = before.map(|b| [b, here].concat());
             (
                 self.offset - earlier as u64,
-                self.chars.saturating_sub(1),
+                self.chars.saturating_sub(counted),
                 bytes,
             )
         };
@@ -242,6 +236,12 @@ impl Located {
                 format!("encoded surrogate U+{cp:04X} ({hex}) cannot be encoded")
             }
             Problem::C1Control(cp) => format!("C1 control U+{cp:04X} ({hex}) cannot be encoded"),
+            Problem::MagicText => "the magic number's characters U+10E7D U+ED4E U+0000 U+000A, \
+                 which would encode to a magic number inside the text (decoding refuses one)"
+                .to_string(),
+            Problem::MagicNumber => {
+                format!("a Corrected UTF-8 magic number ({hex}) inside the text")
+            }
             other => format!("{other} ({hex})"),
         }
     }

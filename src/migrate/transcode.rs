@@ -1,6 +1,6 @@
 //! Classify and convert one byte stream, in constant memory: the strict
-//! codec plus the few rules of SPEC §4 that are migrate's own (magic number,
-//! NUL, binary). Works on a region of an open file through positioned
+//! codec (which writes, requires and drops the magic number) plus the few
+//! rules that are migrate's own (NUL, binary, what to skip). Works on a region of an open file through positioned
 //! reads, writes into any [`Sink`]; knows nothing of paths, temp files or
 //! journals.
 
@@ -8,7 +8,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use cutf8::{has_magic, Decoder, Encoder, Malformed, Problem, Status, MAGIC};
+use cutf8::MAGIC;
+use cutf8::{has_magic, DecodeMagic, Decoder, EncodeMagic, Encoder, Malformed, Problem, Status};
 
 use super::report::{Position, Reason};
 
@@ -180,11 +181,25 @@ enum Codec {
 }
 
 impl Codec {
-    fn strict(to_disk: bool) -> Self {
+    /// The strict codec, to Corrected UTF-8 (`to_disk`) or back; `magic`:
+    /// the stream starts at the start of a file, and so does its magic
+    /// number (written, or required and dropped).
+    fn strict(to_disk: bool, magic: bool) -> Self {
+        let level = crate::codec::level();
         if to_disk {
-            Codec::W(Encoder::strict())
+            let m = if magic {
+                EncodeMagic::Write
+            } else {
+                EncodeMagic::Off
+            };
+            Codec::W(Encoder::strict().with_magic(m).with_simd_level(level))
         } else {
-            Codec::V(Decoder::strict())
+            let m = if magic {
+                DecodeMagic::Expect
+            } else {
+                DecodeMagic::Off
+            };
+            Codec::V(Decoder::strict().with_magic(m).with_simd_level(level))
         }
     }
 
@@ -231,14 +246,13 @@ pub fn convert(
     let Buffers { inp, out, .. } = bufs;
     let mut written = Count(0);
     let mut both = Tee(sink, &mut written);
-    let (mut codec, mut at) = match dir {
-        Direction::Encode => {
-            both.put(&MAGIC)?;
-            (Codec::strict(true), 0u64)
-        }
-        Direction::Decode => (Codec::strict(false), MAGIC.len() as u64),
+    let mut codec = Codec::strict(dir == Direction::Encode, true);
+    // Lines count in the text, after the magic number of a corrected file.
+    let text_start = match dir {
+        Direction::Encode => 0,
+        Direction::Decode => MAGIC.len() as u64,
     };
-    let text_start = at;
+    let mut at = 0u64;
     loop {
         let n = src.read(at, inp)?;
         let last = n < inp.len();
@@ -287,16 +301,13 @@ pub fn verify(
     let Buffers { inp, out, cmp } = bufs;
     // Going back: the inverse codec, from the converted side's text start,
     // compared with the original side's text.
+    // The text of both: the converted file decoded from its magic number
+    // on, or encoded without one and compared with the original's text
+    // after its magic number (a corrected file of the magic number alone
+    // holds the empty text).
     let (mut codec, mut conv_at, mut orig_at) = match dir {
-        Direction::Encode => {
-            let mut head = [0u8; 8];
-            let n = converted.read(0, &mut head).map_err(io_err)?;
-            if n < 8 || !has_magic(&head) {
-                return Err("verification: converted file lacks the magic number".into());
-            }
-            (Codec::strict(false), MAGIC.len() as u64, 0u64)
-        }
-        Direction::Decode => (Codec::strict(true), 0, MAGIC.len() as u64),
+        Direction::Encode => (Codec::strict(false, true), 0, 0u64),
+        Direction::Decode => (Codec::strict(true, false), 0, MAGIC.len() as u64),
     };
     loop {
         let n = converted.read(conv_at, inp).map_err(io_err)?;
@@ -315,6 +326,9 @@ pub fn verify(
             match status {
                 Status::InputEmpty => break,
                 Status::OutputFull => {}
+                Status::Malformed(m) if m.problem == Problem::MissingMagic => {
+                    return Err("verification: converted file lacks the magic number".into());
+                }
                 Status::Malformed(m) => {
                     return Err(format!(
                         "verification: converted file does not convert back: {}",

@@ -162,13 +162,17 @@ enum Command {
     #[command(long_about = "\
 Convert UTF-8 to Corrected UTF-8, standard input to standard output when no \
 FILE is named (\"-\" is standard input). The output begins with the magic number \
-(once, however many inputs) unless --no-magic is given.
+(once, however many inputs, before the first text) unless --no-magic is given; \
+an empty text gives an empty output, with no magic number, as iconv does.
 
 By default an input that has no faithful Corrected UTF-8 form is an error: \
 ill-formed UTF-8 (stray continuation bytes, truncated sequences, FE/FF bytes), \
-overlong forms, encoded surrogates, C1 controls (U+0080-U+009F) and extended \
-forms above U+10FFFF. NUL, CR and TAB convert (judging them is check's job). \
-An input that already begins with the magic number is refused.")]
+overlong forms, encoded surrogates, C1 controls (U+0080-U+009F), extended \
+forms above U+10FFFF, and the magic number's own characters U+10E7D U+ED4E \
+U+0000 U+000A in a row anywhere in the text (they would encode to a magic \
+number, which decode refuses inside a text). NUL, CR and TAB convert (judging \
+them is check's job). An input that already begins with the magic number is \
+refused.")]
     Encode(EncodeArgs),
 
     /// Convert Corrected UTF-8 to UTF-8 (stdin to stdout without FILE).
@@ -176,7 +180,8 @@ An input that already begins with the magic number is refused.")]
 Convert Corrected UTF-8 to UTF-8, standard input to standard output when no \
 FILE is named (\"-\" is standard input). Each input must begin with the \
 magic number, which is dropped; an input without it is refused (it is most \
-likely plain UTF-8 already) unless --no-magic is given. A magic number after \
+likely plain UTF-8 already) unless --no-magic is given, and an empty input is \
+the empty text. A magic number after \
 the start of an input is an error (files were concatenated; decode each on \
 its own), except with --lossless, which reads it as text as the mount does.
 
