@@ -7,13 +7,13 @@
  * step, and when the next step stops early, convert again up to exactly where
  * it stopped so that the input pointer (and so iconv(1)'s "position N") names
  * the character that failed.  The conversion itself is Rust
- * (cutf8_gconv_convert / cutf8_gconv_prologue / cutf8_gconv_flush in
- * src/lib.rs), over the cutf8 codec.  A sequence cut by the end of the input
- * is reported as incomplete (EINVAL) and is fed again by the caller, which is
- * iconv(3)'s contract.  The one thing kept between calls is one int of the
- * descriptor's mbstate_t (__count): units of a magic number a call's input
- * ended with (decided by the next call, written as text by the flush), or
- * how much of the magic number an encoder wrote.  Like skeleton.c's
+ * (cutf8_gconv_convert / cutf8_gconv_flush in src/lib.rs), over the cutf8
+ * codec.  A sequence cut by the end of the input is reported as incomplete
+ * (EINVAL) and is fed again by the caller, which is iconv(3)'s contract.
+ * The one thing kept between calls is one int of the descriptor's mbstate_t
+ * (__count): the codec's magic number state (how much of the magic number
+ * an encoder wrote, units of one a call's input ended with, decided by the
+ * next call or written as text by the flush).  Like skeleton.c's
  * SAVE_RESET_STATE, the re-run below starts again from the saved word.
  *
  * Compiled against the system's <gconv.h> so that the structures have the
@@ -27,14 +27,12 @@
 #include <string.h>
 
 /* Results of the Rust converter. */
-enum { RES_EMPTY = 0, RES_FULL = 1, RES_INCOMPLETE = 2, RES_ILLEGAL = 3, RES_PROCEED = 4, RES_BUG = 5 };
+enum { RES_EMPTY = 0, RES_FULL = 1, RES_INCOMPLETE = 2, RES_ILLEGAL = 3, RES_BUG = 5 };
 
 /* Conversion kinds (step->__data), see src/lib.rs. */
 enum {
-  K_DECODE_UCS4 = 0,
-  K_ENCODE_UCS4 = 1,
-  K_DECODE_UTF8 = 2,
-  K_ENCODE_UTF8 = 3,
+  K_DECODE = 2,
+  K_ENCODE = 3,
   K_NOMAGIC = 8,
 };
 
@@ -44,10 +42,6 @@ extern int cutf8_gconv_convert (int kind, const unsigned char **in,
                                 int *state);
 extern int cutf8_gconv_flush (int kind, unsigned char **out,
                               unsigned char *outend, int *state);
-extern int cutf8_gconv_prologue (int kind, const unsigned char **in,
-                                 const unsigned char *inend,
-                                 unsigned char **out, unsigned char *outend,
-                                 int *state);
 /* The exported entry point (src/lib.rs); its address calibrates demangling. */
 extern int gconv (struct __gconv_step *, struct __gconv_step_data *,
                   const unsigned char **, const unsigned char *,
@@ -100,46 +94,21 @@ cutf8_shim_init (struct __gconv_step *step)
   int from = charset_kind (step->__from_name);
   int to = charset_kind (step->__to_name);
   int kind;
-  if (from >= 0 && is_name (step->__to_name, "INTERNAL"))
-    kind = K_DECODE_UCS4 | from;
-  else if (from >= 0 && is_name (step->__to_name, "ISO-10646/UTF8"))
-    kind = K_DECODE_UTF8 | from;
-  else if (to >= 0 && is_name (step->__from_name, "INTERNAL"))
-    kind = K_ENCODE_UCS4 | to;
+  /* One step each way between a Corrected charset and UTF-8: glibc goes
+     through its own UTF-8 <-> INTERNAL step for every other charset. */
+  if (from >= 0 && is_name (step->__to_name, "ISO-10646/UTF8"))
+    kind = K_DECODE | from;
   else if (to >= 0 && is_name (step->__from_name, "ISO-10646/UTF8"))
-    kind = K_ENCODE_UTF8 | to;
+    kind = K_ENCODE | to;
   else
     return __GCONV_NOCONV;
 
   step->__data = (void *) (uintptr_t) kind;
   step->__stateful = 0;
-  switch (kind & ~K_NOMAGIC)
-    {
-    case K_DECODE_UCS4:
-      step->__min_needed_from = 1;
-      step->__max_needed_from = 6;
-      step->__min_needed_to = 4;
-      step->__max_needed_to = 4;
-      break;
-    case K_DECODE_UTF8:
-      step->__min_needed_from = 1;
-      step->__max_needed_from = 6;
-      step->__min_needed_to = 1;
-      step->__max_needed_to = 4;
-      break;
-    case K_ENCODE_UCS4:
-      step->__min_needed_from = 4;
-      step->__max_needed_from = 4;
-      step->__min_needed_to = 1;
-      step->__max_needed_to = 4;
-      break;
-    default:
-      step->__min_needed_from = 1;
-      step->__max_needed_from = 6;
-      step->__min_needed_to = 1;
-      step->__max_needed_to = 4;
-      break;
-    }
+  step->__min_needed_from = 1;
+  step->__max_needed_from = 6;
+  step->__min_needed_to = 1;
+  step->__max_needed_to = 4;
   return __GCONV_OK;
 }
 
@@ -203,7 +172,9 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
       /* Units of a magic number held at the end of the input are text
          after all (cutf8 decode converts a text that ends with them):
          write them, through the next steps as skeleton.c's
-         EMIT_SHIFT_TO_INIT does.  A reset (do_flush 2) drops them. */
+         EMIT_SHIFT_TO_INIT does.  A reset (do_flush 2) drops them.  An
+         encoder that was given no input writes nothing: an empty text is
+         an empty file, as with cutf8 encode. */
       if (do_flush == 1)
         {
           unsigned char *outstart = data->__outbuf;
@@ -230,23 +201,6 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
                 }
             }
         }
-      /* The magic number of an encoder that was never given input (an empty
-         text still becomes a Corrected file, as with cutf8 encode). */
-      if (do_flush == 1 && is_last && data->__invocation_counter == 0
-          && !data->__internal_use
-          && (kind & ~K_NOMAGIC) != K_DECODE_UCS4
-          && (kind & ~K_NOMAGIC) != K_DECODE_UTF8)
-        {
-          const unsigned char *none = (const unsigned char *) "";
-          unsigned char *outbuf = data->__outbuf;
-          int res = cutf8_gconv_prologue (kind, &none, none, &outbuf,
-                                          data->__outbufend,
-                                          &data->__statep->__count);
-          data->__outbuf = outbuf;
-          if (res != RES_PROCEED)
-            return to_gconv_status (res);
-          ++data->__invocation_counter;
-        }
       memset (data->__statep, '\0', sizeof (*data->__statep));
       if (!is_last)
         return fct (next_step, next_data, NULL, NULL, NULL, irreversible,
@@ -256,23 +210,6 @@ cutf8_shim_gconv (struct __gconv_step *step, struct __gconv_step_data *data,
 
   unsigned char *outbuf = outbufstart == NULL ? data->__outbuf : *outbufstart;
   unsigned char *outend = data->__outbufend;
-
-  /* The magic number, as utf-16.c handles its BOM: only on the first call
-     for this descriptor, never for mb*towc-style internal use.  An encoder
-     writes it here; for the others this marks the start of the stream. */
-  if (data->__invocation_counter == 0 && !data->__internal_use)
-    {
-      int res = cutf8_gconv_prologue (kind, inptrp, inend, &outbuf, outend,
-                                       &data->__statep->__count);
-      if (res != RES_PROCEED)
-        {
-          if (outbufstart != NULL)
-            *outbufstart = outbuf;
-          else if (is_last)
-            data->__outbuf = outbuf;
-          return to_gconv_status (res);
-        }
-    }
 
   while (1)
     {
