@@ -15,7 +15,14 @@ cargo test --release --workspace --doc
 # already built one of its own and installed, used and removed it).
 CUTF8_BIN_DIR=target/release CUTF8_GCONV_SO=target/release/libcutf8_gconv.so \
     scripts/package-deb.sh
-# The codec crate stands alone: its docs build without a warning and it
-# packages as it would be published (crates/cutf8).
+# The codec crate stands alone: its docs build without a warning, it builds
+# as no_std + alloc without its default std feature, and it packages as it
+# would be published (crates/cutf8), with no file a user does not need.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+cargo build -p cutf8 --no-default-features
+cargo clippy -p cutf8 --no-default-features -- -D warnings
 cargo package -p cutf8 --allow-dirty
+if cargo package -p cutf8 --allow-dirty --list | grep -v -E '^(src/.*\.rs|README\.md|LICENSE-(MIT|APACHE)|Cargo\.toml(\.orig)?|Cargo\.lock|\.cargo_vcs_info\.json)$'; then
+    echo "cargo package -p cutf8 ships the files above, which a user does not need" >&2
+    exit 1
+fi

@@ -1,10 +1,11 @@
-//! What the offset index of the `cutf8fs` mount is built from: the units
-//! of Corrected UTF-8 bytes whose view length differs, reported one by one
+//! What a random-access index of a file's view is built from: the units of
+//! Corrected UTF-8 bytes whose view length differs, reported one by one
 //! ([`scan_disk`]) or counted per block ([`count_disk_blocks`]).
 //!
 //! Hidden from the documentation and outside the crate's semver promise:
-//! these follow what that index needs and may change in any release. A
-//! program that wants lengths uses [`crate::length`].
+//! these follow what the one index that uses them (the `cutf8fs` mount's)
+//! needs, and may change in any release. A program that wants lengths uses
+//! [`crate::length`].
 
 use crate::length;
 use crate::simd::{Level, Path};

@@ -47,10 +47,19 @@
 //! Strict conversion round-trips text.
 //!
 //! The magic number is handled inside the converters, as a byte order mark
-//! is inside a UTF-16 decoder ([`DecodeMagic`], [`EncodeMagic`]; the rules
-//! are in [`magic`](crate::MagicState)'s docs): a decoder expects, strips
-//! or ignores it, an encoder writes it or not, and strict conversion
-//! refuses a magic number inside the text both ways.
+//! is inside a UTF-16 decoder ([`DecodeMagic`], [`EncodeMagic`]): a decoder
+//! expects, strips or ignores it, an encoder writes it (before the first
+//! output byte: an empty input gives an empty output) or not. In strict
+//! mode a decoder refuses a magic number anywhere but at the start it
+//! drops ([`Problem::MagicNumber`]), and an encoder refuses the text that
+//! would encode to one, the four characters U+10E7D U+ED4E U+0000 U+000A
+//! in a row ([`MAGIC_TEXT`], [`Problem::MagicText`]), and input that begins
+//! with the magic number itself (it is Corrected UTF-8 already; decided on
+//! its first six bytes, U+FDDD and an encoded surrogate when read as
+//! UTF-8): strict conversion round-trips. Lossless conversion carries all
+//! of these through as text. Any chunking gives the same result: bytes
+//! that may begin a magic number at the end of a chunk are held (at most
+//! eight) until the next chunk or `last` decides.
 //!
 //! For whole buffers there are one-shot functions: [`decode_strict`],
 //! [`decode_strict_to_string`], [`decode_lossless`], [`encode_strict`] and
@@ -143,9 +152,9 @@
 //! * [`simd`]: which vector code a converter runs.
 //! * [`io`] (with `std`): a reader that decodes and a writer that encodes.
 //!
-//! Items hidden from this documentation (the `index` module, which the
-//! `cutf8fs` mount builds its offset index with) are outside the semver
-//! promise and may change in any release.
+//! Items hidden from this documentation (the `index` module: the pieces a
+//! random-access index of a file's view is built from) are outside the
+//! semver promise and may change in any release.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -454,3 +463,8 @@ pub fn encode_strict(view: &[u8]) -> Result<Vec<u8>, ConvertError> {
 
 #[cfg(test)]
 mod tests;
+
+/// The README's examples, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,4 +1,5 @@
-//! The reference: one unit at a time, straight from SPEC §1's table.
+//! The reference: one unit at a time, straight from the format's table
+//! (the crate documentation).
 //!
 //! Everything faster in this crate is tested against these functions. They
 //! take a slice that starts at a unit and say what that unit is; the
@@ -8,7 +9,7 @@
 use super::{Problem, MAX_CODE_POINT};
 
 /// Offsets added to the payload of 2-, 3-(low), 3-(high), 4-, 5- and 6-byte
-/// sequences (SPEC §1).
+/// sequences (the format's table).
 const OFF2: u32 = 160;
 const OFF3_LO: u32 = 2_208;
 const OFF3_HI: u32 = 4_256;

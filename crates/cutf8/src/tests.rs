@@ -1,4 +1,4 @@
-//! Codec tests: SPEC §1's worked examples, every scalar value, the SPEC §2
+//! Codec tests: the format's worked examples, every scalar value, the
 //! invariants on random input, streaming at every cut, and the fast paths
 //! against the scalar reference.
 
@@ -24,7 +24,8 @@ pub(crate) fn encode_to_vec(b: &[u8], strict: bool) -> Result<Vec<u8>, ConvertEr
     }
 }
 
-/// SPEC §1's worked examples: (disk bytes, code point).
+/// The format's worked examples (the byte table in the crate docs): (disk
+/// bytes, code point).
 const EXAMPLES: &[(&[u8], u32)] = &[
     (&[0x2F], 0x2F),
     (&[0xC0, 0xAF], 0xCF),
@@ -446,7 +447,7 @@ fn arb_text() -> impl Strategy<Value = String> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-    /// SPEC §2 invariant 1: W(V(b)) = b, except the exempt class.
+    /// Lossless reading: W(V(b)) = b, except the exempt class.
     #[test]
     fn lossless_reading(b in arb_bytes()) {
         let view = decode_to_vec(&b, false).unwrap();
@@ -474,7 +475,7 @@ proptest! {
         }
     }
 
-    /// SPEC §2 invariant 2: V(W(t)) = t for text W can store.
+    /// Lossless writing: V(W(t)) = t for text W can store.
     #[test]
     fn lossless_writing(t in arb_text()) {
         let disk = encode_to_vec(t.as_bytes(), false).unwrap();
@@ -544,7 +545,7 @@ fn reference_faithful(b: &[u8]) -> bool {
     true
 }
 
-/// Each SPEC example and boundary at offsets 0..64, split at every cut,
+/// Each example and boundary of the table at offsets 0..64, split at every cut,
 /// through both directions.
 #[test]
 fn table_at_every_offset_and_cut() {

@@ -8,7 +8,7 @@
 //! takes (ASCII, and 2-, 3- and 4-byte sequences whose length is the same on
 //! both sides), V and W only add or subtract a constant to the code point,
 //! and a code point is written in base 64, one digit per continuation byte.
-//! So each byte lane gets a digit of the offset (SPEC §1) and the carries
+//! So each byte lane gets a digit of the offset (the format's table) and the carries
 //! (borrows for W) run at most three lanes towards the lead byte:
 //!
 //! | sequence | offset | digits, lead first |
