@@ -634,10 +634,39 @@ mod tests {
         );
     }
 
+    /// Decode `input` (the magic number required) in chunks of `chunk`
+    /// bytes; the error.
+    fn decode_error(input: &[u8], chunk: usize) -> FileError {
+        let mut opts = Options::new(Direction::Decode);
+        opts.buffer_size = chunk;
+        let mut bufs = Buffers::new(&opts);
+        match convert_one(&opts, &mut &input[..], &mut Vec::new(), true, &mut bufs) {
+            Err(e) => e,
+            Ok(_) => panic!("no error in {input:02X?}"),
+        }
+    }
+
     #[test]
-    fn view_magic_is_the_view_of_magic() {
-        let v = cutf8::decode_strict(&MAGIC).expect("MAGIC decodes");
-        assert_eq!(v, VIEW_MAGIC);
+    fn positions_count_from_the_text_after_a_dropped_magic_number() {
+        let m = &cutf8::MAGIC[..];
+        let stray = [m, b"x\n\x80"].concat();
+        let inside = [m, "ab\nçd".as_bytes(), m, b"z"].concat();
+        for chunk in 1..=inside.len() + 1 {
+            match decode_error(&stray, chunk) {
+                FileError::Malformed(at) => {
+                    assert_eq!((at.line, at.column, at.offset), (2, 1, 10), "chunk {chunk}")
+                }
+                _ => panic!("chunk {chunk}: not the stray byte"),
+            }
+            // The second magic number, however it is cut: its first byte.
+            match decode_error(&inside, chunk) {
+                FileError::MagicInside(at) => {
+                    assert_eq!((at.line, at.column, at.offset), (2, 3, 14), "chunk {chunk}")
+                }
+                _ => panic!("chunk {chunk}: not the second magic number"),
+            }
+            assert!(matches!(decode_error(b"plain", chunk), FileError::NoMagic));
+        }
     }
 
     #[test]
