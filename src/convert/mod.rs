@@ -62,7 +62,7 @@ pub struct Options {
     pub direction: Direction,
     /// Apply V/W exactly as the mount does (default: false, strict).
     pub lossless: bool,
-    /// Encode: begin the output with [`MAGIC`]. Decode: require each input
+    /// Encode: begin the output with [`cutf8::MAGIC`]. Decode: require each input
     /// to begin with it (an input without it is refused: it is most likely
     /// plain UTF-8 already), and, in strict mode, refuse a magic number
     /// anywhere after the start (two files concatenated). Default: true;

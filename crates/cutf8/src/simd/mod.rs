@@ -61,7 +61,7 @@
 //! Every conversion kernel steps from block to block by how much of the
 //! block it took, which depends on the block's last bytes; so that the
 //! next blocks' loads need not wait for that, each block also prefetches
-//! the block [`PREFETCH`] bytes ahead. Where these choices were measured:
+//! the block a kilobyte ahead. Where these choices were measured:
 //! `docs/performance.md` of the repository this crate lives in.
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
@@ -189,6 +189,8 @@ impl Path {
     pub(crate) const PORTABLE: Path = Path(Level::Portable);
 
     /// `None` when this CPU lacks the instructions of `level`.
+    // Without `std` the checks are constants of the target.
+    #[cfg_attr(not(feature = "std"), allow(clippy::nonminimal_bool, clippy::eq_op))]
     pub(crate) fn new(level: Level) -> Option<Path> {
         let ok = match level {
             Level::Portable => true,
