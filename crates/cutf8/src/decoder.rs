@@ -11,6 +11,7 @@
 //! U+0000 byte (the magic number holds one) so that the scalar code sees
 //! each unit that could begin a magic number.
 
+use crate::magic::NEAR_LIMIT;
 use crate::magic::{DecodeMagic, Gate, MagicState, NulScan, MAGIC, MAGIC_ENDS, MAGIC_NUL};
 use crate::scalar::{decode_disk_unit, disk_cp, encode_view, is_cont, lead_len, payload};
 use crate::scalar::{view_len_of, DiskUnit};
@@ -383,7 +384,7 @@ impl Decoder {
             // Vector blocks as far as they go (ASCII, and units that keep
             // their length), then scalar code for at least the block the
             // vector code refused.
-            let (limit, window_end) = if self.strict {
+            let (limit, searched) = if self.strict {
                 let find = |s: &[u8]| path.find_zero(s);
                 nuls.limit(find, src, i, last, MAGIC_NUL)
             } else {
@@ -395,11 +396,11 @@ impl Decoder {
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }
-            let stop = if window_end && limit > i {
-                limit.min(i + SCALAR_STRETCH)
-            } else {
-                i + SCALAR_STRETCH
-            };
+            if searched && read > 0 && limit - i < NEAR_LIMIT {
+                // Stopped by the end of what is searched: search on.
+                continue;
+            }
+            let stop = i + SCALAR_STRETCH;
             while i < src.len() && i < stop {
                 if dst.len() - o < MAX_UNIT_LEN && self.out_len(src, i, last) > dst.len() - o {
                     return (Status::OutputFull, i, o);

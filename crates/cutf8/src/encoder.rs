@@ -10,7 +10,7 @@
 //! code stops short of every U+0000 byte, as in the decoder.
 
 use crate::magic::{EncodeMagic, Gate, MagicState, NulScan, MAGIC, MAGIC_ENDS, MAGIC_TEXT};
-use crate::magic::{TEXT_ENDS, TEXT_NUL};
+use crate::magic::{NEAR_LIMIT, TEXT_ENDS, TEXT_NUL};
 use crate::scalar::{decode_view_unit, encode_disk, is_cont, lead_len, ViewUnit};
 use crate::simd::{Level, Path};
 use crate::{Malformed, Problem, Status, MAX_UNIT_LEN};
@@ -290,7 +290,7 @@ impl Encoder {
         let path = self.path;
         loop {
             // As in the decoder: vector blocks, then a scalar stretch.
-            let (limit, window_end) = if self.strict {
+            let (limit, searched) = if self.strict {
                 let find = |s: &[u8]| path.find_zero(s);
                 nuls.limit(find, src, i, last, TEXT_NUL)
             } else {
@@ -302,11 +302,11 @@ impl Encoder {
             if i == src.len() {
                 return (Status::InputEmpty, i, o);
             }
-            let stop = if window_end && limit > i {
-                limit.min(i + SCALAR_STRETCH)
-            } else {
-                i + SCALAR_STRETCH
-            };
+            if searched && read > 0 && limit - i < NEAR_LIMIT {
+                // Stopped by the end of what is searched: search on.
+                continue;
+            }
+            let stop = i + SCALAR_STRETCH;
             while i < src.len() && i < stop {
                 if dst.len() - o < MAX_UNIT_LEN && self.out_len_at(src, i, last) > dst.len() - o {
                     return (Status::OutputFull, i, o);

@@ -237,3 +237,121 @@ impl<W: Write> Drop for EncodeWriter<W> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DecodeMagic, EncodeMagic, Problem, MAGIC};
+
+    /// A reader that hands out at most `step` bytes per call.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn decode_all(data: &[u8], step: usize, read: usize) -> (Vec<u8>, Option<io::Error>) {
+        let dec = Decoder::strict().with_magic(DecodeMagic::Expect);
+        let mut r = DecodeReader::new(Trickle { data, step }, dec);
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; read];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => return (out, None),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+
+    fn convert_error(e: &io::Error) -> ConvertError {
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        *e.get_ref()
+            .and_then(|e| e.downcast_ref::<ConvertError>())
+            .expect("a ConvertError inside")
+    }
+
+    #[test]
+    fn reader_decodes_whatever_the_chunks_and_reads() {
+        let text = "Grüße ࠀ 𐀀 ok\n".repeat(2000);
+        let file = [&MAGIC[..], &crate::encode_strict(text.as_bytes()).unwrap()].concat();
+        for step in [1, 7, 4096, 100_000] {
+            for read in [1, 3, 8192] {
+                let (out, err) = decode_all(&file, step, read);
+                assert!(err.is_none(), "step {step} read {read}");
+                assert!(out == text.as_bytes(), "step {step} read {read}");
+            }
+        }
+    }
+
+    #[test]
+    fn reader_reports_the_offset_from_the_start_after_the_text_before() {
+        let mut file = [&MAGIC[..], &b"abc"[..]].concat();
+        file.extend(std::iter::repeat_n(b'x', 20_000));
+        let bad = file.len();
+        file.extend_from_slice(&[0x80, b'y']);
+        for step in [1, 5, 100_000] {
+            let (out, err) = decode_all(&file, step, 64);
+            let e = convert_error(&err.expect("an error"));
+            assert_eq!(
+                (e.problem(), e.offset()),
+                (Problem::StrayContinuation(0x80), bad as u64)
+            );
+            assert_eq!(
+                out.len(),
+                bad - MAGIC.len(),
+                "everything before it, step {step}"
+            );
+        }
+        let (out, err) = decode_all(b"plain", 2, 64);
+        assert_eq!(
+            convert_error(&err.unwrap()).problem(),
+            Problem::MissingMagic
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn writer_encodes_whatever_the_writes_and_finish_reports_a_cut_unit() {
+        let text = "κόσμε, 世界 ࢠ\n".repeat(1000);
+        let enc = || Encoder::strict().with_magic(EncodeMagic::Write);
+        for piece in [1, 2, 7, 10_000, 100_000] {
+            let mut w = EncodeWriter::new(Vec::new(), enc());
+            for chunk in text.as_bytes().chunks(piece) {
+                w.write_all(chunk).unwrap();
+            }
+            let file = w.finish().unwrap();
+            assert_eq!(
+                crate::decode_strict_to_string(&file, DecodeMagic::Expect).unwrap(),
+                text,
+                "pieces of {piece}"
+            );
+        }
+        // A sequence cut at the end is an error at finish, at its offset.
+        let mut w = EncodeWriter::new(Vec::new(), enc());
+        w.write_all(b"ab\xE4\xB8").unwrap();
+        let e = convert_error(&w.finish().unwrap_err());
+        assert_eq!((e.offset(), e.malformed.len), (2, 2));
+        // An error fails that write and every later one.
+        let mut w = EncodeWriter::new(Vec::new(), enc());
+        let e = w.write_all("a\u{85}".as_bytes()).unwrap_err();
+        assert_eq!(convert_error(&e).problem(), Problem::C1Control(0x85));
+        assert!(w.write_all(b"more").is_err());
+        assert!(w.finish().is_err());
+        // Dropped unfinished: what it holds is written, errors ignored.
+        let mut out = Vec::new();
+        {
+            let mut w = EncodeWriter::new(&mut out, enc());
+            w.write_all(b"tail").unwrap();
+        }
+        assert_eq!(out, [&MAGIC[..], b"tail"].concat());
+    }
+}

@@ -238,27 +238,39 @@ impl Gate {
 
 /// Where the vector code may convert up to, from `i`, so that the scalar
 /// code sees every unit that may begin a magic pattern whose U+0000 byte
-/// lies `nul` bytes after its first: the first U+0000 byte at or after
-/// `i + nul` is found a window at a time, and the vector code stops `nul`
-/// bytes before it. Without one, a chunk that is not the last keeps its
-/// last `nul` bytes for the scalar code (a pattern cut by the chunk's end
-/// is held).
+/// lies `nul` bytes after its first: the vector code stops `nul` bytes
+/// before the first U+0000 byte at or after `i + nul`, or before the end
+/// of what has been searched. The search runs ahead of the conversion a
+/// few kilobytes at a time, each byte once (after a U+0000 byte, on from
+/// it), so that the vector code reads what it converts from the cache.
+/// Without a U+0000 byte, a chunk that is not the last keeps its last
+/// `nul` bytes for the scalar code (a pattern cut by the chunk's end is
+/// held).
 #[derive(Debug, Default)]
 pub(crate) struct NulScan {
-    /// The range searched last, and the first U+0000 byte found in it.
+    /// `src[from..to]` has been searched; `found` is the first U+0000
+    /// byte in it.
     from: usize,
     to: usize,
     found: Option<usize>,
 }
 
-/// How many bytes are searched for U+0000 at a time: the vector code reads
-/// them again while they are in the first-level cache.
-const WINDOW: usize = 16 * 1024;
+/// How many bytes are searched at a time, and how close the conversion
+/// may come to the end of what is searched before the search goes on.
+const WINDOW: usize = 4 * 1024;
+const AHEAD: usize = 1024;
+
+/// How close to the end of a range the vector code may stop only because
+/// it takes whole blocks with look-ahead (the AVX2 blocks that end each
+/// run stop at most a block, 32 bytes, and 34 of look-ahead short): the
+/// conversion then goes on after searching further, without the scalar
+/// code.
+pub(crate) const NEAR_LIMIT: usize = 128;
 
 impl NulScan {
-    /// `(limit, window_end)`: convert `src[i..limit]` with the vector code;
-    /// `window_end` says the limit is only where the search stopped (no
-    /// U+0000 before it), so the scalar code need not go past it.
+    /// `(limit, searched)`: convert `src[i..limit]` with the vector code;
+    /// `searched` says the limit is only where the search stopped (no
+    /// U+0000 byte before it), so the conversion may go on after a search.
     pub fn limit(
         &mut self,
         find: impl Fn(&[u8]) -> Option<usize>,
@@ -271,16 +283,22 @@ impl NulScan {
         if s >= src.len() {
             return (if last { src.len() } else { i }, false);
         }
-        let reuse = self.from <= s
-            && match self.found {
-                Some(p) => p >= s,
-                None => s < self.to,
+        if s < self.from || s > self.to {
+            // Not searched (the first call, or far past the last search).
+            *self = NulScan {
+                from: s,
+                to: s,
+                found: None,
             };
-        if !reuse {
-            let to = (s + WINDOW).min(src.len());
+        } else if self.found.is_some_and(|p| p < s) {
+            // Past the U+0000 byte found: search on from here.
+            self.found = find(&src[s..self.to]).map(|k| s + k);
             self.from = s;
-            self.to = to;
-            self.found = find(&src[s..to]).map(|k| s + k);
+        }
+        while self.found.is_none() && self.to < src.len() && self.to - s < AHEAD {
+            let end = (self.to + WINDOW).min(src.len());
+            self.found = find(&src[self.to..end]).map(|k| self.to + k);
+            self.to = end;
         }
         match self.found {
             Some(p) => (p - nul, false),

@@ -519,3 +519,67 @@ fn one_shot_helpers_apply_the_rules() {
         }
     );
 }
+
+/// Long texts, where the search for U+0000 runs ahead of the vector code
+/// a window at a time: U+0000 bytes that begin nothing, and one magic
+/// number (or its characters) placed around each window edge, on every
+/// level, whole and in chunks that cut near it.
+#[test]
+fn long_texts_with_nul_bytes_and_one_magic_number_near_every_window_edge() {
+    let line = "Grüße, 中文 text\0 more ࠀ\n";
+    let body = line.repeat(3000);
+    let window = 4096;
+    for path in Path::available() {
+        let level = path.level();
+        for edge in (1..8).map(|k| k * window) {
+            for delta in [-9isize, -7, -6, -1, 0, 1, 5] {
+                let at = (edge as isize + delta) as usize;
+                // A character boundary at or before `at`.
+                let at = (0..=at).rev().find(|&k| body.is_char_boundary(k)).unwrap();
+                let view = [
+                    &body.as_bytes()[..at],
+                    &MAGIC_TEXT[..],
+                    &body.as_bytes()[at..],
+                ]
+                .concat();
+                let want_e = model_encode(&view, true, EncodeMagic::Off);
+                assert_eq!(want_e.1, Some((Some(Problem::MagicText), at)));
+                let head = crate::encode_strict(&body.as_bytes()[..at]).unwrap();
+                let tail = crate::encode_strict(&body.as_bytes()[at..]).unwrap();
+                let disk = [&head[..], &MAGIC[..], &tail[..]].concat();
+                let want_d = model_decode(&disk, true, DecodeMagic::Off);
+                assert_eq!(want_d.1, Some((Some(Problem::MagicNumber), head.len())));
+                for cuts in [
+                    vec![],
+                    vec![at - 3],
+                    vec![at + 4],
+                    vec![edge - 100, edge + 100],
+                ] {
+                    let got = drive(encoder(true, EncodeMagic::Off, level), &view, &cuts, 4096);
+                    assert!(
+                        same(&got, &want_e),
+                        "{level} W edge {edge}{delta:+} cuts {cuts:?}"
+                    );
+                    let cuts: Vec<usize> = cuts.iter().map(|&c| c.min(disk.len())).collect();
+                    let got = drive(decoder(true, DecodeMagic::Off, level), &disk, &cuts, 4096);
+                    assert!(
+                        same(&got, &want_d),
+                        "{level} V edge {edge}{delta:+} cuts {cuts:?}"
+                    );
+                }
+            }
+        }
+        // No magic number at all: the U+0000 bytes are text.
+        let got = drive(
+            encoder(true, EncodeMagic::Off, level),
+            body.as_bytes(),
+            &[5000, 9001],
+            777,
+        );
+        assert_eq!(
+            got,
+            (crate::encode_lossless(body.as_bytes()).unwrap(), None),
+            "{level}"
+        );
+    }
+}

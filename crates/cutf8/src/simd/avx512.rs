@@ -337,6 +337,7 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
     // aliasing, see `kernels::run`).
     let mut held: Option<(__m512i, usize)> = None;
     let mut ascii = true;
+    let far = slen >= super::PREFETCH_FROM;
     loop {
         if ascii && i + 4 * LANES <= slen && o + 4 * LANES <= dlen {
             let a = load(sp, i);
@@ -372,7 +373,9 @@ pub(super) unsafe fn run<const ENCODE: bool>(src: &[u8], dst: &mut [u8]) -> (usi
             continue;
         }
         ascii = false;
-        super::kernels::prefetch(sp.add(i));
+        if far {
+            super::kernels::prefetch(sp.add(i));
+        }
         // The lanes before a lead whose sequence runs past the block (61
         // to 64; its last four bytes are inside `src` as the block is).
         let commit = commit_at(sp.add(i + LANES - 4));

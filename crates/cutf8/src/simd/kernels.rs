@@ -43,7 +43,10 @@ use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
 /// Ask for the bytes [`super::PREFETCH`] after `p`, for the block that
 /// will be converted there: its load then need not wait for memory after
 /// the blocks before it are done (each block's start depends on where the
-/// last one stopped). A prefetch never faults, wherever it points.
+/// last one stopped). A prefetch never faults, wherever it points. Only
+/// for inputs of at least [`super::PREFETCH_FROM`] bytes: a shorter one is
+/// most likely in the cache already, where the prefetch costs and brings
+/// nothing.
 ///
 /// # Safety
 ///
@@ -326,6 +329,7 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(
     let mut held: Option<(V, usize)> = None;
     // Whether the last block was ASCII: only then try four at once.
     let mut ascii = true;
+    let far = slen >= super::PREFETCH_FROM;
     loop {
         if ascii && i + 4 * lanes <= slen && o + 4 * lanes <= dlen {
             let a = V::load(sp.add(i));
@@ -363,7 +367,9 @@ pub(super) unsafe fn run<V: Vector, const ENCODE: bool>(
             continue;
         }
         ascii = false;
-        prefetch(sp.add(i));
+        if far {
+            prefetch(sp.add(i));
+        }
         // The lanes before a lead whose sequence runs past the block,
         // from the last three bytes: scalar and branch-free, as the next
         // block's address depends on it.

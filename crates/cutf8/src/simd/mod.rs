@@ -60,8 +60,9 @@
 //!
 //! Every conversion kernel steps from block to block by how much of the
 //! block it took, which depends on the block's last bytes; so that the
-//! next blocks' loads need not wait for that, each block also prefetches
-//! the block a kilobyte ahead. Where these choices were measured:
+//! next blocks' loads need not wait for that on an input too long to be in
+//! the cache (2 MiB and more), each block also prefetches the block a
+//! kilobyte ahead. Where these choices were measured:
 //! `docs/performance.md` of the repository this crate lives in.
 //!
 //! Dispatch cannot be misused from safe code (memchr's rule): the kernels
@@ -82,6 +83,10 @@ use core::sync::atomic::{AtomicU8, Ordering};
 
 /// How far ahead of the block it converts a conversion kernel prefetches.
 pub(crate) const PREFETCH: usize = 1024;
+
+/// The input length from which the conversion kernels prefetch (twice the
+/// second-level cache of the machines measured).
+pub(crate) const PREFETCH_FROM: usize = 2 << 20;
 
 /// A level of vector code, lowest first.
 #[non_exhaustive]
