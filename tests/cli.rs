@@ -717,7 +717,8 @@ fn strict_encode_refuses_the_magic_numbers_characters_anywhere() {
                     .stderr_has(&format!(
                         "<stdin>:{line}:{col}: the magic number's characters U+10E7D U+ED4E \
                          U+0000 U+000A, which would encode to a magic number inside the text \
-                         (decoding refuses one) (byte offset {})",
+                         (decoding refuses one) (byte offset {}); --lossless carries them \
+                         through as the mount does\n",
                         pre.len()
                     ));
             }

@@ -305,6 +305,10 @@ fn hint(opts: &Options, input: &Input, at: &Located, reader: &mut Recorder) -> S
             "; --lossless carries it through as the mount does".to_string()
         };
     }
+    if at.malformed.problem == Problem::MagicText {
+        // Text, not a sign of another charset (its U+0000 is no binary).
+        return "; --lossless carries them through as the mount does".to_string();
+    }
     let mut more = vec![0u8; SAMPLE];
     let n = read_prefix(reader.inner, &mut more, SAMPLE).unwrap_or(0);
     let mut sample = reader.head.clone();
