@@ -7,7 +7,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-cargo build --quiet --release -p cutf8-gconv -p cutf8fs --bin cutf8
+cargo build --quiet --release -p cutf8-gconv
+cargo build --quiet --release -p cutf8fs --bin cutf8
 target=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 prefix=$target/release/gconv-bench-prefix

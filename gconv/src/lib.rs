@@ -156,43 +156,39 @@ pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8], state: &mut c_int) -> (R
     let decode = kind & !NOMAGIC == DECODE;
     // A unit cut by the end of the input goes back to the caller: it is
     // handed to the codec only to decide on magic number bytes held before
-    // it, and taken back. Everything after an FE or FF lead goes back too,
-    // which strict decoding refuses whatever follows (the decoder would
-    // wait for the end of its reserved unit).
+    // it, and taken back.
     let cut = if decode {
         complete_prefix(src, disk_incomplete)
     } else {
         complete_prefix(src, view_incomplete)
     };
-    let reserved = if decode {
-        // No further than this call can convert: a decoder writes at
-        // least a byte per byte it reads, but for a magic number it drops
-        // (8) or holds (7).
-        let reach = cut.min(dst.len().saturating_add(16));
-        src[..reach].iter().position(|&b| b >= 0xFE)
-    } else {
-        None
-    };
-    let (status, r, w, after) = match reserved {
-        Some(p) => run(step, &src[..=p], dst),
-        None if cut < src.len() => {
-            let tried = run(step.clone(), src, dst);
-            if tried.3.held() > 0 && tried.1 == src.len() {
-                // What may be a magic number runs into the cut unit (held
-                // bytes end where the input does): hold only what comes
-                // before it.
-                run(step, &src[..cut], dst)
-            } else {
-                tried
-            }
+    let (status, r, w, after, fed) = if cut < src.len() {
+        let tried = run(step.clone(), src, dst);
+        if tried.3.held() > 0 && tried.1 == src.len() {
+            // What may be a magic number runs into the cut unit (held
+            // bytes end where the input does): hold only what comes
+            // before it.
+            let (status, r, w, after) = run(step, &src[..cut], dst);
+            (status, r, w, after, cut)
+        } else {
+            let (status, r, w, after) = tried;
+            (status, r, w, after, src.len())
         }
-        None => run(step, src, dst),
+    } else {
+        let (status, r, w, after) = run(step, src, dst);
+        (status, r, w, after, src.len())
+    };
+    // A reserved unit at the end of the input, which strict decoding
+    // refuses whatever follows (the decoder waits for its end): the error,
+    // everything before it converted.
+    let reserved = match status {
+        Status::InputEmpty if decode => reserved_at_end(&src[..fed]),
+        _ => None,
     };
     let res = match status {
         Status::Malformed(m) => (Res::Illegal, r.saturating_sub(m.len), w),
         Status::OutputFull => (Res::Full, r, w),
-        // Everything up to the reserved unit converted: it is the error.
-        Status::InputEmpty if reserved.is_some_and(|p| r == p + 1) => (Res::Illegal, r - 1, w),
+        Status::InputEmpty if reserved.is_some() => (Res::Illegal, reserved.unwrap_or(r), w),
         Status::InputEmpty
             if decode && kind & NOMAGIC == 0 && after.at_start() && after.held() > 0 =>
         {
@@ -205,6 +201,12 @@ pub fn convert(kind: c_int, src: &[u8], dst: &mut [u8], state: &mut c_int) -> (R
     };
     *state = after.to_bits() as c_int;
     res
+}
+
+/// Where an FE or FF lead begins the continuation bytes `s` ends with.
+fn reserved_at_end(s: &[u8]) -> Option<usize> {
+    let lead = s.iter().rposition(|&b| !cutf8::unit::is_cont(b))?;
+    (s[lead] >= 0xFE).then_some(lead)
 }
 
 /// One conversion of `src` (not the end of the input) by `step`.
