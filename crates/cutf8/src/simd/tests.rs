@@ -1206,3 +1206,98 @@ fn candidates_at_vector_edges() {
         }
     }
 }
+
+/// Text of `len` bytes or a little more, from a fixed seed: stretches of
+/// ASCII long enough for the four-block copies, then stretches of one to
+/// three scripts at character level (two-, three- and four-byte units,
+/// units whose length differs on disk); with `junk`, bytes the fast
+/// paths refuse and lossless conversion carries through (a stray
+/// continuation byte, an FE unit) now and then.
+fn long_text(len: usize, junk: bool) -> Vec<u8> {
+    let chars = [
+        'é',
+        'ж',
+        '中',
+        '字',
+        '😀',
+        '\u{800}',
+        '\u{89F}',
+        '\u{1_0000}',
+        '\u{1_109F}',
+        '\u{FFFF}',
+        '\u{D_109F}',
+    ];
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut out = Vec::with_capacity(len + 4096);
+    while out.len() < len {
+        out.resize(out.len() + next(600), b'a' + next(26) as u8);
+        for _ in 0..next(2000) {
+            if next(3) == 0 {
+                out.push(b' ');
+            } else {
+                let c = chars[next(chars.len())];
+                out.extend_from_slice(c.to_string().as_bytes());
+            }
+        }
+        if junk && next(8) == 0 {
+            out.extend_from_slice(if next(2) == 0 { &[0x80] } else { &[0xFE, 0x80] });
+        }
+    }
+    out
+}
+
+/// Inputs long enough for the kernels to prefetch ahead of the blocks
+/// they convert (`PREFETCH_FROM`): on every level, a fast run over clean
+/// text takes all of it but its last block and converts it exactly, and
+/// the converters give the unit-by-unit reference's output on text with
+/// refused units, where each run stops and the next begins further on.
+#[test]
+fn long_inputs_convert_as_the_reference_on_every_level() {
+    let clean = long_text(PREFETCH_FROM * 5 / 4, false);
+    let disk_clean = to_disk(&clean);
+    let junk = long_text(PREFETCH_FROM * 5 / 4, true);
+    let disk_junk = to_disk(&junk);
+    assert!(disk_clean.len() >= PREFETCH_FROM && disk_junk.len() >= PREFETCH_FROM);
+    let (want_v, want_w) = (
+        reference_v(&disk_junk, false).unwrap(),
+        reference_w(&junk, false).unwrap(),
+    );
+    for path in Path::available() {
+        for (encode, src) in [(true, &clean), (false, &disk_clean)] {
+            let mut dst = vec![0u8; 2 * src.len() + 64];
+            let (n, w) = if encode {
+                encode_run_on(path, src, &mut dst)
+            } else {
+                decode_run_on(path, src, &mut dst)
+            };
+            if path.level() != Level::Portable {
+                assert!(
+                    n + run_block(path) + 3 >= src.len(),
+                    "{path:?} encode {encode}: ran to {n} of {}",
+                    src.len()
+                );
+            }
+            let want = if encode {
+                reference_fast_w(&src[..n])
+            } else {
+                reference_fast_v(&src[..n])
+            };
+            assert!(
+                want.as_deref() == Some(&dst[..w]),
+                "{path:?} encode {encode}: output differs from the reference"
+            );
+        }
+        let mut d = Decoder::lossless().with_simd_level(path.level());
+        let got = stream(|s, o, l| d.convert(s, o, l), &disk_junk, &[], 3 << 20).unwrap();
+        assert!(got == want_v, "{path:?}: V differs from the reference");
+        let mut e = Encoder::lossless().with_simd_level(path.level());
+        let got = stream(|s, o, l| e.convert(s, o, l), &junk, &[], 3 << 20).unwrap();
+        assert!(got == want_w, "{path:?}: W differs from the reference");
+    }
+}
