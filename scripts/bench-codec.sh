@@ -12,7 +12,10 @@
 #
 # `cargo bench -p cutf8 --bench codec` gives the same operations through criterion;
 # `cargo run -p cutf8 --release --example bench_cpu -- CORPUS OP` one of them in
-# thread CPU time (steadier on a loaded machine).
+# thread CPU time (steadier on a loaded machine);
+# `cargo run -p cutf8 --release --example bench_ratio -- [MIB] [ROUNDS]` the
+# headline alone (V and W ÷ validation, and memcpy ÷ validation) in thread CPU
+# time, the operations alternating, each ratio taken within a round.
 set -eu
 cd "$(dirname "$0")/.."
 if [ -n "${CUTF8FS_SIMD:-}" ] && [ -z "${CUTF8_SIMD:-}" ]; then
