@@ -93,6 +93,21 @@ pub fn open_path(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)
 }
 
+/// Closes a duplicate of `fd`, so the file's close-time work runs (a
+/// network filesystem writes back and reports its errors there, as
+/// close(2) would) while `fd` stays open: that close's error.
+pub fn close_dup(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let dup = fd.try_clone_to_owned()?;
+    unistd::close(dup).map_err(from_nix)
+}
+
+/// The path the kernel gives for the file behind `fd` (the target of
+/// `/proc/self/fd/N`: where it was reached from, " (deleted)" after an
+/// unlink), for messages and for policies that look at names.
+pub fn fd_path(fd: BorrowedFd<'_>) -> io::Result<std::path::PathBuf> {
+    std::fs::read_link(std::ffi::OsStr::from_bytes(proc_path(fd).as_bytes()))
+}
+
 /// Opens the inode behind an `O_PATH` descriptor for I/O.
 pub fn reopen(fd: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<File> {
     open(proc_path(fd).as_c_str(), flags).map(File::from)

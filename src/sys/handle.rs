@@ -61,6 +61,18 @@ pub fn name_to_handle(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<(BackingHa
     ))
 }
 
+impl BackingHandle {
+    /// The handle's type (`handle_type`), as the filesystem chose it.
+    pub fn ty(&self) -> libc::c_int {
+        self.ty
+    }
+
+    /// The handle's bytes (`f_handle`).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// Opens the inode a handle names, on the filesystem of `mount` (any
 /// descriptor on it). Needs CAP_DAC_READ_SEARCH (EPERM without it); ESTALE
 /// if the inode is gone. A handle never resolves a path, so no symlink is
@@ -70,12 +82,26 @@ pub fn open_by_handle(
     h: &BackingHandle,
     flags: libc::c_int,
 ) -> io::Result<OwnedFd> {
+    open_by_handle_parts(mount, h.ty, &h.bytes, flags)
+}
+
+/// [`open_by_handle`] for a handle kept as its type and bytes (EINVAL if
+/// they cannot be a handle).
+pub fn open_by_handle_parts(
+    mount: BorrowedFd<'_>,
+    ty: libc::c_int,
+    bytes: &[u8],
+    flags: libc::c_int,
+) -> io::Result<OwnedFd> {
+    if bytes.len() > libc::MAX_HANDLE_SZ as usize {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     let mut buf = HandleBuf {
-        handle_bytes: h.bytes.len() as libc::c_uint,
-        handle_type: h.ty,
+        handle_bytes: bytes.len() as libc::c_uint,
+        handle_type: ty,
         f_handle: [0; libc::MAX_HANDLE_SZ as usize],
     };
-    buf.f_handle[..h.bytes.len()].copy_from_slice(&h.bytes);
+    buf.f_handle[..bytes.len()].copy_from_slice(bytes);
     // SAFETY: `buf` is a file_handle whose handle_bytes fit its array; a
     // descriptor it returns is new and owned by no one else.
     unsafe {
