@@ -262,3 +262,73 @@ fn user_cannot_plant_code_in_a_setuid_root_file() {
     let mode = fs::metadata(m.b("prog")).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o777, "set-user-ID survived an unprivileged rewrite");
 }
+
+/// The kernel caches a file's attributes; the daemon removes set-id bits
+/// itself, so it must tell the kernel, or `stat -c %A` (which asks only
+/// for the mode, and so is answered from the kernel's cache) shows the
+/// old mode right after the write. Each command, by the owner (a real
+/// user, without CAP_FSETID), on a set-user-ID and set-group-ID file of
+/// its own group: through the mount, right after, the mode is BACKING's.
+#[test]
+fn stat_right_after_a_write_shows_the_mode_backing_has() {
+    let m = mount();
+    let a = user(A);
+    let ops: &[(&str, &str, &str)] = &[
+        ("append", "printf 'x\\n' >> \"$1\"", "-rw-r-Sr--"),
+        (
+            "write in place",
+            "printf T | dd of=\"$1\" bs=1 seek=1 conv=notrunc status=none",
+            "-rw-r-Sr--",
+        ),
+        ("fallocate", "fallocate -l 8192 \"$1\"", "-rw-r-Sr--"),
+        (
+            "fallocate, keeping the size",
+            "fallocate -n -l 65536 \"$1\"",
+            "-rw-r-Sr--",
+        ),
+        ("truncate", "truncate -s 3 \"$1\"", "-rw-r-Sr--"),
+    ];
+    for (i, &(op, script, want)) in ops.iter().enumerate() {
+        for text in [false, true] {
+            let name = format!("f{i}{}", if text { ".txt" } else { ".bin" });
+            let b = m.b(&name);
+            let body: &[u8] = if text {
+                "é text\nline two\n".as_bytes()
+            } else {
+                b"\x7fELF\x00 bin"
+            };
+            fs::write(&b, body).unwrap();
+            std::os::unix::fs::chown(&b, Some(a.uid), Some(a.gid)).unwrap();
+            fs::set_permissions(&b, fs::Permissions::from_mode(0o6644)).unwrap();
+            let out = sh_as(
+                a,
+                &format!("stat -c %A \"$1\"; {script}; stat -c %A \"$1\""),
+                &[m.m(&name).as_os_str()],
+            );
+            let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{op} on {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let lines: Vec<&str> = shown.lines().collect();
+            assert_eq!(
+                lines.first(),
+                Some(&"-rwSr-Sr--"),
+                "{op} on {name}: {shown}"
+            );
+            let native = Command::new("stat")
+                .args(["-c", "%A"])
+                .arg(&b)
+                .output()
+                .unwrap();
+            let native = String::from_utf8_lossy(&native.stdout).trim().to_string();
+            assert_eq!(native, want, "{op} on {name}: BACKING");
+            assert_eq!(
+                lines.get(1),
+                Some(&native.as_str()),
+                "{op} on {name}: right after, the mount shows another mode than BACKING"
+            );
+        }
+    }
+}

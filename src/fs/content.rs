@@ -6,10 +6,13 @@
 //!   under the stamp it was learned from and is used only while a fresh
 //!   `fstat` gives the same stamp, so a change in BACKING behind the mount's
 //!   back is never served stale.
-//! * [`FileState`] is per inode, shared by every handle: the content lock
-//!   (readers share it; writers take it alone), the class of the
-//!   file (raw, or corrected with its view length) and, while the file is
-//!   open, its offset index.
+//! * [`Seen`] is what is known of an inode's content while the kernel
+//!   remembers it, in 32 bytes: the class (raw, or corrected with its view
+//!   length) under the stamp it was learned at, and whether the kernel's
+//!   page cache was filled at that stamp. It lives in the inode entry.
+//! * [`FileState`] exists only while the file is open (or changed by the
+//!   mount), shared by every handle: the content lock (readers share it;
+//!   writers take it alone), the offset index, bytes held back.
 //! * [`FileState::current`] is how every read and lseek sees the file: a
 //!   fresh `fstat` under the content lock, and the index of exactly that
 //!   stamp (learned under the lock held alone when BACKING changed the file
@@ -77,73 +80,172 @@ pub struct Content {
     pub held: Option<super::write::Held>,
 }
 
-/// Per-inode state, shared by all handles of a regular file.
-///
-/// Lock order: `content` or `scan` (never both in one thread) before
-/// `class` and `last_open`, and any of these before the [`IndexCache`]'s
-/// lock; `class`, `last_open` and the cache's lock are leaves. The inode
-/// table's locks (`inodes`) may be taken under `content`, never the other
-/// way round.
-pub struct FileState {
-    /// The content lock. Reads hold it shared; anything that changes the
-    /// content or the index (a write, a rebuild) holds it alone.
-    pub content: RwLock<Content>,
-    /// The class last learned, under its stamp.
-    class: Mutex<Option<(Stamp, Class)>>,
-    /// The stamp at the last open, to keep the kernel's page cache
-    /// (FOPEN_KEEP_CACHE) only while the backing file is unchanged.
-    last_open: Mutex<Option<Stamp>>,
-    /// Held while the file is classified (its head read, maybe a scan), so
-    /// two requests for one cold file scan it once.
-    scan: Mutex<()>,
+/// What is known of one inode's content, under the stamp it was learned
+/// at: its class, and whether an open at that stamp filled the kernel's
+/// page cache (so the next open may keep it). 32 bytes: the stamp without
+/// device and inode (the entry's own), times as nanoseconds, the class in
+/// flag bits beside the view length. A stamp whose times do not fit is not
+/// recorded (nothing is known of it), so no two stamps ever share a record.
+#[derive(Clone, Copy, Default)]
+pub struct Seen {
+    size: u64,
+    mtime: i64,
+    ctime: i64,
+    what: u64,
 }
 
-impl FileState {
-    pub fn new() -> FileState {
-        FileState {
-            content: RwLock::new(Content::default()),
-            class: Mutex::new(None),
-            last_open: Mutex::new(None),
-            scan: Mutex::new(()),
-        }
+/// `Seen::what`: a stamp is recorded.
+const STAMPED: u64 = 1 << 63;
+/// Its class is known.
+const CLASSED: u64 = 1 << 62;
+const CORRECTED: u64 = 1 << 61;
+const LOSSLESS: u64 = 1 << 60;
+/// An open at this stamp filled the kernel's page cache.
+const OPENED: u64 = 1 << 59;
+/// The view length (of a corrected file).
+const VIEW_LEN: u64 = OPENED - 1;
+
+fn nanos((sec, nsec): (i64, i64)) -> Option<i64> {
+    if !(0..1_000_000_000).contains(&nsec) {
+        return None;
+    }
+    sec.checked_mul(1_000_000_000)?.checked_add(nsec)
+}
+
+impl Seen {
+    /// The record of `stamp` with nothing known yet (None: not recordable).
+    fn at(stamp: &Stamp) -> Option<Seen> {
+        Some(Seen {
+            size: stamp.size,
+            mtime: nanos(stamp.mtime)?,
+            ctime: nanos(stamp.ctime)?,
+            what: STAMPED,
+        })
+    }
+
+    fn is(&self, stamp: &Stamp) -> bool {
+        self.what & STAMPED != 0
+            && Seen::at(stamp)
+                .is_some_and(|s| (s.size, s.mtime, s.ctime) == (self.size, self.mtime, self.ctime))
     }
 
     /// The class known for exactly this stamp, if any.
-    pub fn known_class(&self, stamp: &Stamp) -> Option<Class> {
-        match *self.class.lock() {
-            Some((s, c)) if s == *stamp => Some(c),
-            _ => None,
+    pub fn class(&self, stamp: &Stamp) -> Option<Class> {
+        if !self.is(stamp) || self.what & CLASSED == 0 {
+            return None;
         }
+        Some(if self.what & CORRECTED != 0 {
+            Class::Corrected {
+                view_len: self.what & VIEW_LEN,
+                lossless: self.what & LOSSLESS != 0,
+            }
+        } else {
+            Class::Raw
+        })
     }
 
-    pub fn remember_class(&self, stamp: Stamp, class: Class) {
-        *self.class.lock() = Some((stamp, class));
+    /// Records `class` for `stamp` (a record of another stamp goes).
+    pub fn remember(&mut self, stamp: Stamp, class: Class) {
+        let what = match class {
+            Class::Raw => CLASSED,
+            Class::Corrected { view_len, .. } if view_len > VIEW_LEN => {
+                *self = Seen::default();
+                return;
+            }
+            Class::Corrected { view_len, lossless } => {
+                CLASSED | CORRECTED | view_len | if lossless { LOSSLESS } else { 0 }
+            }
+        };
+        if !self.is(&stamp) {
+            *self = match Seen::at(&stamp) {
+                Some(s) => s,
+                None => return,
+            };
+        }
+        self.what = STAMPED | (self.what & OPENED) | what;
     }
 
     /// Records an open at `stamp`; true when the previous open saw the same
     /// stamp (the kernel's cached pages are still right).
-    pub fn opened_at(&self, stamp: Stamp) -> bool {
-        let mut last = self.last_open.lock();
-        let same = *last == Some(stamp);
-        *last = Some(stamp);
-        same
+    pub fn opened_at(&mut self, stamp: Stamp) -> bool {
+        if self.is(&stamp) {
+            let before = self.what & OPENED != 0;
+            self.what |= OPENED;
+            return before;
+        }
+        *self = Seen::at(&stamp).unwrap_or_default();
+        if self.what & STAMPED != 0 {
+            self.what |= OPENED;
+        }
+        false
+    }
+
+    /// Forgets everything (after the mount itself changed the content).
+    pub fn forget(&mut self) {
+        *self = Seen::default();
+    }
+
+    /// After a change of metadata only: the class known under `old` holds
+    /// under `new` too (the page cache is not carried: the next open reads
+    /// afresh, as after any change).
+    fn carry(&mut self, old: &Stamp, new: &Stamp) {
+        match self.class(old) {
+            Some(c) => {
+                *self = Seen::default();
+                self.remember(*new, c);
+            }
+            None if self.is(old) => self.forget(),
+            None => {}
+        }
+    }
+}
+
+/// Held while a file is classified (its head read, maybe a scan), so two
+/// requests for one cold file scan it once: one of a fixed set of locks,
+/// picked by inode number (two files may share one, which only serialises
+/// their scans).
+pub fn scan_lock(ino: u64) -> parking_lot::MutexGuard<'static, ()> {
+    const LOCKS: usize = 64;
+    static SCANS: [Mutex<()>; LOCKS] = [const { Mutex::new(()) }; LOCKS];
+    SCANS[(ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % LOCKS].lock()
+}
+
+/// Per-file state while a regular file is open (or being changed by the
+/// mount), shared by all its handles; what outlives the open is in the
+/// inode's [`Seen`].
+///
+/// Lock order: `content` before the inode's `Seen` and the scan locks, and
+/// any of these before the [`IndexCache`]'s lock; `Seen` and the cache's
+/// lock are leaves. The inode table's locks (`inodes`) may be taken under
+/// `content`, never the other way round.
+#[derive(Default)]
+pub struct FileState {
+    /// The content lock. Reads hold it shared; anything that changes the
+    /// content or the index (a write, a rebuild) holds it alone.
+    pub content: RwLock<Content>,
+}
+
+impl FileState {
+    pub fn new() -> FileState {
+        FileState::default()
     }
 
     /// After a change of metadata only (owner, mode, times, links, xattrs)
     /// made through the mount under the content lock: what was known of
     /// the content under `old` holds under `new` too, so a `touch` or a
     /// `chmod` costs no rescan. Only when the size did not change.
-    pub fn carry(&self, content: &mut Content, cache: &IndexCache, old: Stamp, new: Stamp) {
+    pub fn carry(
+        &self,
+        content: &mut Content,
+        seen: &Mutex<Seen>,
+        cache: &IndexCache,
+        old: Stamp,
+        new: Stamp,
+    ) {
         if old == new || old.size != new.size || old.ino != new.ino || old.dev != new.dev {
             return;
         }
-        let mut class = self.class.lock();
-        if let Some((s, c)) = *class {
-            if s == old {
-                *class = Some((new, c));
-            }
-        }
-        drop(class);
+        seen.lock().carry(&old, &new);
         // The old stamp's entry moves: it can never match again, and a
         // second reference would make the next write copy the index.
         let cached = cache.remove(&old);
@@ -171,6 +273,7 @@ impl FileState {
     /// opens a readable descriptor when `file` is write-only.
     pub fn current<'a>(
         &'a self,
+        seen: &Mutex<Seen>,
         cache: &IndexCache,
         file: &File,
         second: impl Fn() -> io::Result<File>,
@@ -191,7 +294,7 @@ impl FileState {
                     let index = index.clone();
                     return Ok((content, stamp, Some(index)));
                 }
-                None if self.known_class(&stamp) == Some(Class::Raw) => {
+                None if seen.lock().class(&stamp) == Some(Class::Raw) => {
                     return Ok((content, stamp, None));
                 }
                 _ => {}
@@ -214,7 +317,7 @@ impl FileState {
                 }
                 Err(e) => return Err(io(e)),
             };
-            self.learn(&mut content, cache, reader, stamp, learned)?;
+            learn(&mut content, seen, cache, reader, stamp, learned)?;
         }
         crate::ratelog::warn("keeps-changing", "", || {
             "a file keeps changing in BACKING while it is read; the read fails with EIO".into()
@@ -231,6 +334,7 @@ impl FileState {
     /// readable descriptor when `file` is write-only.
     pub fn rebuild(
         &self,
+        seen: &Mutex<Seen>,
         cache: &IndexCache,
         file: &File,
         stamp: Stamp,
@@ -241,8 +345,7 @@ impl FileState {
             content.view = None;
         }
         drop(cache.remove(&stamp));
-        *self.class.lock() = None;
-        *self.last_open.lock() = None;
+        seen.lock().forget();
         let second_file;
         let reader = match has_magic(file) {
             Ok(_) => file,
@@ -261,7 +364,7 @@ impl FileState {
         if Stamp::now(reader).map_err(io)? == stamp {
             cache.put(stamp, index.clone());
             cache.db.put(&stamp.state(), started, &index);
-            self.remember_class(
+            seen.lock().remember(
                 stamp,
                 Class::Corrected {
                     view_len: index.view_len(),
@@ -271,127 +374,118 @@ impl FileState {
             content.view = Some((stamp, index));
         }
         Ok(())
-    }
-
-    /// Records what the file is at `stamp` (under the content lock).
-    fn learn(
-        &self,
-        content: &mut Content,
-        cache: &IndexCache,
-        reader: &File,
-        stamp: Stamp,
-        corrected: bool,
-    ) -> Result<()> {
-        if corrected {
-            let index = index_for(cache, reader, stamp)?;
-            self.remember_class(
-                stamp,
-                Class::Corrected {
-                    view_len: index.view_len(),
-                    lossless: index.lossless(),
-                },
-            );
-            content.view = Some((stamp, index));
-        } else {
-            self.remember_class(stamp, Class::Raw);
-            content.view = None;
-        }
-        Ok(())
-    }
-
-    /// The class of a regular file whose backing state is `st`, learned
-    /// through a fresh descriptor from `open` when not known for its stamp:
-    /// the head is read (a file starting with a hole is raw, unread), and a
-    /// corrected file is scanned (holes skipped) unless its index is cached.
-    /// One classification per file at a time; a second caller waits and
-    /// takes the first one's answer.
-    pub fn classify(
-        &self,
-        cache: &IndexCache,
-        st: &libc::stat,
-        open: impl FnOnce() -> io::Result<File>,
-    ) -> Result<Class> {
-        let class = self.learn_class(cache, st, open, true)?;
-        // With `scan`, learn_class always answers.
-        Ok(class.unwrap_or(Class::Raw))
-    }
-
-    /// Like `classify`, but never scans: None when only a scan can tell
-    /// (a corrected file whose index is not cached). Raw files, however
-    /// large, are answered by their head alone.
-    pub fn peek(
-        &self,
-        cache: &IndexCache,
-        st: &libc::stat,
-        open: impl FnOnce() -> io::Result<File>,
-    ) -> Result<Option<Class>> {
-        self.learn_class(cache, st, open, false)
-    }
-
-    fn learn_class(
-        &self,
-        cache: &IndexCache,
-        st: &libc::stat,
-        open: impl FnOnce() -> io::Result<File>,
-        scan: bool,
-    ) -> Result<Option<Class>> {
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < DATA_START {
-            return Ok(Some(Class::Raw));
-        }
-        let stamp = Stamp::of(st);
-        if let Some(c) = self.known_class(&stamp) {
-            return Ok(Some(c));
-        }
-        let _one = scan.then(|| self.scan.lock());
-        if let Some(c) = self.known_class(&stamp) {
-            return Ok(Some(c));
-        }
-        // An index learned from exactly this stamp (in memory, or in the
-        // index database) proves the content, magic number included: the
-        // file is not even opened.
-        if let Some(index) = cache.get(&stamp) {
-            let class = Class::Corrected {
-                view_len: index.view_len(),
-                lossless: index.lossless(),
-            };
-            self.remember_class(stamp, class);
-            return Ok(Some(class));
-        }
-        let file = open().map_err(io)?;
-        // One page for the head, not a readahead window: the read must not
-        // bring more of the file (unwritten extents) into the page cache.
-        advise(&file, PosixFadviseAdvice::POSIX_FADV_RANDOM);
-        let class = if has_magic(&file).map_err(io)? {
-            let index = match cache.get(&stamp) {
-                Some(index) => index,
-                None if !scan => return Ok(None),
-                None => {
-                    advise(&file, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
-                    index_for(cache, &file, stamp)?
-                }
-            };
-            Class::Corrected {
-                view_len: index.view_len(),
-                lossless: index.lossless(),
-            }
-        } else {
-            Class::Raw
-        };
-        self.remember_class(stamp, class);
-        Ok(Some(class))
-    }
-
-    /// Forgets the last-open stamp (after the mount itself changed content).
-    pub fn content_changed(&self) {
-        *self.last_open.lock() = None;
-        *self.class.lock() = None;
     }
 }
 
-impl Default for FileState {
-    fn default() -> Self {
-        Self::new()
+/// Records what the file is at `stamp` (under the content lock).
+fn learn(
+    content: &mut Content,
+    seen: &Mutex<Seen>,
+    cache: &IndexCache,
+    reader: &File,
+    stamp: Stamp,
+    corrected: bool,
+) -> Result<()> {
+    if corrected {
+        let index = index_for(cache, reader, stamp)?;
+        seen.lock().remember(
+            stamp,
+            Class::Corrected {
+                view_len: index.view_len(),
+                lossless: index.lossless(),
+            },
+        );
+        content.view = Some((stamp, index));
+    } else {
+        seen.lock().remember(stamp, Class::Raw);
+        content.view = None;
     }
+    Ok(())
+}
+
+/// The class of a regular file (inode number `ino`, what is known of it
+/// `seen`) whose backing state is `st`, learned through a fresh descriptor
+/// from `open` when not known for its stamp: the head is read (a file
+/// starting with a hole is raw, unread), and a corrected file is scanned
+/// (holes skipped) unless its index is cached. One classification per file
+/// at a time; a second caller waits and takes the first one's answer.
+pub fn classify(
+    seen: &Mutex<Seen>,
+    ino: u64,
+    cache: &IndexCache,
+    st: &libc::stat,
+    open: impl FnOnce() -> io::Result<File>,
+) -> Result<Class> {
+    let class = learn_class(seen, ino, cache, st, open, true)?;
+    // With `scan`, learn_class always answers.
+    Ok(class.unwrap_or(Class::Raw))
+}
+
+/// Like `classify`, but never scans: None when only a scan can tell
+/// (a corrected file whose index is not cached). Raw files, however
+/// large, are answered by their head alone.
+pub fn peek(
+    seen: &Mutex<Seen>,
+    ino: u64,
+    cache: &IndexCache,
+    st: &libc::stat,
+    open: impl FnOnce() -> io::Result<File>,
+) -> Result<Option<Class>> {
+    learn_class(seen, ino, cache, st, open, false)
+}
+
+fn learn_class(
+    seen: &Mutex<Seen>,
+    ino: u64,
+    cache: &IndexCache,
+    st: &libc::stat,
+    open: impl FnOnce() -> io::Result<File>,
+    scan: bool,
+) -> Result<Option<Class>> {
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < DATA_START {
+        return Ok(Some(Class::Raw));
+    }
+    let stamp = Stamp::of(st);
+    if let Some(c) = seen.lock().class(&stamp) {
+        return Ok(Some(c));
+    }
+    let _one = scan.then(|| scan_lock(ino));
+    if let Some(c) = seen.lock().class(&stamp) {
+        return Ok(Some(c));
+    }
+    // An index learned from exactly this stamp (in memory, or in the
+    // index database) proves the content, magic number included: the
+    // file is not even opened.
+    if let Some(index) = cache.get(&stamp) {
+        let class = Class::Corrected {
+            view_len: index.view_len(),
+            lossless: index.lossless(),
+        };
+        seen.lock().remember(stamp, class);
+        return Ok(Some(class));
+    }
+    let file = open().map_err(io)?;
+    // One page for the head, not a readahead window: the read must not
+    // bring more of the file (unwritten extents) into the page cache.
+    advise(&file, PosixFadviseAdvice::POSIX_FADV_RANDOM);
+    let class = if has_magic(&file).map_err(io)? {
+        let index = match cache.get(&stamp) {
+            Some(index) => index,
+            None if !scan => return Ok(None),
+            None => {
+                advise(&file, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
+                index_for(cache, &file, stamp)?
+            }
+        };
+        Class::Corrected {
+            view_len: index.view_len(),
+            lossless: index.lossless(),
+        }
+    } else {
+        Class::Raw
+    };
+    seen.lock().remember(stamp, class);
+    Ok(Some(class))
 }
 
 fn advise(file: &File, advice: PosixFadviseAdvice) {
@@ -690,13 +784,14 @@ mod tests {
     fn carrying_an_index_to_a_new_stamp_moves_it() {
         let cache = IndexCache::new(1 << 30);
         let st = FileState::new();
+        let seen = Mutex::new(Seen::default());
         let mut content = Content::default();
         let index = dense_index(8);
         cache.put(stamp(1), index.clone());
         content.view = Some((stamp(1), index));
         let mut new = stamp(1);
         new.ctime = (1, 0);
-        st.carry(&mut content, &cache, stamp(1), new);
+        st.carry(&mut content, &seen, &cache, stamp(1), new);
         assert!(
             cache.get(&stamp(1)).is_none(),
             "the old stamp's entry stays"
@@ -707,15 +802,63 @@ mod tests {
         assert!(Arc::try_unwrap(index).is_ok(), "a reference left behind");
     }
 
+    /// A stamp of the same inode at another moment.
+    fn later(n: i64) -> Stamp {
+        let mut s = stamp(1);
+        s.mtime = (n, 0);
+        s.ctime = (n, 5);
+        s
+    }
+
     #[test]
     fn class_and_open_stamps_are_per_stamp() {
-        let st = FileState::new();
-        assert_eq!(st.known_class(&stamp(1)), None);
-        st.remember_class(stamp(1), Class::Raw);
-        assert_eq!(st.known_class(&stamp(1)), Some(Class::Raw));
-        assert_eq!(st.known_class(&stamp(2)), None);
-        assert!(!st.opened_at(stamp(1)));
-        assert!(st.opened_at(stamp(1)));
-        assert!(!st.opened_at(stamp(2)));
+        let mut st = Seen::default();
+        assert_eq!(st.class(&later(1)), None);
+        st.remember(later(1), Class::Raw);
+        assert_eq!(st.class(&later(1)), Some(Class::Raw));
+        assert_eq!(st.class(&later(2)), None);
+        assert!(!st.opened_at(later(1)));
+        assert!(st.opened_at(later(1)));
+        // Learning the class at the same stamp keeps the open.
+        st.remember(later(1), Class::Raw);
+        assert!(st.opened_at(later(1)));
+        assert!(!st.opened_at(later(2)));
+        assert_eq!(st.class(&later(1)), None, "one stamp at a time");
+        let c = Class::Corrected {
+            view_len: 12345,
+            lossless: false,
+        };
+        st.remember(later(2), c);
+        assert_eq!(st.class(&later(2)), Some(c));
+        assert!(st.opened_at(later(2)), "the open at this stamp is kept");
+        st.forget();
+        assert_eq!(st.class(&later(2)), None);
+        assert!(!st.opened_at(later(2)));
+    }
+
+    /// Times a record cannot hold exactly are never recorded, so two
+    /// stamps never share one; a metadata change carries the class only.
+    #[test]
+    fn seen_records_only_what_it_can_hold_exactly() {
+        let mut st = Seen::default();
+        let mut far = stamp(1);
+        far.mtime = (i64::MAX / 2, 0);
+        st.remember(far, Class::Raw);
+        assert_eq!(st.class(&far), None);
+        let mut odd = stamp(1);
+        odd.ctime = (0, 1_000_000_000);
+        assert!(!st.opened_at(odd) && !st.opened_at(odd));
+        let huge = Class::Corrected {
+            view_len: 1 << 60,
+            lossless: true,
+        };
+        st.remember(later(3), huge);
+        assert_eq!(st.class(&later(3)), None);
+        st.remember(later(3), Class::Raw);
+        st.opened_at(later(3));
+        st.carry(&later(3), &later(4));
+        assert_eq!(st.class(&later(4)), Some(Class::Raw));
+        assert!(!st.opened_at(later(4)), "the page cache is not carried");
+        assert!(std::mem::size_of::<Seen>() <= 32);
     }
 }

@@ -389,6 +389,9 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     } else {
         fuser::SessionACL::Owner
     };
+    // Connected once the handshake is done: the daemon then tells the
+    // kernel what it changes behind its caches (`invalidate`).
+    let kernel = fs.invalidator();
     let mut fc = fuser::Config::default();
     fc.n_threads = Some(c.opts.threads);
     fc.clone_fd = true;
@@ -399,6 +402,7 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
             return Err(Failure::mount(format!("FUSE handshake failed: {e}")));
         }
     };
+    kernel.connect(session.notifier());
     spawn_signal_thread(signals, m.mountpoint.clone(), m.fusermount);
     log::info!(
         "serving {} on {} (cutf8fs {}, {} threads{})",

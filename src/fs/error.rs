@@ -105,6 +105,11 @@ pub enum Refused {
     Virtual,
     /// A virtual attribute this inode does not have.
     NoVirtual,
+    /// The caller's user holds its share of the daemon's descriptors
+    /// (`share`): as a process at its own open-file limit.
+    OverShare,
+    /// The daemon's descriptors for open files are all taken.
+    NoDescriptors,
 }
 
 impl From<Refused> for Errno {
@@ -122,6 +127,8 @@ impl From<Refused> for Errno {
             Refused::TooBig => Errno::E2BIG,
             Refused::BufferTooSmall => Errno::ERANGE,
             Refused::NoAcl | Refused::NoVirtual => Errno::ENODATA,
+            Refused::OverShare => Errno::EMFILE,
+            Refused::NoDescriptors => Errno::ENFILE,
         }
     }
 }

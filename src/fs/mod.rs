@@ -55,6 +55,7 @@ mod explain;
 mod failure;
 mod handles;
 mod inodes;
+mod invalidate;
 mod mount;
 mod ops;
 pub mod options;
@@ -62,6 +63,7 @@ mod passthrough;
 mod progress;
 mod rawnew;
 pub mod stats;
+mod share;
 use crate::sys;
 mod write;
 
@@ -114,6 +116,10 @@ pub struct CutFs {
     strictatime: bool,
     /// Which opens the kernel serves itself (raw files read-only).
     passthrough: Arc<passthrough::Passthrough>,
+    /// Each user's share of the descriptors for open files.
+    shares: Arc<share::Shares>,
+    /// Tells the kernel what the daemon changed behind its caches.
+    kernel: Arc<invalidate::Invalidator>,
 }
 
 const GEN: Generation = Generation(0);
@@ -189,8 +195,12 @@ impl CutFs {
             opts.read_only() || backing_ro,
             std::os::fd::AsFd::as_fd(&root),
         ));
+        let inodes = Arc::new(InodeTable::new(root)?);
+        let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
         Ok(CutFs {
             passthrough,
+            shares,
+            kernel: Arc::default(),
             noatime: opts.atime() == options::Atime::No,
             nodiratime: opts.nodiratime(),
             strictatime: opts.atime() == options::Atime::Strict,
@@ -198,13 +208,19 @@ impl CutFs {
             newfiles: opts.newfiles,
             blksize: opts.blksize,
             raw: rawnew::RawPolicy::new(&opts.rawdirs),
-            inodes: Arc::new(InodeTable::new(root)?),
+            inodes,
             handles: Arc::new(HandleTable::default()),
             cache: Arc::new(IndexCache::with_db(opts.index_cache, db)),
             scans: content::ScanPool::new(SCAN_THREADS)?,
             attr_ttl: opts.attr_timeout,
             entry_ttl: opts.entry_timeout,
         })
+    }
+
+    /// The kernel notifier's slot, for the daemon to connect once the
+    /// session is up.
+    pub fn invalidator(&self) -> Arc<invalidate::Invalidator> {
+        self.kernel.clone()
     }
 
     /// Opens BACKING for serving (an `O_PATH` descriptor of the directory).
@@ -223,6 +239,30 @@ impl CutFs {
             Err(e) => reply.error(e),
         }
     }
+}
+
+/// Each user's share of the descriptors (`share`): the limit in force,
+/// less the daemon's own — those open now (BACKING, journal, index
+/// database, log), one FUSE device clone per worker, a few for each thread
+/// that works at once, and the inode table's cache.
+fn descriptor_policy(inodes: &InodeTable, threads: usize) -> share::Policy {
+    let limit = usize::try_from(sys::fd_limit()).unwrap_or(usize::MAX);
+    let working = threads + SCAN_THREADS + ops::PLUS_WORKERS;
+    let own = sys::process::open_fds()
+        + threads
+        + share::PER_THREAD * working
+        + inodes.cache_bound()
+        + 16;
+    let p = share::Policy::new(limit, own);
+    log::info!(
+        "descriptors: limit {limit}, {own} for the daemon's own work, {} for open files: \
+         each user at most {}; the last {} only for users holding fewer than {}",
+        p.pool,
+        p.share,
+        p.reserve,
+        p.floor
+    );
+    p
 }
 
 impl CutFs {
@@ -551,23 +591,21 @@ impl Filesystem for CutFs {
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.guard("open", ino.0, || CutFs::open_handle(self, ino.0, flags.0)) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.guard("open", ino.0, || {
+            CutFs::open_handle(self, ino.0, flags.0, req.uid())
+        }) {
             Ok(ops::Opened::Now(fh, fl)) => {
                 let name = || self.name_of_ino(ino.0);
                 reply_open(&self.passthrough, &self.handles, &name, fh, fl, reply)
             }
-            Ok(ops::Opened::Later(inode, pin, file)) => {
+            Ok(ops::Opened::Later(later)) => {
                 // A long scan first: on the scan threads, not on this worker.
                 let opener = self.opener();
                 let (passthrough, handles) = (self.passthrough.clone(), self.handles.clone());
                 self.scans.run(move || {
-                    let named = inode.clone();
-                    let r = error::guard(
-                        "open",
-                        || named.path(),
-                        || opener.finish(inode, pin, file, flags.0),
-                    );
+                    let named = later.inode.clone();
+                    let r = error::guard("open", || named.path(), || opener.finish(later, flags.0));
                     match r {
                         Ok((fh, fl)) => {
                             let name = || named.path();
@@ -627,20 +665,20 @@ impl Filesystem for CutFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
+        ino: INodeNo,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes go straight to BACKING; nothing is buffered here but a
-        // character the kernel's page split cut (`write::Held`), which the
-        // release (or anything that reads or changes the file) writes, so
-        // there is nothing to flush. ENOSYS makes the kernel stop sending FLUSH
-        // for the rest of the mount (one round trip less per close), while
-        // close(2) still writes back a shared mapping's dirty pages and
-        // reports their errors (the kernel does that before it would ask).
+        // Sent by close(2) of a handle opened for writing (read-only ones
+        // are FOPEN_NOFLUSH): what the daemon still holds for the file is
+        // written now, and its error, or the backing file's own at close,
+        // is close(2)'s (`flush_handle`).
         stats::request("flush");
-        reply.error(fuser::Errno::ENOSYS);
+        empty(
+            self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0)),
+            reply,
+        );
     }
 
     fn release(
@@ -675,8 +713,8 @@ impl Filesystem for CutFs {
         );
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.guard("opendir", ino.0, || CutFs::open_dir(self, ino.0)) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.guard("opendir", ino.0, || CutFs::open_dir(self, ino.0, req.uid())) {
             Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(e),
         }
@@ -692,7 +730,7 @@ impl Filesystem for CutFs {
     ) {
         let r = self.guard("readdir", ino.0, || {
             CutFs::list_dir(self, fh.0, offset, |next, e| {
-                reply.add(INodeNo(e.ino), next, e.kind, &e.name)
+                reply.add(INodeNo(e.ino), next, e.kind, e.name)
             })
         });
         match r {
@@ -725,7 +763,7 @@ impl Filesystem for CutFs {
                 None => reply.add(
                     INodeNo(dir.ino),
                     next,
-                    &e.name,
+                    e.name,
                     &self.attr_ttl,
                     &dir_attr,
                     GEN,
@@ -736,7 +774,7 @@ impl Filesystem for CutFs {
                     } else {
                         self.entry_ttl
                     };
-                    reply.add(p.attr.ino, next, &e.name, &ttl, &p.attr, GEN)
+                    reply.add(p.attr.ino, next, e.name, &ttl, &p.attr, GEN)
                 }
             })
         });

@@ -24,7 +24,9 @@
 //! become one in `super::error`.
 //!
 //! After every change the per-file state gets the new index under the new
-//! stamp, so the next read, getattr or open sees it without a rescan.
+//! stamp, so the next read, getattr or open sees it without a rescan; a
+//! change the kernel's cached attributes cannot know of (a file turned raw,
+//! held bytes that could not be written) is told to it (`invalidate`).
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -37,6 +39,7 @@ use cutf8::MAGIC;
 use super::content::{self, Class, Content, FileState, Stamp};
 use super::error::{io, Result};
 use super::handles::FileHandle;
+use super::inodes::Fd;
 use super::inodes::Inode;
 use super::options::NewFiles;
 use super::sys;
@@ -73,29 +76,31 @@ impl CutFs {
     /// Records what the file is after a change made through the mount.
     fn changed(
         &self,
-        state: &FileState,
+        inode: &Inode,
         content: &mut Content,
         file: &File,
         index: Option<OffsetIndex>,
     ) -> Result<()> {
         let st = sys::fstat(file.as_fd()).map_err(io)?;
         let stamp = Stamp::of(&st);
-        state.content_changed();
+        let mut seen = inode.seen().lock();
+        seen.forget();
         match index {
             Some(index) => {
                 let index = Arc::new(index);
-                state.remember_class(
+                seen.remember(
                     stamp,
                     Class::Corrected {
                         view_len: index.view_len(),
                         lossless: index.lossless(),
                     },
                 );
+                drop(seen);
                 self.cache.put(stamp, index.clone());
                 content.view = Some((stamp, index));
             }
             None => {
-                state.remember_class(stamp, Class::Raw);
+                seen.remember(stamp, Class::Raw);
                 content.view = None;
             }
         }
@@ -108,13 +113,13 @@ impl CutFs {
     /// rescan; otherwise it is dropped and the file is learned again.
     fn failed(
         &self,
-        state: &FileState,
+        inode: &Inode,
         content: &mut Content,
         file: &File,
         stamp: Stamp,
         index: OffsetIndex,
     ) {
-        state.content_changed();
+        inode.seen().lock().forget();
         if matches!(sys::fstat(file.as_fd()), Ok(st) if Stamp::of(&st) == stamp) {
             let index = Arc::new(index);
             self.cache.put(stamp, index.clone());
@@ -127,8 +132,7 @@ impl CutFs {
     /// (see [`Held`]) is joined with this one when this one continues it,
     /// and written as it is first otherwise.
     pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
-        let state = h.inode.state();
-        let mut content = state.content.write();
+        let mut content = h.state.content.write();
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let held = match content.held.take() {
             Some(held) if held.at + held.bytes.len() as u64 == offset => held,
@@ -150,28 +154,33 @@ impl CutFs {
     }
 
     /// Writes bytes held back by an earlier write (see [`Held`]) as they
-    /// are: what the writer left, if nothing continued it.
+    /// are: what the writer left, if nothing continued it. If that fails,
+    /// the bytes are lost: the error goes to the caller (a close(2), an
+    /// fsync, the write or read that came next), the log says so, and the
+    /// kernel, which counted them in the file's size, is told to ask again.
     fn write_held(&self, inode: &Inode, content: &mut Content, held: Held) -> Result<()> {
         self.write_locked(inode, &held.file, content, held.at, &held.bytes, false)
             .map(drop)
             .inspect_err(|e| {
-                let name = self.name_of(inode);
-                crate::ratelog::warn("held-bytes-lost", &name, || {
+                let path = self.name_of(inode);
+                crate::ratelog::warn("held-bytes-lost", &path, || {
                     format!(
-                        "{name}: the last {} bytes of a write, held to be joined with the \
-                         next one, could not be written at view offset {}: {e:?}",
+                        "{path}: the last {} bytes of a write, held to be joined with the \
+                         next one, could not be written at view offset {} ({}); the caller \
+                         is told",
                         held.bytes.len(),
-                        held.at
+                        held.at,
+                        std::io::Error::from_raw_os_error(e.code())
                     )
-                })
+                });
+                self.kernel.attributes(inode.ino);
             })
     }
 
     /// Writes a lead held back by an earlier write, if any: before
     /// anything else reads or changes the file (a read, a size change,
     /// fallocate, fsync, a close).
-    pub(super) fn settle(&self, inode: &Inode) -> Result<()> {
-        let state = inode.state();
+    pub(super) fn settle(&self, inode: &Inode, state: &FileState) -> Result<()> {
         if state.content.read().held.is_none() {
             return Ok(());
         }
@@ -184,14 +193,14 @@ impl CutFs {
 
     /// What of `data` (a write at `offset` through `file`) is held back
     /// when only its first `k` bytes were written (see [`Held`]).
-    fn hold_rest(&self, file: &File, offset: u64, data: &[u8], k: usize) -> Result<Option<Held>> {
+    fn hold_rest(&self, file: &Fd, offset: u64, data: &[u8], k: usize) -> Result<Option<Held>> {
         if k >= data.len() {
             return Ok(None);
         }
         Ok(Some(Held {
             at: offset + k as u64,
             bytes: data[k..].to_vec(),
-            file: file.try_clone().map_err(io)?,
+            file: file.clone(),
         }))
     }
 
@@ -201,13 +210,13 @@ impl CutFs {
     fn write_locked(
         &self,
         inode: &Inode,
-        file: &File,
+        file: &Fd,
         content: &mut Content,
         offset: u64,
         data: &[u8],
         hold: bool,
     ) -> Result<u32> {
-        let state = inode.state();
+        let state = inode;
         let (now, stamp) = self.now(content, file)?;
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
@@ -302,6 +311,9 @@ impl CutFs {
                         }
                         super::explain::now_raw(&name, &why);
                         self.changed(state, content, file, None)?;
+                        // Its class changed behind the kernel's cached
+                        // attributes (the blocks it takes, for one).
+                        self.kernel.attributes(inode.ino);
                     }
                     Err(e) => {
                         self.failed(state, content, file, stamp, next);
@@ -357,8 +369,8 @@ impl CutFs {
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
-        let state = h.inode.state();
-        let mut content = state.content.write();
+        let state = &*h.inode;
+        let mut content = h.state.content.write();
         if let Some(held) = content.held.take() {
             self.write_held(&h.inode, &mut content, held)?;
         }
@@ -407,9 +419,15 @@ impl CutFs {
 
     /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
     /// a view length for corrected files.
-    pub(super) fn set_size(&self, inode: &Inode, file: &File, size: u64) -> Result<()> {
-        let state = inode.state();
-        let mut content = state.content.write();
+    pub(super) fn set_size(
+        &self,
+        inode: &Inode,
+        file_state: &FileState,
+        file: &File,
+        size: u64,
+    ) -> Result<()> {
+        let state = inode;
+        let mut content = file_state.content.write();
         if let Some(held) = content.held.take() {
             self.write_held(inode, &mut content, held)?;
         }
@@ -460,8 +478,8 @@ pub struct Held {
     /// The view offset of the held bytes.
     pub at: u64,
     pub bytes: Vec<u8>,
-    /// A read-write descriptor of the file they go to.
-    pub file: File,
+    /// A read-write descriptor of the file they go to (the handle's own).
+    pub file: Fd,
 }
 
 /// Where the last character of `data`, written at `offset`, begins, when

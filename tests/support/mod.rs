@@ -1,8 +1,10 @@
 //! What the integration tests share: the mount guard ([`mount`]), checks of
 //! what writes left in BACKING ([`write`]), real unprivileged users
-//! ([`users`]) and the `cutf8` runner ([`cli`]).
+//! ([`users`]), the `cutf8` runner ([`cli`]) and small filesystems that
+//! fill up ([`disk`]: a loop-mounted ext4, a tmpfs).
 
 pub mod cli;
+pub mod disk;
 pub mod mount;
 pub mod users;
 pub mod write;

@@ -9,42 +9,37 @@ impl CutFs {
     /// kept across opens only while the directory's stamp is unchanged, so
     /// a change in BACKING is listed on the next opendir (changes through
     /// the mount invalidate the kernel's cache themselves).
-    pub(in crate::fs) fn open_dir(&self, ino: u64) -> Result<(u64, FopenFlags)> {
+    pub(in crate::fs) fn open_dir(&self, ino: u64, uid: u32) -> Result<(u64, FopenFlags)> {
         let inode = self.inodes.get(ino)?;
-        // Pinned: a directory removed while open still answers fstat.
-        let pin = inode.pin()?;
+        let ticket = self.ticket(uid, &inode, "opendir")?;
         let dir = inode.open(libc::O_RDONLY | libc::O_DIRECTORY)?;
         if self.nodiratime {
             sys::set_noatime(dir.as_fd()).map_err(io)?;
         }
         let st = sys::fstat(dir.as_fd()).map_err(io)?;
         let mut flags = FopenFlags::FOPEN_CACHE_DIR;
-        if inode.state().opened_at(Stamp::of(&st)) {
+        if inode.seen().lock().opened_at(Stamp::of(&st)) {
             flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
+        // Attached: a directory removed while open still answers fstat,
+        // and lookups in it use this descriptor.
+        let dir = Arc::new(dir);
+        let attached = inode.attach(Some(&dir));
         let fh = self.handles.insert(Handle::Dir(DirHandle {
             inode,
             dir,
             entries: Default::default(),
-            _pin: pin,
+            _attached: attached,
+            _ticket: ticket,
         }));
         Ok((fh, flags))
     }
 
     /// Reads the directory listing afresh (at offset 0: opendir or rewind).
-    pub(in crate::fs) fn list(h: &DirHandle) -> Result<Vec<DirEntry>> {
-        let mut out = vec![
-            DirEntry {
-                ino: h.inode.ino,
-                kind: FileType::Directory,
-                name: ".".into(),
-            },
-            DirEntry {
-                ino: h.inode.ino,
-                kind: FileType::Directory,
-                name: "..".into(),
-            },
-        ];
+    pub(in crate::fs) fn list(h: &DirHandle) -> Result<Listing> {
+        let mut out = Listing::default();
+        out.push(h.inode.ino, FileType::Directory, OsStr::new("."));
+        out.push(h.inode.ino, FileType::Directory, OsStr::new(".."));
         for e in sys::read_dir(h.dir.as_fd()).map_err(io)? {
             if is_journal(h.inode.ino, &e.name) {
                 continue;
@@ -63,12 +58,11 @@ impl CutFs {
                     Err(_) => FileType::RegularFile,
                 },
             };
-            out.push(DirEntry {
-                ino: e.ino,
-                kind,
-                name: e.name,
-            });
+            if !out.push(e.ino, kind, &e.name) {
+                return Err(Errno::ENOMEM);
+            }
         }
+        out.shrink();
         Ok(out)
     }
 
@@ -89,7 +83,7 @@ impl CutFs {
         &self,
         h: &'h Handle,
         offset: u64,
-    ) -> Result<(&'h DirHandle, parking_lot::MutexGuard<'h, Vec<DirEntry>>)> {
+    ) -> Result<(&'h DirHandle, parking_lot::MutexGuard<'h, Listing>)> {
         let Handle::Dir(d) = h else {
             return Err(Refused::NotDir.into());
         };
@@ -111,8 +105,8 @@ impl CutFs {
         let h = self.dir_handle(fh)?;
         let (_, entries) = self.listing(&h, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, e) in entries.iter().enumerate().skip(start) {
-            if add(i as u64 + 1, e) {
+        for (i, e) in entries.from(start) {
+            if add(i as u64 + 1, &e) {
                 break;
             }
         }
@@ -143,20 +137,21 @@ impl CutFs {
             .unwrap_or(usize::MAX)
             .min(entries.len());
         let end = start.saturating_add(PLUS_BATCH).min(entries.len());
-        let mut prepared = self.plus_batch(&d.inode, &entries[start..end]).into_iter();
+        let batch: Vec<DirEntry> = (start..end).filter_map(|i| entries.get(i)).collect();
+        let mut prepared = self.plus_batch(&d.inode, &batch).into_iter();
         let mut sent = 0usize;
         let mut failed = None;
-        for (i, e) in entries.iter().enumerate().skip(start) {
+        for (i, e) in entries.from(start) {
             let r = match prepared.next() {
                 Some(r) => r,
-                None => self.plus_entry(&d.inode, e),
+                None => self.plus_entry(&d.inode, &e),
             };
             let attr = match r {
                 None => None,
                 Some(Ok(a)) => Some(a),
                 Some(Err(Errno::ENOENT)) => continue,
                 Some(Err(err)) => {
-                    let path = d.inode.path_of(&e.name).to_string();
+                    let path = d.inode.path_of(e.name);
                     crate::ratelog::warn("listing-failed", &path, || {
                         format!(
                             "{path}: listing with attributes failed ({}); the listing ends \
@@ -174,7 +169,7 @@ impl CutFs {
                     break;
                 }
             };
-            if add(i as u64 + 1, e, attr.as_ref()) {
+            if add(i as u64 + 1, &e, attr.as_ref()) {
                 if let Some(a) = attr {
                     self.inodes.forget(a.attr.ino.0, 1);
                 }
@@ -195,7 +190,7 @@ impl CutFs {
 
     /// The listing of a directory handle, read afresh; a failure is logged
     /// with the path when it is for want of descriptors or memory.
-    pub(in crate::fs) fn listed(&self, d: &DirHandle) -> Result<Vec<DirEntry>> {
+    pub(in crate::fs) fn listed(&self, d: &DirHandle) -> Result<Listing> {
         Self::list(d).inspect_err(|err| {
             if matches!(*err, Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM) {
                 let path = d.inode.path().to_string();
@@ -218,7 +213,7 @@ impl CutFs {
     pub(in crate::fs) fn plus_batch(
         &self,
         dir: &Arc<Inode>,
-        batch: &[DirEntry],
+        batch: &[DirEntry<'_>],
     ) -> Vec<Option<Result<PlusAttr>>> {
         let looked: Vec<Looked> = batch
             .iter()
@@ -228,7 +223,7 @@ impl CutFs {
                     return None;
                 }
                 Some(
-                    sys::component(&e.name)
+                    sys::component(e.name)
                         .map_err(io)
                         .and_then(|n| self.inodes.lookup(dir, &n)),
                 )
@@ -252,7 +247,7 @@ impl CutFs {
             .filter(|(inode, st)| {
                 inode.is_reg()
                     && (st.st_size as u64) >= MAGIC.len() as u64
-                    && inode.state().known_class(&Stamp::of(st)).is_none()
+                    && inode.seen().lock().class(&Stamp::of(st)).is_none()
             })
             .collect();
         if unknown.len() >= 2 {
@@ -307,14 +302,14 @@ impl CutFs {
     pub(in crate::fs) fn plus_entry(
         &self,
         dir: &Arc<Inode>,
-        e: &DirEntry,
+        e: &DirEntry<'_>,
     ) -> Option<Result<PlusAttr>> {
         let b = e.name.as_bytes();
         if b == b"." || b == b".." {
             return None;
         }
         Some(
-            sys::component(&e.name)
+            sys::component(e.name)
                 .map_err(io)
                 .and_then(|n| self.inodes.lookup(dir, &n))
                 .and_then(|(inode, st)| {

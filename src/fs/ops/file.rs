@@ -2,7 +2,8 @@
 //! the file learned under its content lock, on the scan threads for a large
 //! file), read (raw bytes or the view, through `crate::io`, read again if
 //! BACKING changed the file meanwhile), write and fallocate (`crate::fs::write`),
-//! release, fsync and lseek.
+//! flush, release, fsync and lseek. Each handle holds one descriptor,
+//! taken from its opener's share (`share`) before it is opened.
 
 use super::*;
 
@@ -10,20 +11,22 @@ impl CutFs {
     /// Opens a regular file: at once, or, when a long scan would be needed
     /// first, as `Opened::Later` for the scan threads to finish
     /// (`Opener::finish`), so no FUSE worker waits for a scan.
-    pub(in crate::fs) fn open_handle(&self, ino: u64, flags: i32) -> Result<Opened> {
+    pub(in crate::fs) fn open_handle(&self, ino: u64, flags: i32, uid: u32) -> Result<Opened> {
         let inode = self.inodes.get(ino)?;
         if !inode.is_reg() {
             // Devices, fifos and sockets are opened by the kernel itself;
             // anything else reaching here is not a file we serve.
             return Err(not_a_file(&inode));
         }
-        // Pinned first: a file unlinked while open keeps its descriptor.
-        let pin = inode.pin()?;
-        let file = self.open_file(&inode, flags)?;
-        if self.open_needs_scan(&inode, &file)? {
-            return Ok(Opened::Later(inode, pin, file));
+        let ticket = self.ticket(uid, &inode, "open")?;
+        let file = Arc::new(self.open_file(&inode, flags)?);
+        // Attached at once: a file unlinked while open is reached through
+        // this descriptor.
+        let later = Later::new(inode, file, ticket)?;
+        if self.open_needs_scan(&later.inode, &later.file)? {
+            return Ok(Opened::Later(later));
         }
-        self.new_file_handle(inode, pin, file, flags)
+        self.new_file_handle(later, flags)
             .map(|(fh, fl)| Opened::Now(fh, fl))
     }
 
@@ -40,15 +43,15 @@ impl CutFs {
             return Ok(false);
         }
         let stamp = Stamp::of(&st);
-        if matches!(inode.state().known_class(&stamp), Some(Class::Raw))
+        if matches!(inode.seen().lock().class(&stamp), Some(Class::Raw))
             || self.cache.get(&stamp).is_some()
         {
             return Ok(false);
         }
-        let fresh = {
-            let content = inode.state().content.read();
+        let fresh = inode.open_state().is_some_and(|state| {
+            let content = state.content.read();
             matches!(&content.view, Some((s, _)) if *s == stamp)
-        };
+        });
         Ok(!fresh && content::has_magic(file).unwrap_or(false))
     }
 
@@ -85,12 +88,10 @@ impl CutFs {
 
     pub(in crate::fs) fn new_file_handle(
         &self,
-        inode: Arc<Inode>,
-        pin: crate::fs::inodes::Pinned,
-        file: std::fs::File,
+        later: Later,
         flags: i32,
     ) -> Result<(u64, FopenFlags)> {
-        self.opener().finish(inode, pin, file, flags)
+        self.opener().finish(later, flags)
     }
 
     pub(in crate::fs) fn create_file(
@@ -116,6 +117,7 @@ impl CutFs {
         } else {
             asked
         };
+        let ticket = self.ticket(req.uid(), &dir, "create")?;
         let dir_fd = dir.fd()?;
         let fd = {
             let _mask = with_umask(umask)?;
@@ -142,14 +144,12 @@ impl CutFs {
         };
         drop(dir_fd);
         let file = std::fs::File::from(fd);
-        let path_fd = sys::reopen(file.as_fd(), libc::O_PATH).map_err(io)?;
         let st = sys::fstat(file.as_fd()).map_err(io)?;
-        let inode = self.inodes.insert(path_fd.into(), &st, &dir, &cname);
+        let inode = self.inodes.insert(&file, &st, &dir, &cname);
         let ino = inode.ino;
         let attr = self.entry(inode.clone(), &st)?;
-        let handle = inode
-            .pin()
-            .and_then(|pin| self.new_file_handle(inode, pin, file, flags));
+        let handle = Later::new(inode, Arc::new(file), ticket)
+            .and_then(|later| self.new_file_handle(later, flags));
         match handle {
             Ok((fh, fl)) => Ok((attr, fh, fl)),
             Err(e) => {
@@ -178,7 +178,7 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
-        self.settle(&h.inode)?;
+        self.settle(&h.inode, &h.state)?;
         let mut rebuilt = false;
         for _ in 0..4 {
             let (content, stamp, view) = self.current(h)?;
@@ -209,7 +209,7 @@ impl CutFs {
                              mapping?); the index is built again"
                         )
                     });
-                    h.inode.state().rebuild(&self.cache, &h.file, stamp, || {
+                    h.state.rebuild(h.inode.seen(), &self.cache, &h.file, stamp, || {
                         h.inode
                             .open(libc::O_RDONLY)
                             .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
@@ -235,7 +235,7 @@ impl CutFs {
         Stamp,
         Option<Arc<crate::view::OffsetIndex>>,
     )> {
-        h.inode.state().current(&self.cache, &h.file, || {
+        h.state.current(h.inode.seen(), &self.cache, &h.file, || {
             h.inode
                 .open(libc::O_RDONLY)
                 .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
@@ -257,16 +257,34 @@ impl CutFs {
             return Err(Refused::IsDir.into());
         };
         if let Some(req) = kill {
-            self.kill_privs(&h.inode, &h.file, req, true)?;
+            self.kill_privs(&h.inode, Some(&h.state), &h.file, req, true)?;
         }
         self.write_file(h, offset, data)
+    }
+
+    /// close(2) of a handle open for writing: writes what is held back for
+    /// the file (`write::Held`) and reports the backing file's error at
+    /// close, as a native filesystem's close(2) would (`close(dup(fd))`,
+    /// as libfuse's passthrough_hp does: a network filesystem reports its
+    /// write-back errors there). The handle stays open until release.
+    pub(in crate::fs) fn flush_handle(&self, fh: u64) -> Result<()> {
+        let h = self.handles.get(fh)?;
+        let Handle::File(f) = &*h else {
+            return Ok(());
+        };
+        self.settle(&f.inode, &f.state)?;
+        if f.write {
+            sys::close_dup(f.file.as_fd()).map_err(io)?;
+        }
+        Ok(())
     }
 
     pub(in crate::fs) fn close_handle(&self, fh: u64) {
         if let Ok(h) = self.handles.get(fh) {
             if let Handle::File(f) = &*h {
-                // Logged there; a close cannot fail.
-                let _ = self.settle(&f.inode);
+                // Logged there; a release cannot fail (a close that could
+                // report it came first, as FLUSH).
+                let _ = self.settle(&f.inode, &f.state);
             }
         }
         release_handle(&self.handles, fh)
@@ -276,7 +294,7 @@ impl CutFs {
         let h = self.handles.get(fh)?;
         let fd = match &*h {
             Handle::File(f) => {
-                self.settle(&f.inode)?;
+                self.settle(&f.inode, &f.state)?;
                 f.file.as_fd()
             }
             Handle::Dir(d) => d.dir.as_fd(),
@@ -299,7 +317,7 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
-        self.kill_privs(&h.inode, &h.file, req, false)?;
+        self.kill_privs(&h.inode, Some(&h.state), &h.file, req, false)?;
         self.fallocate_file(h, offset, length, mode)
     }
 
@@ -309,7 +327,7 @@ impl CutFs {
             return Err(Refused::IsDir.into());
         };
         // Bytes held back at the end are part of the file's data.
-        self.settle(&h.inode)?;
+        self.settle(&h.inode, &h.state)?;
         let (_content, _, view) = self.current(h)?;
         let Some(index) = view else {
             return sys::lseek(&h.file, offset, whence).map_err(io);
@@ -331,7 +349,38 @@ pub(in crate::fs) enum Opened {
     /// A file handle and its open flags.
     Now(u64, FopenFlags),
     /// To be finished on the scan threads: `Opener::finish`.
-    Later(Arc<Inode>, crate::fs::inodes::Pinned, std::fs::File),
+    Later(Later),
+}
+
+/// An open file on its way to becoming a handle: its descriptor, already
+/// attached to the inode, and the share it is counted in.
+pub(in crate::fs) struct Later {
+    pub inode: Arc<Inode>,
+    pub file: crate::fs::inodes::Fd,
+    state: Arc<content::FileState>,
+    attached: crate::fs::inodes::Attached,
+    ticket: Ticket,
+}
+
+impl Later {
+    pub(in crate::fs) fn new(
+        inode: Arc<Inode>,
+        file: crate::fs::inodes::Fd,
+        ticket: Ticket,
+    ) -> Result<Later> {
+        let attached = inode.attach(Some(&file));
+        let state = attached
+            .state()
+            .cloned()
+            .ok_or_else(|| not_a_file(&inode))?;
+        Ok(Later {
+            inode,
+            file,
+            state,
+            attached,
+            ticket,
+        })
+    }
 }
 
 /// The parts of the filesystem that give an open file its handle, shared
@@ -347,25 +396,25 @@ impl Opener {
     /// Gives the open `file` of `inode` a file handle: learns whether it is
     /// corrected and its index (the long part for a large file), under the
     /// content lock.
-    pub(in crate::fs) fn finish(
-        &self,
-        inode: Arc<Inode>,
-        pin: crate::fs::inodes::Pinned,
-        file: std::fs::File,
-        flags: i32,
-    ) -> Result<(u64, FopenFlags)> {
+    pub(in crate::fs) fn finish(&self, later: Later, flags: i32) -> Result<(u64, FopenFlags)> {
+        let Later {
+            inode,
+            file,
+            state,
+            attached,
+            ticket,
+        } = later;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if self.noatime {
             sys::set_noatime(file.as_fd()).map_err(io)?;
         }
-        let state = inode.state().clone();
         let mut content = state.content.write();
         let st = sys::fstat(file.as_fd()).map_err(io)?;
         let stamp = Stamp::of(&st);
         // A write-only descriptor (the caller may not read) cannot show us
         // the content: look through a second, read-only one.
         let second;
-        let mut reader = &file;
+        let mut reader: &std::fs::File = &file;
         let corrected = (st.st_size as u64) >= MAGIC.len() as u64
             && match content::has_magic(&file) {
                 Ok(m) => m,
@@ -380,7 +429,7 @@ impl Opener {
             let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
             if !fresh {
                 let index = content::index_for(&self.cache, reader, stamp)?;
-                state.remember_class(
+                inode.seen().lock().remember(
                     stamp,
                     Class::Corrected {
                         view_len: index.view_len(),
@@ -397,15 +446,20 @@ impl Opener {
             }
         } else {
             content.view = None;
+            if (st.st_size as u64) >= MAGIC.len() as u64 {
+                inode.seen().lock().remember(stamp, Class::Raw);
+            }
         }
         content.open += 1;
-        let keep = state.opened_at(stamp) && !self.strictatime;
+        let keep = inode.seen().lock().opened_at(stamp) && !self.strictatime;
         drop(content);
         let fh = self.handles.insert(Handle::File(FileHandle {
             inode,
             file,
             write,
-            _pin: pin,
+            state,
+            _attached: attached,
+            _ticket: ticket,
         }));
         let mut flags = FopenFlags::empty();
         if keep {
@@ -425,8 +479,7 @@ impl Opener {
 pub(in crate::fs) fn release_handle(handles: &crate::fs::handles::HandleTable, fh: u64) {
     if let Some(h) = handles.remove(fh) {
         if let Handle::File(h) = &*h {
-            let state = h.inode.state();
-            let mut content = state.content.write();
+            let mut content = h.state.content.write();
             content.open = content.open.saturating_sub(1);
             if content.open == 0 {
                 // The cache keeps it (within its bound) for the next open.

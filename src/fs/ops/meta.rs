@@ -23,7 +23,7 @@ impl CutFs {
         // reply needs no other).
         let mut after = None;
         if uid.is_some() || gid.is_some() || mode.is_some() {
-            let ((), st) = self.keeping_content_stat(&inode, || {
+            let ((), st) = self.keeping_content_stat(&inode, None, || {
                 if uid.is_some() || gid.is_some() {
                     sys::chown(
                         inode.fd()?.as_fd(),
@@ -47,7 +47,7 @@ impl CutFs {
             after = None;
         }
         if atime.is_some() || mtime.is_some() {
-            let ((), st) = self.keeping_content_stat(&inode, || {
+            let ((), st) = self.keeping_content_stat(&inode, None, || {
                 sys::utimens(
                     inode.fd()?.as_fd(),
                     &[attr::timespec(atime), attr::timespec(mtime)],
@@ -67,7 +67,7 @@ impl CutFs {
     /// capabilities go first when it lacks CAP_FSETID, as natively.
     pub(in crate::fs) fn truncate(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         size: u64,
         fh: Option<u64>,
         req: &Request,
@@ -76,16 +76,18 @@ impl CutFs {
             return Err(not_a_file(inode));
         }
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());
-        let opened;
-        let file = match handle.as_deref() {
-            Some(Handle::File(h)) if h.write => &h.file,
+        let (opened, attached);
+        let (file, state): (&std::fs::File, &content::FileState) = match handle.as_deref() {
+            Some(Handle::File(h)) if h.write => (&h.file, &h.state),
             _ => {
                 opened = inode.open_quiet(libc::O_RDWR)?;
-                &opened
+                attached = inode.attach(None);
+                let state = attached.state().ok_or_else(|| not_a_file(inode))?;
+                (&opened, &**state)
             }
         };
-        self.kill_privs(inode, file, req, false)?;
-        self.set_size(inode, file, size)
+        self.kill_privs(inode, Some(state), file, req, false)?;
+        self.set_size(inode, state, file, size)
     }
 
     pub(in crate::fs) fn fs_stats(&self) -> Result<sys::StatVfs> {
@@ -98,29 +100,42 @@ impl CutFs {
     /// over to its new stamp (ctime moves, the bytes do not).
     pub(in crate::fs) fn keeping_content<T>(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         change: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        self.keeping_content_stat(inode, change).map(|(r, _)| r)
+        self.keeping_content_stat(inode, None, change)
+            .map(|(r, _)| r)
     }
 
     /// [`Self::keeping_content`], with the inode's stat right after the
-    /// change when it took one (regular files).
+    /// change when it took one (regular files); `state`: the file's state
+    /// when the caller has it (else it is attached for the change).
     fn keeping_content_stat<T>(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
+        state: Option<&content::FileState>,
         change: impl FnOnce() -> Result<T>,
     ) -> Result<(T, Option<libc::stat>)> {
         if !inode.is_reg() {
             return Ok((change()?, None));
         }
-        let state = inode.state();
+        let attached;
+        let state = match state {
+            Some(s) => s,
+            None => {
+                attached = inode.attach(None);
+                match attached.state() {
+                    Some(s) => &**s,
+                    None => return Ok((change()?, None)),
+                }
+            }
+        };
         let mut content = state.content.write();
         let before = inode.stat().map(|st| Stamp::of(&st));
         let r = change()?;
         let after = inode.stat();
         if let (Ok(old), Ok(st)) = (before, &after) {
-            state.carry(&mut content, &self.cache, old, Stamp::of(st));
+            state.carry(&mut content, inode.seen(), &self.cache, old, Stamp::of(st));
         }
         Ok((r, after.ok()))
     }
@@ -132,10 +147,14 @@ impl CutFs {
     /// said the caller lacks CAP_FSETID (a write's flag); otherwise the
     /// caller's capabilities are read from /proc, only for a file that has
     /// something to lose. Nothing to remove costs two syscalls; a removal
-    /// keeps what is known of the content across the ctime it moves.
+    /// keeps what is known of the content across the ctime it moves, and
+    /// tells the kernel its cached mode is stale (`invalidate`), so `stat`
+    /// right after the write shows what BACKING shows. `state`: the file's
+    /// state when the caller has it.
     pub(in crate::fs) fn kill_privs(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
+        state: Option<&content::FileState>,
         file: &std::fs::File,
         req: &Request,
         unprivileged: bool,
@@ -146,12 +165,16 @@ impl CutFs {
         {
             return Ok(());
         }
-        self.keeping_content(inode, || {
+        let killed = self.keeping_content_stat(inode, state, || {
             match sys::privs(file.as_fd(), in_group).map_err(io)? {
-                Some(p) => sys::kill(file.as_fd(), p).map_err(io),
-                None => Ok(()),
+                Some(p) => sys::kill(file.as_fd(), p).map(|()| true).map_err(io),
+                None => Ok(false),
             }
-        })
+        });
+        if matches!(killed, Ok((true, _))) {
+            self.kernel.attributes(inode.ino);
+        }
+        killed.map(drop)
     }
 
     /// access(2) by mode bits. Never called in practice: with

@@ -43,8 +43,9 @@ pub(super) use xattr::XattrReply;
 use super::attr;
 use super::content::{self, Class, Stamp};
 use super::error::{io, Errno, Refused, Result};
-use super::handles::{DirEntry, DirHandle, FileHandle, Handle};
+use super::handles::{DirEntry, DirHandle, FileHandle, Handle, Listing};
 use super::inodes::Inode;
+use super::share::{self, Ticket};
 use super::sys::{self, ActAs, Identity};
 use super::CutFs;
 
@@ -53,7 +54,7 @@ use super::CutFs;
 const PLUS_BATCH: usize = 48;
 
 /// Threads classifying a batch of cold files at once.
-const PLUS_WORKERS: usize = 8;
+pub(super) const PLUS_WORKERS: usize = 8;
 
 /// A readdirplus entry after its lookup: None for "." and "..".
 type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
@@ -132,9 +133,9 @@ pub(super) fn classify(
     if !inode.is_reg() || (st.st_size as u64) < MAGIC.len() as u64 {
         return Ok(Class::Raw);
     }
-    inode
-        .state()
-        .classify(cache, st, || open_to_classify(inode))
+    content::classify(inode.seen(), inode.ino, cache, st, || {
+        open_to_classify(inode)
+    })
 }
 
 /// Opens `inode` for the daemon's own read of its content (classifying,
@@ -169,9 +170,11 @@ pub(super) fn attr_with(
         }
         // Bytes an append holds back at the file's end (`write::Held`)
         // were written as far as the writer and the kernel know.
-        if let Some(held) = &inode.state().content.read().held {
-            if held.at == a.size {
-                a.size += held.bytes.len() as u64;
+        if let Some(state) = inode.open_state() {
+            if let Some(held) = &state.content.read().held {
+                if held.at == a.size {
+                    a.size += held.bytes.len() as u64;
+                }
             }
         }
     }
@@ -196,13 +199,13 @@ impl CutFs {
     pub(super) fn needs_scan(&self, inode: &Inode, st: &libc::stat) -> Result<bool> {
         if !inode.is_reg()
             || st.st_size as u64 <= content::SCAN_INLINE
-            || inode.state().known_class(&Stamp::of(st)).is_some()
+            || inode.seen().lock().class(&Stamp::of(st)).is_some()
         {
             return Ok(false);
         }
-        let known = inode
-            .state()
-            .peek(&self.cache, st, || open_to_classify(inode))?;
+        let known = content::peek(inode.seen(), inode.ino, &self.cache, st, || {
+            open_to_classify(inode)
+        })?;
         Ok(known.is_none())
     }
 
@@ -243,5 +246,40 @@ impl CutFs {
 
     pub(super) fn forget_lookups(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
+    }
+
+    /// One descriptor of `uid`'s share for a handle of `inode` (opened by
+    /// `what`); a refusal is logged (rate-limited per user) and answered
+    /// EMFILE, or ENFILE once no descriptor is left for anyone.
+    pub(super) fn ticket(&self, uid: u32, inode: &Inode, what: &str) -> Result<Ticket> {
+        self.shares.take(uid).map_err(|why| {
+            let p = self.shares.policy();
+            let (errno, text) = match why {
+                share::Refusal::OverShare { held } => (
+                    Refused::OverShare,
+                    format!(
+                        "uid {uid} holds {held} of the {} descriptors for files open through \
+                         the mount (each user at most {}, and no more than {} while the last \
+                         {} are left)",
+                        p.pool, p.share, p.floor, p.reserve
+                    ),
+                ),
+                share::Refusal::Exhausted => (
+                    Refused::NoDescriptors,
+                    format!(
+                        "all {} descriptors for files open through the mount are taken",
+                        p.pool
+                    ),
+                ),
+            };
+            crate::ratelog::warn("descriptor-share", &uid.to_string(), || {
+                format!(
+                    "{}: {what} refused ({}): {text}; see man cutf8fs, RESOURCES",
+                    inode.path(),
+                    std::io::Error::from_raw_os_error(Errno::from(errno).code())
+                )
+            });
+            Errno::from(errno)
+        })
     }
 }
