@@ -20,9 +20,10 @@ use crate::support::mount::*;
 const LIMIT: u64 = 1024;
 
 /// The most descriptors the daemon may hold while no file is open through
-/// the mount: the inode cache's bound (a quarter of the limit) and a few
-/// fixed ones (FUSE device clones per worker, log, journal, BACKING).
-const IDLE_BOUND: usize = (LIMIT as usize) / 4 + 64;
+/// the mount: the inode table's cache of directories when reopening by name
+/// (an eighth of the limit; none by handle) and a few fixed ones (FUSE
+/// device clones per worker, log, journal, BACKING).
+const IDLE_BOUND: usize = (LIMIT as usize) / 8 + 64;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -191,10 +192,11 @@ fn holder(file: &Path, n: usize) -> (std::process::Child, usize, String) {
     (c, opened, err)
 }
 
-/// While callers hold all of the daemon's descriptors (files open through
-/// the mount), an open fails with EMFILE and a log line naming the file, a
-/// listing lists every entry or fails with the errno (and a log line); once
-/// files are closed listings work again (the inode cache gives way).
+/// While a user holds its whole share of the daemon's descriptors (files
+/// open through the mount), its next open fails with EMFILE and a log line
+/// naming the file, and its listings list every entry or fail with the
+/// errno (and a log line); once the files are closed, listings work again.
+/// (Other users carry on meanwhile: `resources`.)
 #[test]
 fn exhausted_descriptors_fail_loudly_never_shorten_a_listing() {
     let _g = serial();
@@ -202,16 +204,18 @@ fn exhausted_descriptors_fail_loudly_never_shorten_a_listing() {
         make_tree(b, "big", 1, 3000);
         fs::write(b.join("held"), b"x").unwrap();
     });
-    // Two processes (each may hold 1024): the daemon runs out first.
+    // Two processes (each may hold 1024): the daemon refuses first.
     let (mut a, na, err_a) = holder(&m.m("held"), 900);
-    assert_eq!(na, 900, "the first 900 opens: {err_a}");
     let (mut b, nb, err_b) = holder(&m.m("held"), 900);
     println!(
         "opened {na} + {nb} files through the mount ({}); the daemon holds {}",
-        err_b.trim(),
+        (err_a + &err_b).trim(),
         daemon_fds(&m)
     );
-    assert!(nb < 900, "the daemon served more opens than its limit");
+    assert!(
+        na + nb < 1800,
+        "the daemon served more opens than its limit"
+    );
     assert!(err_b.contains("Too many open files"), "{err_b}");
     assert!(
         logged(&m, "] held: ", "descriptors"),
@@ -348,7 +352,8 @@ fn open_files_survive_unlink_and_cache_churn() {
     let d = fs::File::open(m.m("d")).unwrap();
     fs::remove_file(m.m("f")).unwrap();
     fs::remove_dir(m.m("d")).unwrap();
-    // Churn: 2 000 inodes through the daemon (its cache holds 256).
+    // Churn: 2 000 inodes through the daemon (its cache holds 128
+    // directories).
     let o = sh("ls -lR \"$1\" | grep -c '^-'", &[&m.m("many")]);
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),

@@ -75,7 +75,9 @@ fn caller(req: &Request) -> Identity {
 
 /// This thread acts as the caller of `req` until the guard drops. A switch
 /// that did not take fails the request with EIO (and a log line) rather
-/// than doing anything with the daemon's own rights.
+/// than doing anything with the daemon's own rights. Inodes are reached
+/// (`Inode::fd`) before: reopening one by handle needs the daemon's
+/// CAP_DAC_READ_SEARCH, which acting as another user drops.
 fn act_as(req: &Request) -> Result<ActAs> {
     ActAs::new(&caller(req)).map_err(|e| {
         crate::ratelog::error("no-identity", &format!("uid {}", req.uid()), || {

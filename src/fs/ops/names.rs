@@ -21,9 +21,12 @@ impl CutFs {
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
         {
+            // The directory is reached first: reopening it takes the
+            // daemon's own rights (CAP_DAC_READ_SEARCH for a file handle).
+            let dir_fd = dir.fd()?;
             let _mask = umask.map(with_umask).transpose()?;
             let _as = act_as(req)?;
-            make(dir.fd()?.as_fd(), &cname).map_err(io)?;
+            make(dir_fd.as_fd(), &cname).map_err(io)?;
         }
         let (inode, st) = self.inodes.lookup(&dir, &cname)?;
         self.entry(inode, &st)

@@ -49,8 +49,10 @@ impl CutFs {
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
+            // Reached first: reopening takes the daemon's own rights.
+            let fd = inode.fd()?;
             let _as = act_as(req)?;
-            sys::setxattr(inode.fd()?.as_fd(), &name, value, flags).map_err(io)
+            sys::setxattr(fd.as_fd(), &name, value, flags).map_err(io)
         })
     }
 
@@ -190,8 +192,10 @@ impl CutFs {
         let inode = self.inodes.get(ino)?;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         self.keeping_content(&inode, || {
+            // Reached first: reopening takes the daemon's own rights.
+            let fd = inode.fd()?;
             let _as = act_as(req)?;
-            sys::removexattr(inode.fd()?.as_fd(), &name).map_err(io)
+            sys::removexattr(fd.as_fd(), &name).map_err(io)
         })
     }
 }
