@@ -70,7 +70,8 @@
 # Env: SIZE_MIB (1024), DENSE_MIB (512), VIM_MIB (100), FILES (2000), APPENDS (10000), REPS (3),
 #      SRC_FILES (5000), SQL_ROWS (10000), SQL_TXNS (100), GIT_REPO, GIT_A,
 #      GIT_B, TARGETS ("native bindfs gocryptfs cutf8fs"), CASES (all of the
-#      above), e.g. CASES="tar-src rsync" SIZE_MIB=8 VIM_MIB=1 REPS=1.
+#      above), e.g. CASES="tar-src rsync" SIZE_MIB=8 VIM_MIB=1 REPS=1;
+#      CUTF8FS (the binary; default target/release/cutf8fs).
 # The work directory (a fresh mktemp -d under WORKDIR_PARENT, which should be
 # a disk filesystem, not tmpfs) is unmounted and removed on exit.
 set -euo pipefail
@@ -104,7 +105,8 @@ for t in "tar tar-src" "rsync rsync" "sqlite3 sqlite-rb sqlite-wal" "git git-co"
     fi
 done
 cargo build --release --bins --quiet
-CUTF8FS=$REPO/target/release/cutf8fs
+# CUTF8FS names another build to measure (the code before a change, say).
+CUTF8FS=${CUTF8FS:-$REPO/target/release/cutf8fs}
 
 W=$(mktemp -d "$PARENT/cutf8fs-bench-write.XXXXXX")
 SRC=$W/src

@@ -15,9 +15,16 @@
 //! descriptor the daemon kept of a deleted file would keep its blocks
 //! allocated (`df` stays full) and BACKING's filesystem busy (`mount -o
 //! remount,ro` fails) for as long as the kernel remembers the inode. So an
-//! entry keeps no descriptor of its inode, only a way back to it, used for
-//! each request that needs the inode (and closed when that request is
-//! done). The way back, as in virtiofsd and libfuse's passthrough_hp:
+//! entry keeps no descriptor of a regular file (or symlink, device…) that
+//! is not open through the mount, only a way back to it, used for each
+//! request that needs the inode (and closed when that request is done).
+//! Directories, which every lookup and creation starts from, keep theirs
+//! while they are in use: a descriptor not used for a second is closed
+//! (`SWEEP`), and at most `cap` are kept (an eighth of the open-file limit,
+//! between 16 and 4096; evicted by CLOCK: one used since the hand last
+//! passed gets a second chance). A directory removed in BACKING is thus let
+//! go within about a second, a file at once. The way back, as in virtiofsd
+//! and libfuse's passthrough_hp:
 //!
 //! * a **file handle** (`name_to_handle_at`), reopened with
 //!   `open_by_handle_at` against a descriptor of its filesystem (BACKING's
@@ -26,9 +33,7 @@
 //!   path: a rename anywhere cannot make it name another file, a deleted
 //!   file's handle fails with ESTALE, and no path is walked, so no symlink
 //!   is followed. This needs CAP_DAC_READ_SEARCH (a root daemon); it is
-//!   probed once at start. Here the daemon holds, besides BACKING's root
-//!   and those filesystem roots, no descriptor of any inode that is not
-//!   open through the mount.
+//!   probed once at start.
 //! * otherwise (a daemon without that capability, a filesystem without
 //!   handles, or `CUTF8FS_NO_FILE_HANDLES=1` in the environment, for tests):
 //!   the **(parent entry, name)** the inode was last looked up, created or
@@ -39,14 +44,7 @@
 //!   again. Each step is one component from a parent verified the same way,
 //!   up to the root descriptor, never following a symlink, so nothing
 //!   outside BACKING can be reached. (A file unlinked by the recorded name
-//!   but still linked elsewhere is ESTALE until looked up again.) So that
-//!   a path is not walked again for every request, the descriptors of
-//!   directories reached this way are cached, at most `cap` of them (an
-//!   eighth of the open-file limit, between 16 and 4096), evicted by CLOCK
-//!   (one used since the hand last passed gets a second chance). Regular
-//!   files, whose blocks are what a deleted file pins, never are; a
-//!   directory removed in BACKING pins only its empty inode until evicted
-//!   or forgotten.
+//!   but still linked elsewhere is ESTALE until looked up again.)
 //!
 //! Reopening by name cannot tell a file deleted in BACKING from a new file
 //! that got its number (no generation without an open file); the kernel,
@@ -96,9 +94,14 @@ pub const ROOT: u64 = 1;
 /// Numbers for files on other filesystems start here.
 const FOREIGN_BASE: u64 = 1 << 63;
 
-/// Bounds of the cache of directory descriptors (reopening by name).
+/// Bounds of the cache of directory descriptors.
 const CAP_MIN: usize = 16;
 const CAP_MAX: usize = 4096;
+
+/// How often the cache lets go of the directory descriptors not used since
+/// it last looked (so one is kept from one to two of these after its last
+/// use).
+const SWEEP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// After this many entries are forgotten, the table gives memory back
 /// (once the kernel's round of forgetting is over: `give_back_memory`).
@@ -315,10 +318,10 @@ impl Inode {
         Some(fd)
     }
 
-    /// Whether a descriptor reached by name is kept: directories reopened
-    /// by name (the parents every name below them is reopened from).
+    /// Whether a reopened descriptor is kept (for about a second, see the
+    /// module doc): directories', the parents names are looked up in.
     fn cacheable(&self) -> bool {
-        self.is_dir() && matches!(self.inner.lock().anchor, Anchor::Name { .. })
+        self.is_dir()
     }
 
     /// Finds the backing inode again (see the module doc) and opens it with
@@ -640,6 +643,27 @@ impl Shared {
         drop(closing);
     }
 
+    /// Lets go of the descriptors not used since the last sweep (called
+    /// every `SWEEP`).
+    fn sweep(&self) {
+        let mut closing = Vec::new();
+        let mut c = self.clock.lock();
+        c.ring.retain(|w| {
+            let Some(v) = w.upgrade() else {
+                return false;
+            };
+            let mut i = v.inner.lock();
+            if std::mem::take(&mut i.used) {
+                return true;
+            }
+            closing.push(i.cached.take());
+            false
+        });
+        c.hand = 0;
+        drop(c);
+        drop(closing);
+    }
+
     /// Under descriptor pressure: lets go of half the cached descriptors,
     /// used or not.
     fn shrink(&self) -> usize {
@@ -766,9 +790,8 @@ pub struct InodeTable {
 
 impl InodeTable {
     /// A table whose root is the directory behind `root` (an `O_PATH`
-    /// descriptor of BACKING); when reopening by name, it caches the
-    /// descriptors of at most an eighth of the open-file limit of
-    /// directories.
+    /// descriptor of BACKING); it caches the descriptors of at most an
+    /// eighth of the open-file limit of directories.
     pub fn new(root: OwnedFd) -> std::io::Result<InodeTable> {
         let cap = usize::try_from(sys::fd_limit() / 8)
             .unwrap_or(CAP_MAX)
@@ -818,6 +841,16 @@ impl InodeTable {
             clock: Mutex::new(Clock::default()),
             trimming: AtomicBool::new(false),
         });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("inode-cache".into())
+            .spawn(move || loop {
+                std::thread::sleep(SWEEP);
+                match weak.upgrade() {
+                    Some(shared) => shared.sweep(),
+                    None => break,
+                }
+            })?;
         let inode = Arc::new(Inode {
             ino: ROOT,
             key,
@@ -1109,13 +1142,9 @@ impl InodeTable {
     }
 
     /// The most descriptors the table keeps of inodes not open through the
-    /// mount (by handle: none).
+    /// mount.
     pub fn cache_bound(&self) -> usize {
-        if self.shared.by_handle {
-            0
-        } else {
-            self.shared.cap
-        }
+        self.shared.cap
     }
 
     /// Entries in the table (for tests).
@@ -1162,9 +1191,9 @@ mod tests {
             .collect()
     }
 
-    /// Many inodes in many directories: every one reopens; by handle the
-    /// table holds no descriptor at all, by name only directories' (at
-    /// most `cap`).
+    /// Many inodes in many directories: every one reopens; the table holds
+    /// no file's descriptor, directories' only (at most `cap`) and only
+    /// until they go unused.
     fn many_inodes(by_handle: bool) {
         let d = tempfile::tempdir().unwrap();
         for s in 0..40 {
@@ -1198,12 +1227,12 @@ mod tests {
             assert!(!inode.has_cached_fd(), "a file's descriptor is kept");
         }
         let kept = fds_under(d.path());
-        if by_handle {
-            assert!(kept.is_empty(), "by handle, descriptors kept: {kept:?}");
-        } else {
-            assert!(kept.len() <= 16, "{kept:?}");
-            assert!(kept.iter().all(|p| !p.contains("/f")), "{kept:?}");
-        }
+        assert!(kept.len() <= 16, "{kept:?}");
+        assert!(kept.iter().all(|p| !p.contains("/f")), "{kept:?}");
+        t.shared.sweep();
+        t.shared.sweep();
+        let kept = fds_under(d.path());
+        assert!(kept.is_empty(), "unused descriptors kept: {kept:?}");
         assert_eq!(t.len(), 1 + 40 * 6);
     }
 
@@ -1273,7 +1302,8 @@ mod tests {
         g.stat().unwrap();
         std::fs::rename(p.join("d/a"), p.join("moved")).unwrap();
         std::fs::remove_file(p.join("gone")).unwrap();
-        assert!(fds_under(p).is_empty(), "{:?}", fds_under(p));
+        let kept = fds_under(p);
+        assert!(kept.iter().all(|f| !f.contains("gone")), "{kept:?}");
         let mut s = Vec::new();
         std::io::Read::read_to_end(&mut a.open(libc::O_RDONLY).unwrap(), &mut s).unwrap();
         assert_eq!(s, b"a");
@@ -1323,6 +1353,30 @@ mod tests {
             assert!(o.stat().is_err());
             assert!(fds_under(p).is_empty());
             std::fs::write(p.join("open"), b"o").unwrap();
+        }
+    }
+
+    /// A directory removed in BACKING is let go within two sweeps (about a
+    /// second), though the kernel still remembers it and it was in use.
+    #[test]
+    fn removed_directories_are_let_go_within_a_second() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        std::fs::create_dir_all(p.join("gone/sub")).unwrap();
+        for by_handle in [true, false] {
+            let t = table(p, 16, by_handle);
+            let root = t.get(ROOT).unwrap();
+            let (g, _) = t.lookup(&root, &cname("gone")).unwrap();
+            t.lookup(&g, &cname("sub")).unwrap();
+            assert!(g.has_cached_fd());
+            std::fs::remove_dir(p.join("gone/sub")).unwrap();
+            std::fs::remove_dir(p.join("gone")).unwrap();
+            t.shared.sweep();
+            t.shared.sweep();
+            let kept = fds_under(p);
+            assert!(kept.is_empty(), "{kept:?}");
+            assert_eq!(g.fd().err(), Some(Errno::ESTALE));
+            std::fs::create_dir_all(p.join("gone/sub")).unwrap();
         }
     }
 
