@@ -7,10 +7,13 @@
 //!   function in `ops` and ends in one `match` — `Ok` becomes the reply,
 //!   `Err` an errno (decided in `error`, nowhere else).
 //! * `ops` (one file per concern: names, meta, file, dir, xattr) does the
-//!   work on BACKING through `inodes` (FUSE inode ↔ backing
-//!   inode, found again by file handle or name through a bounded cache of
-//!   `O_PATH` descriptors; lookup counts), `handles` (fh ↔ open descriptor)
-//!   and `crate::sys` (symlink-safe `*at` system calls).
+//!   work on BACKING through `inodes` (FUSE inode ↔ backing inode, found
+//!   again by file handle or name for each request: no descriptor is kept
+//!   of a file not open, so nothing deleted in BACKING is held; lookup
+//!   counts), `handles` (fh ↔ open descriptor, one per handle, counted in
+//!   its user's share by `share`) and `crate::sys` (symlink-safe `*at`
+//!   system calls). `invalidate` tells the kernel what the daemon changed
+//!   behind its caches (set-id bits it removed, say).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
