@@ -65,8 +65,8 @@ pub mod options;
 mod passthrough;
 mod progress;
 mod rawnew;
-pub mod stats;
 mod share;
+pub mod stats;
 use crate::sys;
 mod write;
 

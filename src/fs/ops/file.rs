@@ -209,11 +209,12 @@ impl CutFs {
                              mapping?); the index is built again"
                         )
                     });
-                    h.state.rebuild(h.inode.seen(), &self.cache, &h.file, stamp, || {
-                        h.inode
-                            .open(libc::O_RDONLY)
-                            .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
-                    })?;
+                    h.state
+                        .rebuild(h.inode.seen(), &self.cache, &h.file, stamp, || {
+                            h.inode
+                                .open(libc::O_RDONLY)
+                                .map_err(|e| std::io::Error::from_raw_os_error(e.code()))
+                        })?;
                 }
             }
         }
