@@ -902,6 +902,49 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Acquire or release a BSD lock (`flock(2)`; the kernel's
+    /// `FUSE_LK_FLOCK`). `typ` is `F_RDLCK` (`LOCK_SH`), `F_WRLCK`
+    /// (`LOCK_EX`) or `F_UNLCK` (`LOCK_UN`); `sleep` is false for
+    /// `LOCK_NB`. The lock belongs to the open file (`lock_owner` is the
+    /// same for every lock through it) and is released at its last close
+    /// ([`Filesystem::release`] with `lock_owner`). The default passes it
+    /// to [`Filesystem::setlk`] as a lock of the whole file, as fuser did
+    /// before it told the two apart.
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.setlk(
+            req,
+            ino,
+            fh,
+            lock_owner,
+            0,
+            i64::MAX as u64,
+            typ,
+            pid,
+            sleep,
+            reply,
+        );
+    }
+
+    /// The kernel asks to interrupt request `unique` (its caller got a
+    /// signal). The filesystem may answer that request with `EINTR` now,
+    /// or let it finish. No reply is sent to the interrupt itself when
+    /// this returns `Ok`; `Err(EAGAIN)` has the kernel send it again
+    /// (the request was not seen yet), and `Err(ENOSYS)` (the default)
+    /// stops the kernel from sending interrupts on this connection.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+
     /// Map block index within file to block index within device.
     /// Note: This makes sense only for block device backed filesystems mounted
     /// with the 'blkdev' option

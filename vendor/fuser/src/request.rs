@@ -88,6 +88,7 @@ impl<'a> RequestWithSender<'a> {
                     | ll::Operation::FSync(_)
                     | ll::Operation::FSyncDir(_)
                     | ll::Operation::Release(_)
+                    | ll::Operation::Interrupt(_)
                     | ll::Operation::ReleaseDir(_) => {}
                     ll::Operation::ReadDirPlus(_) => {}
                     _ => {
@@ -114,9 +115,10 @@ impl<'a> RequestWithSender<'a> {
                 return Err(Errno::EIO);
             }
 
-            ll::Operation::Interrupt(_) => {
-                // TODO: handle FUSE_INTERRUPT
-                return Err(Errno::ENOSYS);
+            ll::Operation::Interrupt(x) => {
+                // No reply unless the filesystem asks for one (ENOSYS: stop
+                // sending interrupts; EAGAIN: send this one again).
+                filesystem.interrupt(self.request_header(), x.unique())?;
             }
 
             ll::Operation::Lookup(x) => {
@@ -395,6 +397,18 @@ impl<'a> RequestWithSender<'a> {
                     x.lock().range.1,
                     x.lock().typ,
                     x.lock().pid,
+                    self.reply(),
+                );
+            }
+            ll::Operation::SetLk(x) if x.is_flock() => {
+                filesystem.flock(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.lock_owner(),
+                    x.lock().typ,
+                    x.lock().pid,
+                    x.sleep(),
                     self.reply(),
                 );
             }

@@ -1205,6 +1205,11 @@ mod op {
         pub(crate) fn sleep(&self) -> bool {
             self.wait
         }
+        /// Whether the kernel sends a BSD `flock(2)` lock (`FUSE_LK_FLOCK`)
+        /// rather than a POSIX record lock.
+        pub(crate) fn is_flock(&self) -> bool {
+            self.arg.lk_flags & crate::ll::fuse_abi::consts::FUSE_LK_FLOCK != 0
+        }
     }
 
     /// Check file access permissions.
