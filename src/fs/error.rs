@@ -110,6 +110,11 @@ pub enum Refused {
     OverShare,
     /// The daemon's descriptors for open files are all taken.
     NoDescriptors,
+    /// A lock the caller's share of the daemon's lock descriptors or
+    /// waiting threads has no room for (`fs::locks`): as a full lock table.
+    NoLockRoom,
+    /// A wait for a lock cut short by a signal to the waiting caller.
+    Interrupted,
 }
 
 impl From<Refused> for Errno {
@@ -129,6 +134,8 @@ impl From<Refused> for Errno {
             Refused::NoAcl | Refused::NoVirtual => Errno::ENODATA,
             Refused::OverShare => Errno::EMFILE,
             Refused::NoDescriptors => Errno::ENFILE,
+            Refused::NoLockRoom => Errno::ENOLCK,
+            Refused::Interrupted => Errno::EINTR,
         }
     }
 }

@@ -40,10 +40,10 @@
 //!   BACKING) writes nothing to BACKING. `ops` hides every root name that
 //!   `crate::journal::is_internal` claims and refuses to create them.
 //!
-//! POSIX and BSD locks are
-//! left to the kernel (the daemon does not ask for FUSE_POSIX_LOCKS or
-//! FUSE_FLOCK_LOCKS), so they work between processes using this mount, not
-//! with processes using BACKING directly.
+//! * `locks` takes every lock asked for through the mount (`flock`, POSIX
+//!   record locks, OFD locks) on the backing file, on a descriptor it keeps
+//!   for the lock's owner, and waits for the ones that must wait on threads
+//!   of its own; FLUSH and RELEASE tell it when an owner's locks go.
 //!
 //! Size: this file is the `fuser::Filesystem` impl, about 40 handlers of
 //! a few lines each (plus the scan-thread replies): long, but each handler
@@ -59,6 +59,7 @@ mod failure;
 mod handles;
 mod inodes;
 mod invalidate;
+mod locks;
 mod mount;
 mod ops;
 pub mod options;
@@ -78,8 +79,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     AccessFlags, BsdFileFlags, FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 
 pub use daemon::{run, Config};
@@ -123,6 +124,8 @@ pub struct CutFs {
     shares: Arc<share::Shares>,
     /// Tells the kernel what the daemon changed behind its caches.
     kernel: Arc<invalidate::Invalidator>,
+    /// Every lock taken through the mount, on the backing files.
+    locks: locks::Locks,
 }
 
 const GEN: Generation = Generation(0);
@@ -178,6 +181,9 @@ impl CutFs {
     /// descriptor of BACKING).
     pub fn new(root: std::os::fd::OwnedFd, opts: &Options) -> std::io::Result<CutFs> {
         check_atime(&root, opts)?;
+        // First: it blocks a signal in this thread and every thread the
+        // filesystem starts later (the scan threads, the FUSE workers).
+        let locks = locks::Locks::new()?;
         // The journal is reached only through the root descriptor (never
         // a path resolved later); opening it checks it is the daemon's own
         // and replays what a killed daemon left half done, or refuses.
@@ -201,6 +207,7 @@ impl CutFs {
         let inodes = Arc::new(InodeTable::new(root)?);
         let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
         Ok(CutFs {
+            locks,
             passthrough,
             shares,
             kernel: Arc::default(),
@@ -363,6 +370,51 @@ fn reply_open(
     }
 }
 
+impl CutFs {
+    /// Who asks for a lock through handle `fh` (for `locks`), and the
+    /// handle, whose backing file the lock's holder is opened from.
+    fn lock_asker(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        owner: LockOwner,
+        pid: u32,
+    ) -> Result<(Arc<handles::Handle>, locks::Asker)> {
+        let h = self.handles.file(fh.0)?;
+        let a = locks::Asker {
+            ino: ino.0,
+            fh: fh.0,
+            owner: owner.0,
+            uid: req.uid(),
+            pid,
+            unique: req.unique().0,
+        };
+        Ok((h, a))
+    }
+
+    /// Sets or clears a lock of `kind` through handle `fh` (see `locks`);
+    /// the reply may come later, from the thread that waits for it.
+    #[allow(clippy::too_many_arguments)]
+    fn lock(
+        &self,
+        req: &Request,
+        (ino, fh, owner, pid): (INodeNo, FileHandle, LockOwner, u32),
+        want: locks::Want,
+        reply: ReplyEmpty,
+    ) {
+        match self.guard("setlk", ino.0, || self.lock_asker(req, ino, fh, owner, pid)) {
+            Ok((h, a)) => match &*h {
+                handles::Handle::File(f) => {
+                    self.locks.set(a, want, &f.file, move |r| empty(r, reply))
+                }
+                handles::Handle::Dir(_) => reply.error(fuser::Errno::EISDIR),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
 fn empty(r: Result<()>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
@@ -407,6 +459,12 @@ impl Filesystem for CutFs {
         // an inode it has checked once: one round trip less per write.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             log::debug!("kernel lacks {missing:?}");
+        }
+        // Locks go to BACKING (`locks`): POSIX and OFD locks, and flock.
+        if let Err(missing) =
+            config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS)
+        {
+            log::warn!("kernel lacks {missing:?}: locks through the mount stay in the mount");
         }
         self.passthrough.init(config);
         let _ = config.set_max_background(64);
@@ -670,18 +728,22 @@ impl Filesystem for CutFs {
         _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Sent by close(2) of a handle opened for writing (read-only ones
-        // are FOPEN_NOFLUSH): what the daemon still holds for the file is
-        // written now, and its error, or the backing file's own at close,
-        // is close(2)'s (`flush_handle`).
+        // Sent at every close(2) of a descriptor through the mount (and at
+        // exit; no handle is FOPEN_NOFLUSH, for the locks' sake): what the
+        // daemon still holds for the file is written now, and its error, or
+        // the backing file's own at close, is close(2)'s (`flush_handle`);
+        // then the closing owner's record locks on the file go, as natively
+        // — after the write, so the next holder reads it.
         stats::request("flush");
-        empty(
-            self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0)),
-            reply,
-        );
+        let r = self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0));
+        let _ = self.guard("flush", ino.0, || {
+            self.locks.flush(ino.0, lock_owner.0);
+            Ok(())
+        });
+        empty(r, reply);
     }
 
     fn release(
@@ -695,6 +757,8 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         let _ = self.guard("release", ino.0, || {
+            // The open file's last close: its flock and OFD locks go.
+            self.locks.release(ino.0, fh.0);
             CutFs::close_handle(self, fh.0);
             self.passthrough.release(fh.0);
             Ok(())
@@ -965,5 +1029,87 @@ impl Filesystem for CutFs {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let range = sys::lock::Range { start, end };
+        match self.guard("getlk", ino.0, || {
+            let (h, a) = self.lock_asker(req, ino, fh, lock_owner, pid)?;
+            match &*h {
+                handles::Handle::File(f) => self.locks.test(a, &f.file, range, typ),
+                handles::Handle::Dir(_) => Err(fuser::Errno::EISDIR),
+            }
+        }) {
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Ok(Some(c)) => reply.locked(c.range.start, c.range.end, c.typ, c.pid.max(0) as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let want = locks::Want {
+            kind: locks::Kind::Record,
+            range: sys::lock::Range { start, end },
+            typ,
+            sleep,
+        };
+        self.lock(req, (ino, fh, lock_owner, pid), want, reply);
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let want = locks::Want {
+            kind: locks::Kind::Flock,
+            range: sys::lock::Range {
+                start: 0,
+                end: sys::lock::OFFSET_MAX,
+            },
+            typ,
+            sleep,
+        };
+        self.lock(req, (ino, fh, lock_owner, pid), want, reply);
+    }
+
+    /// The caller of request `unique` got a signal: a lock wait for it
+    /// ends with EINTR (`locks`); other requests finish as they are.
+    fn interrupt(
+        &self,
+        _req: &Request,
+        unique: RequestId,
+    ) -> std::result::Result<(), fuser::Errno> {
+        self.locks.interrupt(unique.0);
+        Ok(())
     }
 }

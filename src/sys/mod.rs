@@ -13,6 +13,9 @@
 //! * [`handle`]: `name_to_handle_at` / `open_by_handle_at`.
 //! * [`ident`]: acting as a request's caller (fsuid, fsgid, groups,
 //!   umask), checked to have taken effect; capabilities of a process.
+//! * [`lock`]: open file description locks and `flock(2)` on a
+//!   descriptor, the signal that wakes a thread waiting for one, and a
+//!   mount's device number read without asking its filesystem.
 //! * [`process`]: the open-file limit, daemonizing, stop signals, and the
 //!   descriptor fusermount3 sends back.
 //!
@@ -22,6 +25,7 @@
 pub mod file;
 pub mod handle;
 pub mod ident;
+pub mod lock;
 pub mod process;
 pub mod xattr;
 

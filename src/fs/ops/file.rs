@@ -466,11 +466,9 @@ impl Opener {
         if keep {
             flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
-        if !write {
-            // Nothing is buffered here and locks are the kernel's: a close
-            // of a read-only handle need not wait for a FLUSH round trip.
-            flags |= FopenFlags::FOPEN_NOFLUSH;
-        }
+        // No FOPEN_NOFLUSH, not even for a read-only handle: the FLUSH of
+        // every close(2) is what releases the closing owner's record locks
+        // (`crate::fs::locks`).
         Ok((fh, flags))
     }
 }

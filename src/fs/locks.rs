@@ -1,0 +1,832 @@
+//! Locks taken on the backing file for each owner: every `flock(2)`, POSIX
+//! record lock and OFD lock asked for through the mount is taken on the
+//! file in BACKING itself, so that it excludes, and is excluded by,
+//! processes using BACKING directly and processes on other mounts of the
+//! same BACKING (and, where the backing filesystem carries locks between
+//! hosts, on other hosts).
+//!
+//! The kernel asks for the locks of an *owner* (FUSE_SETLK, FUSE_SETLKW,
+//! FUSE_GETLK) and says when an owner's locks go (FLUSH, RELEASE). Each
+//! owner's locks on a file live on a *holder*: an open file description of
+//! the backing file of its own (opened again from the handle's descriptor,
+//! with the handle's access), on which they are taken as open file
+//! description locks — which belong to that description alone, so the
+//! daemon closing any other descriptor never drops them, and two holders'
+//! locks conflict exactly as two processes' do.
+//!
+//! * POSIX record locks (`fcntl` F_SETLK/F_SETLKW, `lockf`) come with the
+//!   caller's file table as owner: one holder per (file, owner), where the
+//!   owner's locks merge and split by range as a process's do. Every
+//!   close(2) of a descriptor of the file by that owner, and its exit,
+//!   sends FLUSH with the owner: [`Locks::flush`] closes the holder, and
+//!   every lock the owner had on the file goes, as natively.
+//! * OFD locks taken through the mount come the same way, their owner
+//!   being the open file: they stay until its last close, whose RELEASE
+//!   ([`Locks::release`]) closes the holders used through that handle
+//!   alone.
+//! * `flock(2)` locks (FUSE_LK_FLOCK) belong to the open file too: one
+//!   holder per handle takes them with `flock` on BACKING (BSD and POSIX
+//!   locks stay independent, as on a local filesystem), until RELEASE.
+//!
+//! A lock that must be waited for (F_SETLKW, `flock` without LOCK_NB) waits
+//! on a thread of its own ([`Waits`]), never on a FUSE worker: at most
+//! [`MAX_WAITS`] at once and [`WAITS_PER_USER`] for one user, beyond which
+//! the request fails with ENOLCK (a full lock table, natively). The
+//! kernel's FUSE_INTERRUPT for a waiting request (its caller got a signal)
+//! wakes that thread (`crate::sys::lock::wake`) and the request fails with
+//! EINTR, which the kernel restarts or returns exactly as for a native
+//! wait. Holders are descriptors: one user has at most
+//! [`HOLDERS_PER_USER`] (ENOLCK beyond).
+//!
+//! Lock offsets are the caller's, passed through unchanged: the same
+//! numbers in BACKING (for a corrected file, view offsets, which equal
+//! BACKING's wherever its text keeps its length).
+//!
+//! Lock order: `Table::files`, then `Waits::state`; neither is held while
+//! a reply is sent, a lock is waited for, or a holder is opened or closed.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::pthread::Pthread;
+use parking_lot::{Condvar, Mutex};
+
+use super::error::{self, io, Refused, Result};
+use crate::sys;
+use crate::sys::lock::{Conflict, Range};
+
+/// Lock requests waiting at once, all users together.
+pub const MAX_WAITS: usize = 512;
+/// Lock requests one user may have waiting at once.
+pub const WAITS_PER_USER: usize = 128;
+/// Holders (one descriptor each) one user may have at once.
+pub const HOLDERS_PER_USER: usize = 4096;
+/// Interrupts kept for requests not seen yet (an interrupt can overtake
+/// its request between two FUSE workers), and for how long.
+const EARLY_MAX: usize = 256;
+const EARLY_FOR: Duration = Duration::from_secs(10);
+/// How often a waiting thread that was told to stop is woken again (the
+/// wake signal can come just before it starts to wait).
+const REWAKE: Duration = Duration::from_millis(20);
+
+/// What kind of lock a request is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A POSIX record lock or an OFD lock: by range, on the owner's holder.
+    Record,
+    /// A `flock(2)` lock: the whole file, on the handle's holder.
+    Flock,
+}
+
+/// Who asks, from the FUSE request.
+#[derive(Clone, Copy, Debug)]
+pub struct Asker {
+    pub ino: u64,
+    pub fh: u64,
+    /// The kernel's lock owner.
+    pub owner: u64,
+    pub uid: u32,
+    /// The calling process (0 for an unlock).
+    pub pid: u32,
+    /// The request's unique id (what an interrupt names).
+    pub unique: u64,
+}
+
+/// What a lock request asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Want {
+    pub kind: Kind,
+    /// The whole file for `Flock`.
+    pub range: Range,
+    /// `F_RDLCK`, `F_WRLCK` or `F_UNLCK`.
+    pub typ: i32,
+    /// Wait until it can be had (F_SETLKW, flock without LOCK_NB).
+    pub sleep: bool,
+}
+
+/// One owner's locks on one file: an open file description of its own.
+struct Holder {
+    kind: Kind,
+    /// The lock owner (`Record`) or the file handle (`Flock`).
+    key: u64,
+    file: File,
+    uid: u32,
+    /// The handles locks came through (`Record`; RELEASE of the last one
+    /// closes the holder).
+    fhs: Mutex<Vec<u64>>,
+    /// The process that last took a lock here, for F_GETLK.
+    pid: AtomicU32,
+}
+
+impl Holder {
+    /// Takes or clears a lock of type `typ` on `range` (the whole file for
+    /// `Flock`); `wait`: block (EINTR when woken).
+    fn apply(&self, range: Range, typ: i32, wait: bool) -> std::io::Result<()> {
+        match self.kind {
+            Kind::Record => sys::lock::ofd_setlk(&self.file, range, typ, wait),
+            Kind::Flock => sys::lock::flock(&self.file, typ, wait),
+        }
+    }
+
+    /// Whether this holder holds an OFD lock of exactly `c`'s range and
+    /// type (read from `/proc/self/fdinfo`, which lists a description's
+    /// locks).
+    fn holds(&self, c: &Conflict) -> bool {
+        let path = format!("/proc/self/fdinfo/{}", self.file.as_raw_fd());
+        let Ok(info) = std::fs::read_to_string(path) else {
+            return false;
+        };
+        let typ = if c.typ == libc::F_WRLCK {
+            "WRITE"
+        } else {
+            "READ"
+        };
+        let end = if c.range.end >= sys::lock::OFFSET_MAX {
+            "EOF".to_owned()
+        } else {
+            c.range.end.to_string()
+        };
+        info.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            // lock: N: OFDLCK ADVISORY WRITE -1 dev:ino START END
+            w.len() >= 9
+                && w[0] == "lock:"
+                && w[2] == "OFDLCK"
+                && w[4] == typ
+                && w[7] == c.range.start.to_string()
+                && w[8] == end
+        })
+    }
+}
+
+#[derive(Default)]
+struct Files {
+    by_ino: HashMap<u64, Vec<Arc<Holder>>>,
+    per_user: HashMap<u32, usize>,
+}
+
+impl Files {
+    fn find(&self, ino: u64, kind: Kind, key: u64) -> Option<&Arc<Holder>> {
+        self.by_ino
+            .get(&ino)?
+            .iter()
+            .find(|h| h.kind == kind && h.key == key)
+    }
+
+    fn insert(&mut self, ino: u64, h: Arc<Holder>) {
+        *self.per_user.entry(h.uid).or_default() += 1;
+        self.by_ino.entry(ino).or_default().push(h);
+    }
+
+    /// Takes out of the table the holders of `ino` that `gone` says go.
+    fn remove(&mut self, ino: u64, mut gone: impl FnMut(&Holder) -> bool) -> Vec<Arc<Holder>> {
+        let Some(list) = self.by_ino.get_mut(&ino) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < list.len() {
+            if gone(&list[i]) {
+                out.push(list.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        if list.is_empty() {
+            self.by_ino.remove(&ino);
+        }
+        for h in &out {
+            if let Some(n) = self.per_user.get_mut(&h.uid) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_user.remove(&h.uid);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Every holder, by inode.
+struct Table {
+    files: Mutex<Files>,
+}
+
+impl Table {
+    fn find(&self, ino: u64, kind: Kind, key: u64) -> Option<Arc<Holder>> {
+        self.files.lock().find(ino, kind, key).cloned()
+    }
+
+    /// The holder for `kind`/`key` on `a.ino`, opened from the handle's
+    /// `file` if there is none yet; remembers the handle and the caller.
+    fn get_or_open(&self, a: &Asker, kind: Kind, key: u64, file: &File) -> Result<Arc<Holder>> {
+        let known = |files: &Files| {
+            files.find(a.ino, kind, key).cloned().inspect(|h| {
+                if kind == Kind::Record {
+                    let mut fhs = h.fhs.lock();
+                    if !fhs.contains(&a.fh) {
+                        fhs.push(a.fh);
+                    }
+                }
+                h.pid.store(a.pid, Ordering::Relaxed);
+            })
+        };
+        {
+            let files = self.files.lock();
+            if let Some(h) = known(&files) {
+                return Ok(h);
+            }
+            if files.per_user.get(&a.uid).copied().unwrap_or(0) >= HOLDERS_PER_USER {
+                drop(files);
+                let uid = a.uid.to_string();
+                crate::ratelog::warn("lock-holders", &uid, || {
+                    format!(
+                        "uid {uid}: holds locks on {HOLDERS_PER_USER} files already \
+                         (its share of the daemon's descriptors); a further lock fails \
+                         with ENOLCK"
+                    )
+                });
+                return Err(Refused::NoLockRoom.into());
+            }
+        }
+        // Opened outside the table's lock (BACKING may be slow to open).
+        let mode = nix::fcntl::fcntl(file.as_fd(), nix::fcntl::FcntlArg::F_GETFL)
+            .map_err(|e| io(e.into()))?
+            & libc::O_ACCMODE;
+        let opened =
+            sys::reopen(file.as_fd(), mode | libc::O_CLOEXEC | libc::O_NOCTTY).map_err(io)?;
+        let mut files = self.files.lock();
+        if let Some(h) = known(&files) {
+            return Ok(h);
+        }
+        let h = Arc::new(Holder {
+            kind,
+            key,
+            file: opened,
+            uid: a.uid,
+            fhs: Mutex::new(vec![a.fh]),
+            pid: AtomicU32::new(a.pid),
+        });
+        files.insert(a.ino, h.clone());
+        Ok(h)
+    }
+
+    /// After a wait: keeps `h` (or puts it back, if FLUSH took it out
+    /// meanwhile: the lock was granted after the close, as natively it
+    /// can be); `Some(other)` when the owner has another holder now.
+    fn adopt(&self, ino: u64, h: &Arc<Holder>) -> Option<Arc<Holder>> {
+        let mut files = self.files.lock();
+        match files.find(ino, h.kind, h.key) {
+            Some(cur) if Arc::ptr_eq(cur, h) => None,
+            Some(cur) => Some(cur.clone()),
+            None => {
+                files.insert(ino, h.clone());
+                None
+            }
+        }
+    }
+}
+
+/// The locks of the whole mount.
+pub struct Locks {
+    table: Arc<Table>,
+    waits: Arc<Waits>,
+}
+
+impl Locks {
+    /// Blocks the wake signal in the calling thread and the threads it
+    /// starts later: call before the daemon starts any other thread.
+    pub fn new() -> std::io::Result<Locks> {
+        sys::lock::block_wake_signal()?;
+        Ok(Locks {
+            table: Arc::new(Table {
+                files: Mutex::new(Files::default()),
+            }),
+            waits: Arc::new(Waits::default()),
+        })
+    }
+
+    /// Sets or clears (`typ` `F_UNLCK`) a lock for `a` through the handle's
+    /// backing `file`, and calls `done` with the outcome: at once, or, for
+    /// a lock that must be waited for (`sleep`), from the thread that waits.
+    pub fn set(
+        &self,
+        a: Asker,
+        want: Want,
+        file: &File,
+        done: impl FnOnce(Result<()>) + Send + 'static,
+    ) {
+        let Want {
+            kind,
+            range,
+            typ,
+            sleep,
+        } = want;
+        let key = match kind {
+            Kind::Record => a.owner,
+            Kind::Flock => a.fh,
+        };
+        if typ == libc::F_UNLCK {
+            let r = match self.table.find(a.ino, kind, key) {
+                Some(h) => h.apply(range, typ, false).map_err(io),
+                // Nothing held, nothing to clear.
+                None => Ok(()),
+            };
+            return done(r);
+        }
+        let h = match self.table.get_or_open(&a, kind, key, file) {
+            Ok(h) => h,
+            Err(e) => return done(Err(e)),
+        };
+        match h.apply(range, typ, false) {
+            Ok(()) => done(Ok(())),
+            Err(e) if sleep && e.raw_os_error() == Some(libc::EAGAIN) => {
+                let table = self.table.clone();
+                let ino = a.ino;
+                let job = move |stop: &dyn Fn() -> bool| -> Result<()> {
+                    let mut h = h;
+                    loop {
+                        if stop() {
+                            return Err(Refused::Interrupted.into());
+                        }
+                        match h.apply(range, typ, true) {
+                            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                            Err(e) => return Err(io(e)),
+                            Ok(()) => match table.adopt(ino, &h) {
+                                None => return Ok(()),
+                                // Dropping the old one lets its lock go.
+                                Some(current) => h = current,
+                            },
+                        }
+                    }
+                };
+                self.waits.start(a.uid, a.unique, job, done);
+            }
+            Err(e) => done(Err(io(e))),
+        }
+    }
+
+    /// F_GETLK for `a`: the first lock that stands in the way of a lock of
+    /// type `typ` on `range`, with the pid of the process that took it when
+    /// that is known — a process lock taken in BACKING, or a lock taken
+    /// through this mount — else 0 (a lock held elsewhere).
+    pub fn test(&self, a: Asker, file: &File, range: Range, typ: i32) -> Result<Option<Conflict>> {
+        let own = self.table.find(a.ino, Kind::Record, a.owner);
+        let fd = own.as_ref().map_or(file, |h| &h.file);
+        let Some(mut c) = sys::lock::ofd_getlk(fd, range, typ).map_err(io)? else {
+            return Ok(None);
+        };
+        if c.pid <= 0 {
+            let others: Vec<Arc<Holder>> = {
+                let files = self.table.files.lock();
+                files
+                    .by_ino
+                    .get(&a.ino)
+                    .map(|l| {
+                        l.iter()
+                            .filter(|h| h.kind == Kind::Record && h.key != a.owner)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            c.pid = others
+                .iter()
+                .find(|h| h.holds(&c))
+                .map_or(0, |h| h.pid.load(Ordering::Relaxed) as i32);
+        }
+        Ok(Some(c))
+    }
+
+    /// FLUSH by `owner` (a close(2) of a descriptor of `ino`, or its exit):
+    /// the owner's record locks on the file go.
+    pub fn flush(&self, ino: u64, owner: u64) {
+        let gone = self
+            .table
+            .files
+            .lock()
+            .remove(ino, |h| h.kind == Kind::Record && h.key == owner);
+        // Closed here, outside the table's lock.
+        drop(gone);
+    }
+
+    /// RELEASE of handle `fh` (its last close): its flock locks go, and the
+    /// record locks taken through it alone (its OFD locks).
+    pub fn release(&self, ino: u64, fh: u64) {
+        let gone = self.table.files.lock().remove(ino, |h| match h.kind {
+            Kind::Flock => h.key == fh,
+            Kind::Record => {
+                let mut fhs = h.fhs.lock();
+                fhs.retain(|&f| f != fh);
+                fhs.is_empty()
+            }
+        });
+        drop(gone);
+    }
+
+    /// FUSE_INTERRUPT for request `unique`: a wait for it ends with EINTR
+    /// (now, or as soon as the request arrives).
+    pub fn interrupt(&self, unique: u64) {
+        self.waits.interrupt(unique);
+    }
+}
+
+/// A request waiting for its lock on a thread of its own.
+struct Waiter {
+    uid: u32,
+    stop: Arc<AtomicBool>,
+    /// The thread while it runs (set by the thread itself, cleared under
+    /// the same lock before it ends, so a wake never reaches another one).
+    thread: Option<Pthread>,
+}
+
+#[derive(Default)]
+struct WaitState {
+    by_unique: HashMap<u64, Waiter>,
+    per_user: HashMap<u32, usize>,
+    /// Interrupts for requests not (yet) waiting, newest last.
+    early: VecDeque<(u64, Instant)>,
+    /// Whether the thread that wakes stopped waiters again runs.
+    rewaking: bool,
+}
+
+/// The waiting threads: one per waiting request, bounded in all and per
+/// user.
+#[derive(Default)]
+struct Waits {
+    state: Mutex<WaitState>,
+    /// Tells the re-waking thread that a waiter was told to stop.
+    stopped: Condvar,
+}
+
+type Done = Box<dyn FnOnce(Result<()>) + Send>;
+
+impl Waits {
+    /// Runs `job` (given a "stop now?" test) on a new thread for request
+    /// `unique` of `uid`, then `done` with its outcome there.
+    fn start(
+        self: &Arc<Self>,
+        uid: u32,
+        unique: u64,
+        job: impl FnOnce(&dyn Fn() -> bool) -> Result<()> + Send + 'static,
+        done: impl FnOnce(Result<()>) + Send + 'static,
+    ) {
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let mut st = self.state.lock();
+            let now = Instant::now();
+            while st.early.front().is_some_and(|&(_, t)| now - t > EARLY_FOR) {
+                st.early.pop_front();
+            }
+            if let Some(i) = st.early.iter().position(|&(u, _)| u == unique) {
+                st.early.remove(i);
+                drop(st);
+                return done(Err(Refused::Interrupted.into()));
+            }
+            let mine = st.per_user.get(&uid).copied().unwrap_or(0);
+            if st.by_unique.len() >= MAX_WAITS || mine >= WAITS_PER_USER {
+                drop(st);
+                let who = uid.to_string();
+                crate::ratelog::warn("lock-waits", &who, || {
+                    format!(
+                        "uid {who}: a lock wait refused with ENOLCK: {mine} of its own \
+                         waiting already (at most {WAITS_PER_USER} a user, {MAX_WAITS} \
+                         in all)"
+                    )
+                });
+                return done(Err(Refused::NoLockRoom.into()));
+            }
+            st.by_unique.insert(
+                unique,
+                Waiter {
+                    uid,
+                    stop: stop.clone(),
+                    thread: None,
+                },
+            );
+            *st.per_user.entry(uid).or_default() += 1;
+            if !st.rewaking {
+                st.rewaking = self.start_rewaking();
+            }
+        }
+        // The reply goes out from whichever side ends up with it.
+        let slot: Arc<Mutex<Option<Done>>> = Arc::new(Mutex::new(Some(Box::new(done))));
+        let theirs = slot.clone();
+        let waits = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lock-wait".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                if let Err(e) = sys::lock::unblock_wake_signal() {
+                    log::debug!("lock wait: cannot take the wake signal: {e}");
+                }
+                if let Some(w) = waits.state.lock().by_unique.get_mut(&unique) {
+                    w.thread = Some(sys::lock::this_thread());
+                }
+                let r = error::guard("lock wait", String::new, || {
+                    job(&|| stop.load(Ordering::SeqCst))
+                });
+                waits.finish(unique);
+                if let Some(done) = theirs.lock().take() {
+                    done(r);
+                }
+            });
+        if let Err(e) = spawned {
+            self.finish(unique);
+            crate::ratelog::warn("lock-waits", "spawn", || {
+                format!("cannot start a thread to wait for a lock ({e}): ENOLCK")
+            });
+            if let Some(done) = slot.lock().take() {
+                done(Err(Refused::NoLockRoom.into()));
+            }
+        }
+    }
+
+    /// The waiter of `unique` is done: out of the table, its thread no
+    /// longer to be woken.
+    fn finish(&self, unique: u64) {
+        let mut st = self.state.lock();
+        if let Some(w) = st.by_unique.remove(&unique) {
+            if let Some(n) = st.per_user.get_mut(&w.uid) {
+                *n -= 1;
+                if *n == 0 {
+                    st.per_user.remove(&w.uid);
+                }
+            }
+        }
+    }
+
+    fn interrupt(&self, unique: u64) {
+        let mut st = self.state.lock();
+        match st.by_unique.get(&unique) {
+            Some(w) => {
+                w.stop.store(true, Ordering::SeqCst);
+                if let Some(t) = w.thread {
+                    let _ = sys::lock::wake(t);
+                }
+                self.stopped.notify_one();
+            }
+            None => {
+                if st.early.len() >= EARLY_MAX {
+                    st.early.pop_front();
+                }
+                st.early.push_back((unique, Instant::now()));
+            }
+        }
+    }
+
+    /// Starts the thread that wakes, every [`REWAKE`], the waiters told to
+    /// stop that have not yet (a wake can come just before the wait
+    /// starts). True if it runs.
+    fn start_rewaking(self: &Arc<Self>) -> bool {
+        let waits = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("lock-rewake".into())
+            .stack_size(128 * 1024)
+            .spawn(move || loop {
+                let Some(w) = waits.upgrade() else { return };
+                let mut st = w.state.lock();
+                let stopping: Vec<Pthread> = st
+                    .by_unique
+                    .values()
+                    .filter(|w| w.stop.load(Ordering::SeqCst))
+                    .filter_map(|w| w.thread)
+                    .collect();
+                for t in &stopping {
+                    // Under the lock: the thread is still running.
+                    let _ = sys::lock::wake(*t);
+                }
+                let pause = if stopping.is_empty() {
+                    Duration::from_secs(1)
+                } else {
+                    REWAKE
+                };
+                w.stopped.wait_for(&mut st, pause);
+            })
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn asker(owner: u64, fh: u64, unique: u64) -> Asker {
+        Asker {
+            ino: 7,
+            fh,
+            owner,
+            uid: 1000,
+            pid: 4242,
+            unique,
+        }
+    }
+
+    fn file(dir: &tempfile::TempDir) -> File {
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"0123456789").unwrap();
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .unwrap()
+    }
+
+    fn set(
+        l: &Locks,
+        a: Asker,
+        kind: Kind,
+        f: &File,
+        r: Range,
+        typ: i32,
+        sleep: bool,
+    ) -> mpsc::Receiver<Result<()>> {
+        let (tx, rx) = mpsc::channel();
+        let want = Want {
+            kind,
+            range: r,
+            typ,
+            sleep,
+        };
+        l.set(a, want, f, move |r| {
+            let _ = tx.send(r);
+        });
+        rx
+    }
+
+    const ALL: Range = Range {
+        start: 0,
+        end: sys::lock::OFFSET_MAX,
+    };
+
+    #[test]
+    fn owners_exclude_each_other_and_flush_releases_one_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(&dir);
+        let l = Locks::new().unwrap();
+        let r = Range { start: 0, end: 4 };
+        let got = set(
+            &l,
+            asker(1, 10, 1),
+            Kind::Record,
+            &f,
+            r,
+            libc::F_WRLCK,
+            false,
+        );
+        assert!(got.recv().unwrap().is_ok());
+        let got = set(
+            &l,
+            asker(2, 11, 2),
+            Kind::Record,
+            &f,
+            r,
+            libc::F_RDLCK,
+            false,
+        );
+        assert_eq!(got.recv().unwrap().unwrap_err().code(), libc::EAGAIN);
+        let c = l
+            .test(asker(2, 11, 3), &f, ALL, libc::F_RDLCK)
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.range, c.pid), (r, 4242));
+        // Owner 1 closes some descriptor of the file: its locks go.
+        l.flush(7, 1);
+        let got = set(
+            &l,
+            asker(2, 11, 4),
+            Kind::Record,
+            &f,
+            r,
+            libc::F_RDLCK,
+            false,
+        );
+        assert!(got.recv().unwrap().is_ok());
+    }
+
+    #[test]
+    fn a_wait_is_granted_when_the_holder_lets_go_and_can_be_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(&dir);
+        let l = Locks::new().unwrap();
+        let got = set(
+            &l,
+            asker(1, 10, 1),
+            Kind::Flock,
+            &f,
+            ALL,
+            libc::F_WRLCK,
+            false,
+        );
+        assert!(got.recv().unwrap().is_ok());
+        let waiting = set(
+            &l,
+            asker(2, 11, 2),
+            Kind::Flock,
+            &f,
+            ALL,
+            libc::F_WRLCK,
+            true,
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(waiting.try_recv().is_err(), "granted while held");
+        l.release(7, 10);
+        let r = waiting.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(r.is_ok());
+        // Now 11 holds it: a third waits, and is interrupted.
+        let third = set(
+            &l,
+            asker(3, 12, 3),
+            Kind::Flock,
+            &f,
+            ALL,
+            libc::F_RDLCK,
+            true,
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        l.interrupt(3);
+        let r = third.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(r.unwrap_err().code(), libc::EINTR);
+        assert!(l.waits.state.lock().by_unique.is_empty());
+        // An interrupt that overtakes its request still ends it.
+        l.interrupt(4);
+        let fourth = set(
+            &l,
+            asker(4, 13, 4),
+            Kind::Flock,
+            &f,
+            ALL,
+            libc::F_RDLCK,
+            true,
+        );
+        let r = fourth.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(r.unwrap_err().code(), libc::EINTR);
+    }
+
+    #[test]
+    fn one_user_cannot_take_every_waiting_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(&dir);
+        let l = Locks::new().unwrap();
+        let got = set(
+            &l,
+            asker(1, 10, 1),
+            Kind::Record,
+            &f,
+            ALL,
+            libc::F_WRLCK,
+            false,
+        );
+        assert!(got.recv().unwrap().is_ok());
+        let mut waiting = Vec::new();
+        for i in 0..WAITS_PER_USER as u64 {
+            waiting.push(set(
+                &l,
+                asker(100 + i, 10, 100 + i),
+                Kind::Record,
+                &f,
+                ALL,
+                libc::F_WRLCK,
+                true,
+            ));
+        }
+        let over = set(
+            &l,
+            asker(999, 10, 999),
+            Kind::Record,
+            &f,
+            ALL,
+            libc::F_WRLCK,
+            true,
+        );
+        assert_eq!(over.recv().unwrap().unwrap_err().code(), libc::ENOLCK);
+        // Another user still gets a waiter.
+        let mut other = asker(1000, 10, 1000);
+        other.uid = 1001;
+        let theirs = set(&l, other, Kind::Record, &f, ALL, libc::F_WRLCK, true);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(theirs.try_recv().is_err());
+        for i in 0..WAITS_PER_USER as u64 {
+            l.interrupt(100 + i);
+        }
+        l.interrupt(1000);
+        for w in waiting {
+            assert_eq!(
+                w.recv_timeout(Duration::from_secs(10))
+                    .unwrap()
+                    .unwrap_err()
+                    .code(),
+                libc::EINTR
+            );
+        }
+        assert!(theirs
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .is_err());
+    }
+}
