@@ -304,7 +304,12 @@ fn daemonize() -> Result<Notify, Failure> {
     }
 }
 
-fn spawn_signal_thread(signals: StopSignals, mnt: PathBuf, fusermount: bool) {
+/// On SIGINT or SIGTERM, unmounts the daemon's own mount (`mount::unmount`:
+/// never another one made on the same path since); if the mountpoint no
+/// longer shows it (detached already, or mounted over), ends the daemon's
+/// own connection instead, or, where the kernel's fusectl is not mounted,
+/// the daemon itself.
+fn spawn_signal_thread(signals: StopSignals, own: mount::Own) {
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
@@ -315,9 +320,24 @@ fn spawn_signal_thread(signals: StopSignals, mnt: PathBuf, fusermount: bool) {
                 log::info!("SIGHUP ignored");
                 continue;
             }
-            log::info!("{sig}: unmounting {}", mnt.display());
-            if let Err(e) = mount::unmount(&mnt, fusermount) {
-                log::error!("unmount {} failed: {e}", mnt.display());
+            let mnt = own.mountpoint.display();
+            // Said first: once unmounted, the daemon may end at once.
+            log::info!("{sig}: unmounting {mnt}");
+            match mount::unmount(&own) {
+                Ok(mount::Unmounted::Detached) => {}
+                Ok(mount::Unmounted::NotOurs) => {
+                    log::info!(
+                        "{mnt} no longer shows this daemon's mount (it was unmounted, or \
+                         something is mounted over it): left alone; ending this daemon's \
+                         own connection"
+                    );
+                    let aborted = own.device.map(mount::abort);
+                    if let Some(Err(e)) = aborted {
+                        log::info!("cannot end the connection through fusectl ({e}): exiting");
+                        std::process::exit(0);
+                    }
+                }
+                Err(e) => log::error!("unmount {mnt} failed: {e}"),
             }
         });
     if let Err(e) = spawned {
@@ -398,23 +418,24 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     let session = match fuser::Session::from_fd(fs, m.dev, acl, fc) {
         Ok(s) => s,
         Err(e) => {
-            let _ = mount::unmount(&m.mountpoint, m.fusermount);
+            let _ = mount::unmount(&m.own);
             return Err(Failure::mount(format!("FUSE handshake failed: {e}")));
         }
     };
     kernel.connect(session.notifier());
-    spawn_signal_thread(signals, m.mountpoint.clone(), m.fusermount);
+    let own = m.own.clone();
+    spawn_signal_thread(signals, m.own.clone());
     log::info!(
         "serving {} on {} (cutf8fs {}, {} threads{})",
         c.backing.display(),
-        m.mountpoint.display(),
+        own.mountpoint.display(),
         env!("CARGO_PKG_VERSION"),
         c.opts.threads,
         if cfg.debug { ", debug" } else { "" }
     );
     notify.send(0, "");
     let r = session.run();
-    log::info!("unmounted {}", m.mountpoint.display());
+    log::info!("unmounted {}", own.mountpoint.display());
     r.map_err(|e| Failure::mount(format!("FUSE session ended with an error: {e}")))
 }
 

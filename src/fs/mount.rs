@@ -6,10 +6,19 @@
 //! libfuse protocol: a socket in `_FUSE_COMMFD`, the /dev/fuse descriptor
 //! comes back as SCM_RIGHTS). Permission checks are always on
 //! (`default_permissions`). This module knows nothing of the filesystem.
+//!
+//! A daemon unmounts only its own mount. Right after mounting it records
+//! the mount's device number (`Own::device`, read without asking the
+//! filesystem, which is not serving yet); to unmount, it opens the
+//! mountpoint and detaches the mount that descriptor is on
+//! (`/proc/self/fd/N`) only if it has that device number. A mountpoint
+//! where something else is mounted now (this mount was detached, say by
+//! `fusermount3 -uz`, and another mounted in its place) is left alone, and
+//! the daemon ends its own connection instead ([`abort`]).
 
 use std::ffi::OsStr;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,8 +36,41 @@ pub const FSTYPE: &str = "fuse.cutf8fs";
 /// A live mount: the /dev/fuse descriptor to serve and how to undo it.
 pub struct Mounted {
     pub dev: OwnedFd,
+    pub own: Own,
+}
+
+/// Which mount is the daemon's, and how it was made.
+#[derive(Clone, Debug)]
+pub struct Own {
     pub mountpoint: PathBuf,
+    /// Made by fusermount3 (so unmounted by it).
     pub fusermount: bool,
+    /// The mount's device number, read when it was made (`None` if that
+    /// failed: then only the path says which mount it is).
+    pub device: Option<u64>,
+}
+
+impl Own {
+    fn of(mnt: &Path, fusermount: bool) -> Own {
+        let device = sys::open(mnt, libc::O_PATH | libc::O_DIRECTORY)
+            .and_then(|root| sys::mount::device_of(root.as_fd()));
+        let device = match device {
+            Ok(d) => Some(d),
+            Err(e) => {
+                log::warn!(
+                    "cannot read the device number of the new mount on {}: {e}; it will be \
+                     unmounted by its path",
+                    mnt.display()
+                );
+                None
+            }
+        };
+        Own {
+            mountpoint: mnt.to_owned(),
+            fusermount,
+            device,
+        }
+    }
 }
 
 /// Options both mount(2) and fusermount3 take from us.
@@ -50,8 +92,7 @@ pub fn mount(source: &str, mnt: &Path, o: &Options, allow_other: bool) -> Result
             Ok(dev) => {
                 return Ok(Mounted {
                     dev,
-                    mountpoint: mnt.to_owned(),
-                    fusermount: false,
+                    own: Own::of(mnt, false),
                 })
             }
             // In a user namespace without the right to mount: try fusermount3.
@@ -62,8 +103,7 @@ pub fn mount(source: &str, mnt: &Path, o: &Options, allow_other: bool) -> Result
     let dev = mount_fusermount(source, mnt, o, allow_other)?;
     Ok(Mounted {
         dev,
-        mountpoint: mnt.to_owned(),
-        fusermount: true,
+        own: Own::of(mnt, true),
     })
 }
 
@@ -226,10 +266,60 @@ fn mount_fusermount(
     }
 }
 
-/// Unmounts (lazily if busy, so a clean stop never leaves "Transport
-/// endpoint is not connected" behind).
-pub fn unmount(mnt: &Path, fusermount: bool) -> io::Result<()> {
-    if !fusermount {
+/// What [`unmount`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unmounted {
+    /// The daemon's own mount is detached (at once, or once the files
+    /// open through it are closed).
+    Detached,
+    /// The mountpoint no longer shows the daemon's mount (it was unmounted,
+    /// or something is mounted over it): left alone.
+    NotOurs,
+}
+
+/// Unmounts the daemon's own mount, lazily (files still open through it
+/// keep working until closed, and a clean stop never leaves "Transport
+/// endpoint is not connected" behind) — never another mount made on the
+/// same path since.
+pub fn unmount(own: &Own) -> io::Result<Unmounted> {
+    let Some(device) = own.device else {
+        return unmount_path(&own.mountpoint, own.fusermount).map(|()| Unmounted::Detached);
+    };
+    // Opening the mount's root asks the filesystem nothing (O_PATH).
+    let Ok(root) = sys::open(own.mountpoint.as_path(), libc::O_PATH | libc::O_DIRECTORY) else {
+        return Ok(Unmounted::NotOurs);
+    };
+    if sys::mount::device_of(root.as_fd()).ok() != Some(device) {
+        return Ok(Unmounted::NotOurs);
+    }
+    if !own.fusermount {
+        // The very mount `root` is on: no check-then-act window.
+        match sys::mount::detach(root.as_fd()) {
+            Ok(()) => return Ok(Unmounted::Detached),
+            // In a user namespace without the right to unmount.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    drop(root);
+    // fusermount3 unmounts by path: between the check above and its
+    // unmount lies a short window (an unprivileged daemon has no other way).
+    unmount_path(&own.mountpoint, true).map(|()| Unmounted::Detached)
+}
+
+/// Ends the daemon's own FUSE connection (the mount with device number
+/// `device`) through the kernel's fusectl filesystem: every request fails
+/// from then on, and the session ends. Needs fusectl mounted at
+/// /sys/fs/fuse/connections.
+pub fn abort(device: u64) -> io::Result<()> {
+    // The kernel names a connection by its own dev_t: major << 20 | minor.
+    let id = (u64::from(libc::major(device)) << 20) | u64::from(libc::minor(device));
+    std::fs::write(format!("/sys/fs/fuse/connections/{id}/abort"), b"1")
+}
+
+/// Unmounts whatever is mounted at `mnt` (lazily if busy): only when the
+/// mount's identity could not be recorded.
+fn unmount_path(mnt: &Path, fusermount: bool) -> io::Result<()> {    if !fusermount {
         let e = match umount2(mnt, MntFlags::empty()) {
             Ok(()) => return Ok(()),
             Err(Errno::EBUSY) => {

@@ -10,7 +10,7 @@
 //! thread but the waiting ones keeps it blocked ([`block_wake_signal`]).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 
 use nix::fcntl::{self, FcntlArg};
 use nix::sys::pthread::Pthread;
@@ -157,31 +157,6 @@ pub fn this_thread() -> Pthread {
 /// caller knows it is: it has not yet said it is done).
 pub fn wake(thread: Pthread) -> io::Result<()> {
     nix::sys::pthread::pthread_kill(thread, WAKE).map_err(from_nix)
-}
-
-/// The device number of the filesystem the directory `dir` is on, read
-/// without asking that filesystem anything (`AT_STATX_DONT_SYNC`: a FUSE
-/// mount whose daemon does not answer yet still tells it).
-pub fn device_of(dir: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: the path is a valid C string, `dir` a live descriptor, and
-    // statx writes at most one `struct statx` into the buffer given.
-    let r = unsafe {
-        libc::statx(
-            dir.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
-            libc::STATX_TYPE,
-            stx.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx succeeded, so it filled the buffer (which started
-    // zeroed in any case).
-    let stx = unsafe { stx.assume_init() };
-    Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor))
 }
 
 #[cfg(test)]

@@ -14,8 +14,9 @@
 //! * [`ident`]: acting as a request's caller (fsuid, fsgid, groups,
 //!   umask), checked to have taken effect; capabilities of a process.
 //! * [`lock`]: open file description locks and `flock(2)` on a
-//!   descriptor, the signal that wakes a thread waiting for one, and a
-//!   mount's device number read without asking its filesystem.
+//!   descriptor, and the signal that wakes a thread waiting for one.
+//! * [`mount`](mod@mount): a mount's device number read without asking its
+//!   filesystem, and a lazy unmount of exactly the mount a descriptor is on.
 //! * [`process`]: the open-file limit, daemonizing, stop signals, and the
 //!   descriptor fusermount3 sends back.
 //!
@@ -26,6 +27,7 @@ pub mod file;
 pub mod handle;
 pub mod ident;
 pub mod lock;
+pub mod mount;
 pub mod process;
 pub mod xattr;
 
