@@ -1,29 +1,76 @@
-//! Tells the kernel when the daemon changed something the kernel caches
-//! about an inode without a reply that carries the change: set-id bits and
-//! capabilities the daemon removes itself on a write or fallocate (the
-//! kernel leaves that to it, `FUSE_HANDLE_KILLPRIV_V2`), a file whose
-//! class changed (raw ↔ corrected), bytes held back that could not be
-//! written after all. The kernel then asks again before it answers
-//! `stat` (`FUSE_NOTIFY_INVAL_INODE` with a negative offset: attributes
-//! only, no page-cache work, so it never waits on the request being
-//! served and may be sent from inside one).
+//! Tells the kernel when something it caches about an inode changed
+//! without a reply that carries the change:
+//!
+//! * [`Invalidator::attributes`]: set-id bits and capabilities the daemon
+//!   removes itself on a write or fallocate (the kernel leaves that to it,
+//!   `FUSE_HANDLE_KILLPRIV_V2`), a file whose class changed (raw ↔
+//!   corrected), bytes held back that could not be written after all. The
+//!   kernel then asks again before it answers `stat`
+//!   (`FUSE_NOTIFY_INVAL_INODE` with a negative offset: attributes only,
+//!   no page-cache work, so it never waits on the request being served and
+//!   may be sent from inside one).
+//! * [`Invalidator::pages`]: a lock granted through the mount (`locks`):
+//!   the holder must read what others wrote, through BACKING or another
+//!   mount, before they let go, so the kernel drops the file's attributes
+//!   and every cached page, as an NFS client does when it gets a lock.
+//!   Dropping pages may wait for a page that a read in progress holds,
+//!   and that read needs a FUSE worker: the notice is sent by a thread of
+//!   its own and waited for at most [`PAGES_WAIT`], so a worker never
+//!   waits for it unbounded.
 //!
 //! The notifier exists only once the session has made the FUSE handshake;
 //! the daemon connects it then (`daemon`), and before that (and in unit
 //! tests) there is nothing the kernel could have cached.
 
-use std::sync::OnceLock;
+use std::sync::{mpsc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// How long a lock's reply waits for the kernel to drop a file's pages.
+pub const PAGES_WAIT: Duration = Duration::from_millis(500);
+
+/// A request to drop the kernel's pages of an inode, and where to say it
+/// is done.
+type DropPages = (u64, mpsc::SyncSender<()>);
 
 /// The session's way to the kernel, once connected.
 #[derive(Default)]
 pub struct Invalidator {
     notifier: OnceLock<fuser::Notifier>,
+    /// To the thread that drops pages (started at connect).
+    pages: OnceLock<Mutex<mpsc::Sender<DropPages>>>,
 }
 
 impl Invalidator {
-    /// Connects the session's notifier (once; later calls are ignored).
+    /// Connects the session's notifier (once; later calls are ignored) and
+    /// starts the thread that drops pages.
     pub fn connect(&self, notifier: fuser::Notifier) {
-        let _ = self.notifier.set(notifier);
+        if self.notifier.set(notifier.clone()).is_err() {
+            return;
+        }
+        let (tx, rx) = mpsc::channel::<DropPages>();
+        let spawned = std::thread::Builder::new()
+            .name("inval-pages".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                for (ino, done) in rx {
+                    // ENOENT (passed as Ok): the kernel holds nothing of it.
+                    if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, -1) {
+                        log::debug!("inode {ino}: the kernel did not drop its pages: {e}");
+                    }
+                    let _ = done.send(());
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = self.pages.set(Mutex::new(tx));
+            }
+            Err(e) => log::warn!(
+                "cannot start the thread that drops cached pages when a lock is granted: {e}; \
+                 a lock holder may read what the kernel cached before the lock"
+            ),
+        }
     }
 
     /// The attributes the kernel holds for `ino` are stale: it is told to
@@ -37,6 +84,19 @@ impl Invalidator {
             // The kernel may have forgotten the inode already (fuser
             // passes ENOENT as Ok); anything else means the session ends.
             log::debug!("inode {ino}: the kernel did not take an invalidation: {e}");
+        }
+    }
+
+    /// Everything the kernel caches of `ino` (attributes and pages) is
+    /// stale: it is told to drop it, and this waits for that, at most
+    /// [`PAGES_WAIT`].
+    pub fn pages(&self, ino: u64) {
+        let Some(sender) = self.pages.get() else {
+            return;
+        };
+        let (tx, rx) = mpsc::sync_channel(1);
+        if sender.lock().send((ino, tx)).is_ok() && rx.recv_timeout(PAGES_WAIT).is_err() {
+            log::debug!("inode {ino}: the kernel did not drop its pages within {PAGES_WAIT:?}");
         }
     }
 }

@@ -38,6 +38,11 @@
 //! wait. Holders are descriptors: one user has at most
 //! [`HOLDERS_PER_USER`] (ENOLCK beyond).
 //!
+//! A granted lock also drops what the kernel has cached of the file (its
+//! pages and attributes, through `invalidate`) before the reply, so the
+//! holder reads what others wrote before they let go — through BACKING or
+//! another mount — as an NFS client does when it gets a lock.
+//!
 //! Lock offsets are the caller's, passed through unchanged: the same
 //! numbers in BACKING (for a corrected file, view offsets, which equal
 //! BACKING's wherever its text keeps its length).
@@ -56,6 +61,7 @@ use nix::sys::pthread::Pthread;
 use parking_lot::{Condvar, Mutex};
 
 use super::error::{self, io, Refused, Result};
+use super::invalidate::Invalidator;
 use crate::sys;
 use crate::sys::lock::{Conflict, Range};
 
@@ -295,18 +301,23 @@ impl Table {
 pub struct Locks {
     table: Arc<Table>,
     waits: Arc<Waits>,
+    /// Drops the kernel's cache of a file whose lock is granted.
+    kernel: Arc<Invalidator>,
 }
 
 impl Locks {
     /// Blocks the wake signal in the calling thread and the threads it
     /// starts later: call before the daemon starts any other thread.
-    pub fn new() -> std::io::Result<Locks> {
+    /// `kernel` drops the kernel's cache of a file when a lock on it is
+    /// granted.
+    pub fn new(kernel: Arc<Invalidator>) -> std::io::Result<Locks> {
         sys::lock::block_wake_signal()?;
         Ok(Locks {
             table: Arc::new(Table {
                 files: Mutex::new(Files::default()),
             }),
             waits: Arc::new(Waits::default()),
+            kernel,
         })
     }
 
@@ -343,9 +354,12 @@ impl Locks {
             Err(e) => return done(Err(e)),
         };
         match h.apply(range, typ, false) {
-            Ok(()) => done(Ok(())),
+            Ok(()) => {
+                self.kernel.pages(a.ino);
+                done(Ok(()))
+            }
             Err(e) if sleep && e.raw_os_error() == Some(libc::EAGAIN) => {
-                let table = self.table.clone();
+                let (table, kernel) = (self.table.clone(), self.kernel.clone());
                 let ino = a.ino;
                 let job = move |stop: &dyn Fn() -> bool| -> Result<()> {
                     let mut h = h;
@@ -357,7 +371,10 @@ impl Locks {
                             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                             Err(e) => return Err(io(e)),
                             Ok(()) => match table.adopt(ino, &h) {
-                                None => return Ok(()),
+                                None => {
+                                    kernel.pages(ino);
+                                    return Ok(());
+                                }
                                 // Dropping the old one lets its lock go.
                                 Some(current) => h = current,
                             },
@@ -668,7 +685,7 @@ mod tests {
     fn owners_exclude_each_other_and_flush_releases_one_owner() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
-        let l = Locks::new().unwrap();
+        let l = Locks::new(Arc::default()).unwrap();
         let r = Range { start: 0, end: 4 };
         let got = set(
             &l,
@@ -713,7 +730,7 @@ mod tests {
     fn a_wait_is_granted_when_the_holder_lets_go_and_can_be_interrupted() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
-        let l = Locks::new().unwrap();
+        let l = Locks::new(Arc::default()).unwrap();
         let got = set(
             &l,
             asker(1, 10, 1),
@@ -772,7 +789,7 @@ mod tests {
     fn one_user_cannot_take_every_waiting_thread() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
-        let l = Locks::new().unwrap();
+        let l = Locks::new(Arc::default()).unwrap();
         let got = set(
             &l,
             asker(1, 10, 1),

@@ -183,7 +183,8 @@ impl CutFs {
         check_atime(&root, opts)?;
         // First: it blocks a signal in this thread and every thread the
         // filesystem starts later (the scan threads, the FUSE workers).
-        let locks = locks::Locks::new()?;
+        let kernel = Arc::<invalidate::Invalidator>::default();
+        let locks = locks::Locks::new(kernel.clone())?;
         // The journal is reached only through the root descriptor (never
         // a path resolved later); opening it checks it is the daemon's own
         // and replays what a killed daemon left half done, or refuses.
@@ -210,7 +211,7 @@ impl CutFs {
             locks,
             passthrough,
             shares,
-            kernel: Arc::default(),
+            kernel,
             noatime: opts.atime() == options::Atime::No,
             nodiratime: opts.nodiratime(),
             strictatime: opts.atime() == options::Atime::Strict,

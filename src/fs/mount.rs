@@ -319,7 +319,8 @@ pub fn abort(device: u64) -> io::Result<()> {
 
 /// Unmounts whatever is mounted at `mnt` (lazily if busy): only when the
 /// mount's identity could not be recorded.
-fn unmount_path(mnt: &Path, fusermount: bool) -> io::Result<()> {    if !fusermount {
+fn unmount_path(mnt: &Path, fusermount: bool) -> io::Result<()> {
+    if !fusermount {
         let e = match umount2(mnt, MntFlags::empty()) {
             Ok(()) => return Ok(()),
             Err(Errno::EBUSY) => {
