@@ -36,6 +36,7 @@ mod full_disk;
 mod gconv;
 mod index_db;
 mod killpriv;
+mod locks;
 mod log_flood;
 mod logging;
 mod man_page;
