@@ -59,6 +59,7 @@ mod scripts;
 mod security_acl;
 mod security_journal;
 mod sys;
+mod unmount;
 mod write_dense;
 mod write_exerciser;
 mod write_split;
