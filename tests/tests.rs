@@ -28,6 +28,7 @@ mod close;
 mod crash;
 mod daemon_cli;
 mod encode_remedies;
+mod export;
 mod fallocate;
 mod first_hour;
 mod first_hour_mount;

@@ -6,5 +6,6 @@
 pub mod cli;
 pub mod disk;
 pub mod mount;
+pub mod servers;
 pub mod users;
 pub mod write;
