@@ -376,20 +376,24 @@ fn locks_go_at_close_as_natively() {
         let mut h = Locker::new();
         h.ok(&format!("open x {} rw", s(&a)));
         h.ok(&lock_cmd(kind, "x", "wr", false));
-        // A second descriptor of the same file, opened and closed.
-        h.ok(&format!("open other {} ro", s(&a)));
-        h.ok("close other");
-        // A copy of the first, closed.
-        h.ok("dup copy x");
-        h.ok("close copy");
-        let after_other = c.run(&lock_cmd(kind, "n", "wr", false));
-        match kind {
-            // Natively too, closing any descriptor drops the owner's locks.
-            Kind::Posix => {
-                assert_eq!(after_other, "ok", "POSIX lock kept after another close");
-                c.ok(&lock_cmd(kind, "n", "un", false));
+        // A second descriptor of the same file, read-only, opened and
+        // closed; then a copy of the first, closed.
+        for (open, close) in [
+            (format!("open other {} ro", s(&a)), "close other"),
+            ("dup copy x".to_owned(), "close copy"),
+        ] {
+            h.ok(&open);
+            h.ok(close);
+            let after = c.run(&lock_cmd(kind, "n", "wr", false));
+            match kind {
+                // Natively too, closing any descriptor drops the owner's locks.
+                Kind::Posix => {
+                    assert_eq!(after, "ok", "POSIX lock kept after {close:?}");
+                    c.ok(&lock_cmd(kind, "n", "un", false));
+                    h.ok(&lock_cmd(kind, "x", "wr", false));
+                }
+                _ => assert_eq!(after, "err EAGAIN", "{kind:?} lost at {close:?}"),
             }
-            _ => assert_eq!(after_other, "err EAGAIN", "{kind:?} lost at another close"),
         }
         h.ok("close x");
         // The open file's last close: RELEASE comes soon after close(2).

@@ -35,8 +35,9 @@
 //! kernel's FUSE_INTERRUPT for a waiting request (its caller got a signal)
 //! wakes that thread (`crate::sys::lock::wake`) and the request fails with
 //! EINTR, which the kernel restarts or returns exactly as for a native
-//! wait. Holders are descriptors: one user has at most
-//! [`HOLDERS_PER_USER`] (ENOLCK beyond).
+//! wait. Holders are descriptors of the daemon's: each counts in its user's
+//! share of them (`share`, as an open handle does), and a lock that would
+//! need one beyond it fails with ENOLCK.
 //!
 //! A granted lock also drops what the kernel has cached of the file (its
 //! pages and attributes, through `invalidate`) before the reply, so the
@@ -60,8 +61,9 @@ use std::time::{Duration, Instant};
 use nix::sys::pthread::Pthread;
 use parking_lot::{Condvar, Mutex};
 
-use super::error::{self, io, Refused, Result};
+use super::error::{self, io, Errno, Refused, Result};
 use super::invalidate::Invalidator;
+use super::share::{Refusal, Shares, Ticket};
 use crate::sys;
 use crate::sys::lock::{Conflict, Range};
 
@@ -69,8 +71,6 @@ use crate::sys::lock::{Conflict, Range};
 pub const MAX_WAITS: usize = 512;
 /// Lock requests one user may have waiting at once.
 pub const WAITS_PER_USER: usize = 128;
-/// Holders (one descriptor each) one user may have at once.
-pub const HOLDERS_PER_USER: usize = 4096;
 /// Interrupts kept for requests not seen yet (an interrupt can overtake
 /// its request between two FUSE workers), and for how long.
 const EARLY_MAX: usize = 256;
@@ -120,7 +120,8 @@ struct Holder {
     /// The lock owner (`Record`) or the file handle (`Flock`).
     key: u64,
     file: File,
-    uid: u32,
+    /// The descriptor's place in its user's share.
+    _share: Ticket,
     /// The handles locks came through (`Record`; RELEASE of the last one
     /// closes the holder).
     fhs: Mutex<Vec<u64>>,
@@ -172,7 +173,6 @@ impl Holder {
 #[derive(Default)]
 struct Files {
     by_ino: HashMap<u64, Vec<Arc<Holder>>>,
-    per_user: HashMap<u32, usize>,
 }
 
 impl Files {
@@ -184,7 +184,6 @@ impl Files {
     }
 
     fn insert(&mut self, ino: u64, h: Arc<Holder>) {
-        *self.per_user.entry(h.uid).or_default() += 1;
         self.by_ino.entry(ino).or_default().push(h);
     }
 
@@ -205,14 +204,6 @@ impl Files {
         if list.is_empty() {
             self.by_ino.remove(&ino);
         }
-        for h in &out {
-            if let Some(n) = self.per_user.get_mut(&h.uid) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_user.remove(&h.uid);
-                }
-            }
-        }
         out
     }
 }
@@ -220,6 +211,8 @@ impl Files {
 /// Every holder, by inode.
 struct Table {
     files: Mutex<Files>,
+    /// Each user's share of the daemon's descriptors.
+    shares: Arc<Shares>,
 }
 
 impl Table {
@@ -246,19 +239,21 @@ impl Table {
             if let Some(h) = known(&files) {
                 return Ok(h);
             }
-            if files.per_user.get(&a.uid).copied().unwrap_or(0) >= HOLDERS_PER_USER {
-                drop(files);
-                let uid = a.uid.to_string();
-                crate::ratelog::warn("lock-holders", &uid, || {
-                    format!(
-                        "uid {uid}: holds locks on {HOLDERS_PER_USER} files already \
-                         (its share of the daemon's descriptors); a further lock fails \
-                         with ENOLCK"
-                    )
-                });
-                return Err(Refused::NoLockRoom.into());
-            }
         }
+        let ticket = self.shares.take(a.uid).map_err(|why| {
+            let uid = a.uid.to_string();
+            let why = match why {
+                Refusal::OverShare { held } => format!("the user holds {held}, its share"),
+                Refusal::Exhausted => "none is left".to_owned(),
+            };
+            crate::ratelog::warn("lock-holders", &uid, || {
+                format!(
+                    "uid {uid}: a lock refused with ENOLCK: it needs a descriptor of the \
+                     daemon's, and {why} (see man cutf8fs, RESOURCES and LOCKS)"
+                )
+            });
+            Errno::from(Refused::NoLockRoom)
+        })?;
         // Opened outside the table's lock (BACKING may be slow to open).
         let mode = nix::fcntl::fcntl(file.as_fd(), nix::fcntl::FcntlArg::F_GETFL)
             .map_err(|e| io(e.into()))?
@@ -273,7 +268,7 @@ impl Table {
             kind,
             key,
             file: opened,
-            uid: a.uid,
+            _share: ticket,
             fhs: Mutex::new(vec![a.fh]),
             pid: AtomicU32::new(a.pid),
         });
@@ -306,19 +301,24 @@ pub struct Locks {
 }
 
 impl Locks {
-    /// Blocks the wake signal in the calling thread and the threads it
-    /// starts later: call before the daemon starts any other thread.
-    /// `kernel` drops the kernel's cache of a file when a lock on it is
-    /// granted.
-    pub fn new(kernel: Arc<Invalidator>) -> std::io::Result<Locks> {
-        sys::lock::block_wake_signal()?;
-        Ok(Locks {
+    /// Blocks the signal that wakes a waiting thread in the calling
+    /// thread and the threads it starts later: call before the daemon
+    /// starts any other thread (and before [`Locks::new`]).
+    pub fn block_wake_signal() -> std::io::Result<()> {
+        sys::lock::block_wake_signal()
+    }
+
+    /// The mount's locks: their descriptors count in `shares`; `kernel`
+    /// drops the kernel's cache of a file when a lock on it is granted.
+    pub fn new(kernel: Arc<Invalidator>, shares: Arc<Shares>) -> Locks {
+        Locks {
             table: Arc::new(Table {
                 files: Mutex::new(Files::default()),
+                shares,
             }),
             waits: Arc::new(Waits::default()),
             kernel,
-        })
+        }
     }
 
     /// Sets or clears (`typ` `F_UNLCK`) a lock for `a` through the handle's
@@ -633,6 +633,12 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
+    fn locks() -> Locks {
+        Locks::block_wake_signal().unwrap();
+        let shares = Shares::new(crate::fs::share::Policy::new(1 << 16, 0));
+        Locks::new(Arc::default(), shares)
+    }
+
     fn asker(owner: u64, fh: u64, unique: u64) -> Asker {
         Asker {
             ino: 7,
@@ -685,7 +691,7 @@ mod tests {
     fn owners_exclude_each_other_and_flush_releases_one_owner() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
-        let l = Locks::new(Arc::default()).unwrap();
+        let l = locks();
         let r = Range { start: 0, end: 4 };
         let got = set(
             &l,
@@ -730,7 +736,7 @@ mod tests {
     fn a_wait_is_granted_when_the_holder_lets_go_and_can_be_interrupted() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
-        let l = Locks::new(Arc::default()).unwrap();
+        let l = locks();
         let got = set(
             &l,
             asker(1, 10, 1),
@@ -785,11 +791,52 @@ mod tests {
         assert_eq!(r.unwrap_err().code(), libc::EINTR);
     }
 
+    /// Each owner's holder is a descriptor in its user's share: one user
+    /// locking as many owners as it likes stops at its share (ENOLCK),
+    /// another still locks, and released holders give their place back.
+    #[test]
+    fn holders_count_in_their_users_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(&dir);
+        Locks::block_wake_signal().unwrap();
+        let shares = Shares::new(crate::fs::share::Policy::new(40, 0));
+        let share = shares.policy().share;
+        let l = Locks::new(Arc::default(), shares.clone());
+        let mut got = 0;
+        for owner in 0..2 * share as u64 {
+            // Shared locks on one byte each: no conflict between owners.
+            let r = Range {
+                start: owner,
+                end: owner,
+            };
+            let a = asker(1 + owner, 10, 1 + owner);
+            match set(&l, a, Kind::Record, &f, r, libc::F_RDLCK, false).recv() {
+                Ok(Ok(())) => got += 1,
+                Ok(Err(e)) => {
+                    assert_eq!(e.code(), libc::ENOLCK);
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, share, "one user's holders stop at its share");
+        let mut other = asker(5000, 11, 5000);
+        other.uid = 1001;
+        let r = set(&l, other, Kind::Record, &f, ALL, libc::F_RDLCK, false);
+        assert!(r.recv().unwrap().is_ok(), "another user still locks");
+        // The first user's handle goes: its holders and their places too.
+        l.release(7, 10);
+        assert_eq!(shares.held_by(1000), 0);
+        let a = asker(9999, 12, 9999);
+        let r = set(&l, a, Kind::Flock, &f, ALL, libc::F_RDLCK, false);
+        assert!(r.recv().unwrap().is_ok());
+    }
+
     #[test]
     fn one_user_cannot_take_every_waiting_thread() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
-        let l = Locks::new(Arc::default()).unwrap();
+        let l = locks();
         let got = set(
             &l,
             asker(1, 10, 1),

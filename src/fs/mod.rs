@@ -183,8 +183,7 @@ impl CutFs {
         check_atime(&root, opts)?;
         // First: it blocks a signal in this thread and every thread the
         // filesystem starts later (the scan threads, the FUSE workers).
-        let kernel = Arc::<invalidate::Invalidator>::default();
-        let locks = locks::Locks::new(kernel.clone())?;
+        locks::Locks::block_wake_signal()?;
         // The journal is reached only through the root descriptor (never
         // a path resolved later); opening it checks it is the daemon's own
         // and replays what a killed daemon left half done, or refuses.
@@ -207,6 +206,8 @@ impl CutFs {
         ));
         let inodes = Arc::new(InodeTable::new(root)?);
         let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
+        let kernel = Arc::<invalidate::Invalidator>::default();
+        let locks = locks::Locks::new(kernel.clone(), shares.clone());
         Ok(CutFs {
             locks,
             passthrough,
