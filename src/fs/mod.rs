@@ -361,8 +361,13 @@ fn reply_open(
     match mode {
         Ok(passthrough::Mode::Daemon) => reply.opened(FileHandle(fh), flags),
         Ok(passthrough::Mode::Kernel(id)) => {
-            // The kernel takes no caching flags with passthrough.
-            let flags = flags & fuser::FopenFlags::FOPEN_NOFLUSH;
+            // The kernel takes no caching flags with passthrough. Its
+            // close(2) needs no daemon either (FOPEN_NOFLUSH: a read-only
+            // handle holds nothing back), so a record lock taken through
+            // it goes at its open file's last close, not at any close by
+            // its owner (man cutf8fs, LOCKS).
+            let _ = flags;
+            let flags = fuser::FopenFlags::FOPEN_NOFLUSH;
             reply.opened_passthrough(FileHandle(fh), flags, &id)
         }
         Err(e) => {
