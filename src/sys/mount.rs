@@ -4,7 +4,7 @@
 //! on (never whatever is mounted at a path now).
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 use nix::mount::MntFlags;
 
@@ -14,24 +14,9 @@ use super::{from_nix, proc_path};
 /// without asking that filesystem anything (`AT_STATX_DONT_SYNC`: a FUSE
 /// mount whose daemon does not answer yet still tells it).
 pub fn device_of(dir: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: the path is a valid C string, `dir` a live descriptor, and
-    // statx writes at most one `struct statx` into the buffer given.
-    let r = unsafe {
-        libc::statx(
-            dir.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
-            libc::STATX_TYPE,
-            stx.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx succeeded, so it filled the buffer (which started
-    // zeroed in any case).
-    let stx = unsafe { stx.assume_init() };
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+    let stx = statx(dir, c"", flags, StatxFlags::TYPE)?;
     Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor))
 }
 
