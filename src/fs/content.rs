@@ -363,7 +363,7 @@ impl FileState {
         let index = Arc::new(build_index(reader).map_err(io)?);
         if Stamp::now(reader).map_err(io)? == stamp {
             cache.put(stamp, index.clone());
-            cache.db.put(&stamp.state(), started, &index);
+            cache.db.put(&stamp, started, &index);
             seen.lock().remember(
                 stamp,
                 Class::Corrected {
@@ -582,7 +582,7 @@ impl IndexCache {
             lookup(Lookup::Memory);
             return Some(index);
         }
-        let Some(index) = self.db.get(&stamp.state()) else {
+        let Some(index) = self.db.get(&stamp) else {
             lookup(Lookup::Miss);
             return None;
         };
@@ -697,7 +697,7 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
     let after = super::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
     if Stamp::of(&after) == stamp {
         cache.put(stamp, index.clone());
-        cache.db.put(&stamp.state(), started, &index);
+        cache.db.put(&stamp, started, &index);
     }
     Ok(index)
 }

@@ -7,7 +7,7 @@
 //! the file is even opened — and stored after a scan; opened once when the
 //! mount starts) and by `migrate` ([`record_written`]: the files it just
 //! converted, so the first mount after a migration is warm). Knows files
-//! only by their [`FileState`] and descriptors, nothing of FUSE.
+//! only by their [`Stamp`] and descriptors, nothing of FUSE.
 //!
 //! # Never stale
 //!
@@ -53,8 +53,8 @@
 //! and never another file's, and checks what the index promises where
 //! that is cheap (the first whole block it decodes; the view's end when
 //! it reaches it: `crate::view::Reading::stale`); a mismatch has the mount
-//! scan the file again and replace the record (`crate::fs`'s
-//! `FileState::rebuild`). Until a read meets the mismatch, `stat` shows the
+//! scan the file again and replace the record (`rebuild` in
+//! `crate::fs::content`). Until a read meets the mismatch, `stat` shows the
 //! size the record says.
 //!
 //! # Where, and who may write it
@@ -128,9 +128,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
+use crate::io::Stamp;
 use crate::view::OffsetIndex;
 pub use place::DIR;
-pub use record::FileState;
 
 /// A scan must start this long after the file's last change (ctime) for
 /// its result to be stored: more than any filesystem's timestamp tick
@@ -470,7 +470,7 @@ impl IndexDb {
     }
 
     /// The index stored for exactly `state`, if any.
-    pub fn get(&self, state: &FileState) -> Option<OffsetIndex> {
+    pub fn get(&self, state: &Stamp) -> Option<OffsetIndex> {
         let (shared, db) = self.db()?;
         let key = (state.dev, state.ino);
         let bytes = match quiet(|| -> Result<Option<Vec<u8>>, redb::Error> {
@@ -510,7 +510,7 @@ impl IndexDb {
     /// Stores `index`, learned for `state` by a scan that started at
     /// `started` (after which the file's state was checked unchanged).
     /// Not stored when the scan was too close to the file's last change.
-    pub fn put(&self, state: &FileState, started: (i64, i64), index: &OffsetIndex) {
+    pub fn put(&self, state: &Stamp, started: (i64, i64), index: &OffsetIndex) {
         if !settled(state.ctime, started) {
             return;
         }
@@ -786,15 +786,9 @@ pub fn record_written(
     }
     let mut done = 0;
     for file in files {
-        let state = |f: &File| -> Option<FileState> {
+        let state = |f: &File| -> Option<Stamp> {
             let st = nix::sys::stat::fstat(f).ok()?;
-            (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(FileState {
-                dev: st.st_dev,
-                ino: st.st_ino,
-                size: st.st_size as u64,
-                mtime: (st.st_mtime, st.st_mtime_nsec),
-                ctime: (st.st_ctime, st.st_ctime_nsec),
-            })
+            (st.st_mode & libc::S_IFMT == libc::S_IFREG).then(|| Stamp::of(&st))
         };
         let Some(before) = state(&file).filter(|s| s.size >= MIGRATE_MIN) else {
             continue;
@@ -1023,8 +1017,8 @@ mod tests {
         place::open_given_dir(p).unwrap()
     }
 
-    fn state(ino: u64, size: u64) -> FileState {
-        FileState {
+    fn state(ino: u64, size: u64) -> Stamp {
+        Stamp {
             dev: 1,
             ino,
             size,
@@ -1044,7 +1038,7 @@ mod tests {
         OffsetIndex::from_bytes(&disk)
     }
 
-    fn stored(dir: &Path, st: &FileState, index: &OffsetIndex) {
+    fn stored(dir: &Path, st: &Stamp, index: &OffsetIndex) {
         let db = IndexDb::open(root_of(dir).as_fd(), &Location::Default, false);
         db.put(st, now(), index);
         db.close();

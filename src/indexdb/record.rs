@@ -5,26 +5,16 @@
 //! index whose invariants hold ([`OffsetIndex::from_parts`]), so a damaged
 //! record is "no record", never a panic or a wrong size.
 
+use crate::io::Stamp;
 use crate::view::OffsetIndex;
 
 /// First byte of every record; bump when the layout changes.
 const VERSION: u8 = 1;
 
-/// One state of a backing file: device, inode, size, mtime and ctime to the
-/// nanosecond. Equal states mean the record applies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FileState {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
-    pub mtime: (i64, i64),
-    pub ctime: (i64, i64),
-}
-
 /// What one record holds besides its key `(dev, ino)`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record {
-    pub state: FileState,
+    pub state: Stamp,
     /// Days since the epoch when the record was stored or last used.
     pub seen_day: u32,
     pub index: OffsetIndex,
@@ -34,7 +24,7 @@ pub struct Record {
 /// disk_len, growth, exempt, step count.
 const HEAD: usize = 1 + 8 + 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 8;
 
-pub fn encode(state: &FileState, seen_day: u32, index: &OffsetIndex) -> Vec<u8> {
+pub fn encode(state: &Stamp, seen_day: u32, index: &OffsetIndex) -> Vec<u8> {
     let (disk_len, growth, exempt, steps) = index.parts();
     let mut v = Vec::with_capacity(HEAD + steps.len() * 16);
     v.push(VERSION);
@@ -104,7 +94,7 @@ pub fn decode(dev: u64, ino: u64, bytes: &[u8]) -> Option<Record> {
     }
     let index = OffsetIndex::from_parts(disk_len, growth, exempt, steps)?;
     Some(Record {
-        state: FileState {
+        state: Stamp {
             dev,
             ino,
             size,
@@ -120,8 +110,8 @@ pub fn decode(dev: u64, ino: u64, bytes: &[u8]) -> Option<Record> {
 mod tests {
     use super::*;
 
-    fn state() -> FileState {
-        FileState {
+    fn state() -> Stamp {
+        Stamp {
             dev: 3,
             ino: 77,
             size: 8 + 9000,

@@ -1,9 +1,14 @@
 //! The state of a backing file, as far as its content goes: anything known
 //! about the content (class, offset index) is kept under the stamp it was
 //! learned from and used only while a fresh `fstat` gives the same stamp.
+//!
+//! The one file-stamp type of the crate: the mount's caches, the index
+//! database's records (`crate::indexdb`, which stores them) and migrate's
+//! "did it change while I converted it" check all compare `Stamp`s.
 
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 
 /// One state of a backing file: equal stamps mean unchanged content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,14 +37,14 @@ impl Stamp {
         Ok(Stamp::of(&nix::sys::stat::fstat(file)?))
     }
 
-    /// The same state, as the index database keys it.
-    pub fn state(&self) -> crate::indexdb::FileState {
-        crate::indexdb::FileState {
-            dev: self.dev,
-            ino: self.ino,
-            size: self.size,
-            mtime: self.mtime,
-            ctime: self.ctime,
+    /// The stamp of what `std::fs::metadata` returned.
+    pub fn of_metadata(md: &Metadata) -> Stamp {
+        Stamp {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
         }
     }
 }

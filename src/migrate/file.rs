@@ -28,6 +28,7 @@ use super::journal::{self, Journal};
 use super::report::{Outcome, Reason};
 use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
 use super::walk::Entry;
+use crate::io::Stamp;
 use crate::{sys, trust};
 
 /// What a worker needs to know about the run.
@@ -313,37 +314,6 @@ fn by_rename(
     }
 }
 
-/// What a stat says of a file: enough to notice that it changed.
-#[derive(PartialEq, Eq)]
-struct Stamp {
-    ino: u64,
-    size: i64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    fn of(st: libc::stat) -> Stamp {
-        Stamp {
-            ino: st.st_ino,
-            size: st.st_size,
-            mtime: (st.st_mtime, st.st_mtime_nsec),
-            ctime: (st.st_ctime, st.st_ctime_nsec),
-        }
-    }
-
-    /// Whether the file differs from the one `md` described.
-    fn differs(&self, md: &Metadata) -> bool {
-        *self
-            != Stamp {
-                ino: md.ino(),
-                size: md.size() as i64,
-                mtime: (md.mtime(), md.mtime_nsec()),
-                ctime: (md.ctime(), md.ctime_nsec()),
-            }
-    }
-}
-
 /// Rename a pending conversion into place. Call only once its data is
 /// durable ([`Batch::flush`]). Gives back the original's descriptor.
 fn commit(p: Pending) -> (Outcome, File) {
@@ -354,8 +324,8 @@ fn commit(p: Pending) -> (Outcome, File) {
         md,
         after,
     } = p;
-    match sys::statat(&temp.dir, &name).map(Stamp::of) {
-        Ok(now) if !now.differs(&md) => {}
+    match sys::statat(&temp.dir, &name).map(|st| Stamp::of(&st)) {
+        Ok(now) if now == Stamp::of_metadata(&md) => {}
         Ok(_) => {
             let msg = "the file changed while it was being converted; left as it is";
             return (Outcome::Failed(msg.into()), original);
