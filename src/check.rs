@@ -275,7 +275,7 @@ fn walk_dir(
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         // The mount's own files (its journal) are not the user's text.
-        if crate::journal::is_internal(&e.file_name()) {
+        if crate::trust::is_internal(&e.file_name()) {
             continue;
         }
         let Ok(kind) = e.file_type() else { continue };

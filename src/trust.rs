@@ -1,8 +1,9 @@
 //! What in a tree that other users write is ours, and how anything in such a
 //! tree is reached: the one place that decides. The mount's journal
-//! (`crate::journal`), the index database (`crate::indexdb`) and `cutf8
+//! (`crate::redo`), the index database (`crate::indexdb`) and `cutf8
 //! migrate` (its walk, its files and its undo journal, `crate::migrate`)
-//! all go through it; man/cutf8fs.1 and man/cutf8.1 (SECURITY) state the
+//! all go through it, and [`is_internal`] is the one list of names the
+//! mount keeps for itself in BACKING; man/cutf8fs.1 and man/cutf8.1 (SECURITY) state the
 //! rules and point here for the argument.
 //!
 //! # The setting
@@ -97,10 +98,22 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+
+/// Names starting with this, at the root of BACKING, belong to the mount:
+/// hidden in it, refused to its users, and skipped by `cutf8 migrate` at
+/// any level of a tree (migrate cannot know where a BACKING's root is).
+pub const INTERNAL_PREFIX: &str = ".cutf8fs-";
+
+/// Whether `name` is one of the mount's internal files ([`INTERNAL_PREFIX`]).
+/// The one test both the mount (hiding) and migrate (skipping) use.
+pub fn is_internal(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(INTERNAL_PREFIX.as_bytes())
+}
 
 /// The effective user this process runs as: the one owner trusted.
 pub fn euid() -> u32 {
@@ -265,10 +278,6 @@ impl std::fmt::Display for Refused {
     }
 }
 
-fn nix_io(e: Errno) -> io::Error {
-    io::Error::from_raw_os_error(e as i32)
-}
-
 /// `name` as one component (EINVAL otherwise).
 fn one(name: &OsStr) -> io::Result<std::ffi::CString> {
     crate::sys::component(name)
@@ -289,8 +298,8 @@ fn what_is(dir: BorrowedFd<'_>, name: &std::ffi::CStr, e: Errno) -> String {
 pub fn enter_dir(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<(OwnedFd, FileStat)> {
     let c = one(name)?;
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(parent, c.as_c_str(), flags, Mode::empty()).map_err(nix_io)?;
-    let st = fstat(&fd).map_err(nix_io)?;
+    let fd = openat(parent, c.as_c_str(), flags, Mode::empty()).map_err(io::Error::from)?;
+    let st = fstat(&fd).map_err(io::Error::from)?;
     Ok((fd, st))
 }
 
@@ -300,8 +309,8 @@ pub fn enter_dir(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<(OwnedFd, F
 pub fn reach(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<(OwnedFd, FileStat)> {
     let c = one(name)?;
     let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(dir, c.as_c_str(), flags, Mode::empty()).map_err(nix_io)?;
-    let st = fstat(&fd).map_err(nix_io)?;
+    let fd = openat(dir, c.as_c_str(), flags, Mode::empty()).map_err(io::Error::from)?;
+    let st = fstat(&fd).map_err(io::Error::from)?;
     Ok((fd, st))
 }
 
@@ -338,8 +347,8 @@ pub fn open_reached(
                 OFlag::from_bits_retain(how | libc::O_CLOEXEC),
                 Mode::empty(),
             )
-            .map_err(nix_io)?;
-            let now = fstat(&again).map_err(nix_io)?;
+            .map_err(io::Error::from)?;
+            let now = fstat(&again).map_err(io::Error::from)?;
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
                 return Err(io::Error::from_raw_os_error(libc::ESTALE));
             }
@@ -348,7 +357,7 @@ pub fn open_reached(
                 &again,
                 nix::fcntl::FcntlArg::F_SETFL(OFlag::from_bits_retain(flags)),
             )
-            .map_err(nix_io)?;
+            .map_err(io::Error::from)?;
             Ok(File::from(again))
         }
         r => r,

@@ -163,7 +163,7 @@ fn dev_ino(p: &Path) -> (u64, u64) {
     (md.dev(), md.ino())
 }
 
-/// A journal in migrate's format (docs/migrate.md, src/migrate/journal.rs):
+/// A journal in migrate's format (docs/migrate.md, src/migrate/undo.rs):
 /// what a user who read the source can write.
 struct Forged<'a> {
     dir: (u64, u64),

@@ -612,7 +612,7 @@ fn a_committed_entry_refuses_a_read_only_start_and_a_read_write_one_finishes_it(
     // What a daemon killed right after its commit point leaves.
     {
         let root = File::open(&f.backing).unwrap();
-        let j = cutf8fs::journal::Journal::open(root.as_fd(), false).unwrap();
+        let j = cutf8fs::redo::RedoJournal::open(root.as_fd(), false).unwrap();
         let file = OpenOptions::new()
             .read(true)
             .write(true)

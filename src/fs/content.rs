@@ -582,7 +582,7 @@ impl IndexCache {
             lookup(Lookup::Memory);
             return Some(index);
         }
-        let Some(index) = self.db.get(&stamp) else {
+        let Some(index) = self.db.get(stamp) else {
             lookup(Lookup::Miss);
             return None;
         };

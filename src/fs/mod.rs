@@ -33,12 +33,12 @@
 //!   it decides from what the file is now — empty, raw or corrected — and
 //!   sends view writes through `crate::io::write`, which carries out the
 //!   plans of `crate::view::write` (in-place patches, appends, rewrites
-//!   under `crate::journal` in `BACKING/.cutf8fs-journal`). The
+//!   under `crate::redo` in `BACKING/.cutf8fs-journal`). The
 //!   journal is opened from BACKING's root descriptor when the mount
 //!   starts: it is trusted only if the daemon's user owns it (else the
 //!   start is refused), and a read-only mount (`-o ro`, or a read-only
 //!   BACKING) writes nothing to BACKING. `ops` hides every root name that
-//!   `crate::journal::is_internal` claims and refuses to create them.
+//!   `crate::trust::is_internal` claims and refuses to create them.
 //!
 //! * `locks` takes every lock asked for through the mount (`flock`, POSIX
 //!   record locks, OFD locks) on the backing file, on a descriptor it keeps
@@ -103,7 +103,7 @@ pub struct CutFs {
     scans: content::ScanPool,
     /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`,
     /// created on first use, never on a read-only mount).
-    journal: crate::journal::Journal,
+    journal: crate::redo::RedoJournal,
     newfiles: options::NewFiles,
     /// `-o blksize`: the preferred I/O size regular files show.
     blksize: Option<u32>,
@@ -188,7 +188,7 @@ impl CutFs {
         // a path resolved later); opening it checks it is the daemon's own
         // and replays what a killed daemon left half done, or refuses.
         let journal =
-            crate::journal::Journal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
+            crate::redo::RedoJournal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
         // What earlier mounts learned of file sizes (never fails the mount).
         let db = crate::indexdb::IndexDb::open(
             std::os::fd::AsFd::as_fd(&root),

@@ -61,7 +61,7 @@
 //!
 //! By default `BACKING/.cutf8fs-index/index.redb`, so every machine that
 //! mounts the archive benefits; the directory is hidden by the mount and
-//! skipped by migrate (`journal::is_internal`). It is opened like the
+//! skipped by migrate (`trust::is_internal`). It is opened like the
 //! journal (`place`): relative to BACKING's root descriptor, `O_NOFOLLOW`,
 //! owned by the daemon's user, not writable by group or others, on BACKING's
 //! filesystem; the file ours, regular, one link. When BACKING is read-only

@@ -10,7 +10,7 @@
 //!   backing store fails part way (ENOSPC, EIO), the old bytes of a window
 //!   at the end are put back and the file cut to its old length, so the
 //!   last content stays whole;
-//! * [`Way::Tail`]: through the [`Journal`] (`crate::journal`): the new tail
+//! * [`Way::Tail`]: through the [`RedoJournal`] (`crate::redo`): the new tail
 //!   of the file (window plus everything after it) is written to the journal
 //!   and made durable, then copied over the file in place and the journal
 //!   entry removed. A kill at any point leaves the old content or, after the
@@ -38,7 +38,7 @@ use std::os::unix::fs::FileExt;
 use nix::errno::Errno as NixErrno;
 use nix::fcntl::{fallocate, FallocateFlags};
 
-pub use crate::journal::Journal;
+use crate::redo::RedoJournal;
 use crate::view::write::{
     overlay, plan_allocate, plan_append, plan_resize, plan_start, plan_write, plan_zero,
     span_for_resize, spans_for,
@@ -59,7 +59,7 @@ const CHUNK: usize = 1 << 20;
 pub fn write_at(
     file: &File,
     index: &mut OffsetIndex,
-    journal: &Journal,
+    journal: &RedoJournal,
     view_off: u64,
     data: &[u8],
 ) -> Result<()> {
@@ -101,7 +101,7 @@ pub fn write_at(
 }
 
 /// Carries out a write's patch and rescans.
-fn apply(file: &File, index: &mut OffsetIndex, journal: &Journal, p: &Patch) -> Result<()> {
+fn apply(file: &File, index: &mut OffsetIndex, journal: &RedoJournal, p: &Patch) -> Result<()> {
     let disk_len = index.disk_len();
     let new_disk_len = p.new_disk_len(disk_len);
     if p.way == Way::Tail {
@@ -207,7 +207,7 @@ pub enum Zeroing {
 pub fn zero_range(
     file: &File,
     index: &mut OffsetIndex,
-    journal: &Journal,
+    journal: &RedoJournal,
     view_off: u64,
     len: u64,
     how: Zeroing,
@@ -357,7 +357,7 @@ pub fn start_corrected(file: &File, data: &[u8]) -> Result<OffsetIndex> {
 pub fn to_raw(
     file: &File,
     index: &OffsetIndex,
-    journal: &Journal,
+    journal: &RedoJournal,
     view_off: u64,
     data: &[u8],
 ) -> Result<u64> {
@@ -448,7 +448,7 @@ mod tests {
         _dir: tempfile::TempDir,
         file: File,
         path: PathBuf,
-        journal: Journal,
+        journal: RedoJournal,
         index: OffsetIndex,
         model: Vec<u8>,
     }
@@ -466,7 +466,7 @@ mod tests {
                 .open(&path)
                 .unwrap();
             let root = File::open(dir.path()).unwrap();
-            let journal = Journal::open(root.as_fd(), false).unwrap();
+            let journal = RedoJournal::open(root.as_fd(), false).unwrap();
             let index = OffsetIndex::from_bytes(&disk[8..]);
             Fixture {
                 _dir: dir,
@@ -544,7 +544,7 @@ mod tests {
             let n = read_view_into(&self.file, &self.index, 0, &mut buf).unwrap();
             assert_eq!(&buf[..n], &self.model[..], "{what}: read back");
             assert!(
-                fs::read_dir(self._dir.path().join(crate::journal::JOURNAL_DIR))
+                fs::read_dir(self._dir.path().join(crate::redo::DIR))
                     .map_or(true, |mut d| d.next().is_none()),
                 "journal left behind"
             );

@@ -4,7 +4,7 @@
 //! directory (`.cutf8-tmp.<key>.<n>`), given the original's owner, xattrs,
 //! mode and times, verified by converting it back, fsynced and renamed over
 //! the original. A multiply linked file (or one whose owner this user
-//! cannot give away) is rewritten in place under a [`journal`]. Every call
+//! cannot give away) is rewritten in place under a [`undo`] journal. Every call
 //! goes through a descriptor of the directory the walk saw (`super::dirs`:
 //! reached from its parent's descriptor, identity checked), and the file is
 //! reached in it by its one name without following a symlink and opened
@@ -24,9 +24,9 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use super::dirs::{Dirs, Lost};
-use super::journal::{self, Journal};
 use super::report::{Outcome, Reason};
 use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
+use super::undo::{self, UndoJournal};
 use super::walk::Entry;
 use crate::io::Stamp;
 use crate::{sys, trust};
@@ -475,7 +475,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
         Ok(x) => x,
         Err(e) => return Outcome::Failed(format!("cannot read xattrs: {e}")),
     };
-    let journal = match Journal::begin(dir, entry.key, &entry.name, &file) {
+    let journal = match UndoJournal::begin(dir, entry.key, &entry.name, &file) {
         Ok(j) => j,
         Err(e) if denied(&e) => {
             return Outcome::Skipped(Reason::PermissionDenied(
@@ -544,7 +544,7 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
             }
             Err(e) => Outcome::Failed(format!(
                 "{msg}; roll-back failed ({e}): the journal {} in its directory holds the original and the next run restores it",
-                journal::name_for(entry.key).to_string_lossy()
+                undo::name_for(entry.key).to_string_lossy()
             )),
         },
     }

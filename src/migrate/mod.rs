@@ -23,8 +23,8 @@
 
 mod dirs;
 mod file;
-mod journal;
 pub mod report;
+mod undo;
 
 mod transcode;
 mod walk;

@@ -10,12 +10,12 @@
 //! directory swapped for a symlink during the walk leads nowhere. Skips
 //! decided from the directory entry alone (symlinks, special files,
 //! `--exclude`, other filesystems, unreadable directories) are reported
-//! right here. The mount's own files (names `crate::journal::is_internal`
+//! right here. The mount's own files (names `crate::trust::is_internal`
 //! claims, such as `.cutf8fs-journal`, at any level) are neither entered
 //! nor reported; regular files are returned, each inode once with all its
 //! names, by their directory's node and name. Before a directory's files
 //! are looked at, what a killed run left in it is dealt with: journals
-//! rolled back (only those migrate wrote, `super::journal`), temporary
+//! rolled back (only those migrate wrote, `super::undo`), temporary
 //! files removed.
 //!
 //! Sharding: every path has a key, a hash of its path relative to the
@@ -37,8 +37,8 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 
 use super::dirs::{DirId, Dirs, Lost};
-use super::journal::{self, Recovered};
 use super::report::{Outcome, Reason};
+use super::undo::{self, Recovered};
 use crate::sys;
 
 /// `--shard K/N`, 1 ≤ K ≤ N.
@@ -195,7 +195,7 @@ impl<'a, 'e> Walker<'a, 'e> {
         // A path into the mount's own files is left alone, silently.
         if root
             .components()
-            .any(|c| crate::journal::is_internal(c.as_os_str()))
+            .any(|c| crate::trust::is_internal(c.as_os_str()))
         {
             return;
         }
@@ -349,7 +349,7 @@ impl<'a, 'e> Walker<'a, 'e> {
             names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
             // The mount's own files (its journal…) are never entered,
             // converted or reported, at any level.
-            names.retain(|n| !crate::journal::is_internal(n));
+            names.retain(|n| !crate::trust::is_internal(n));
             names.retain(|n| !self.leftover(&dirf, &path, n));
             let mut subdirs = Vec::new();
             for name in names {
@@ -407,7 +407,7 @@ impl<'a, 'e> Walker<'a, 'e> {
         }
         let path = dir.join(name);
         if jkey.is_some() {
-            match journal::recover(dirf, name, &path) {
+            match undo::recover(dirf, name, &path) {
                 Ok(Recovered::Incomplete) => (self.emit)(&path, Outcome::Cleaned, None),
                 Ok(Recovered::RolledBack(target)) => {
                     (self.emit)(&dir.join(target), Outcome::RolledBack, None)

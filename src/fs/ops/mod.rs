@@ -119,10 +119,10 @@ fn not_a_file(inode: &Inode) -> Errno {
 }
 
 /// Whether `name` in `parent` is one of the mount's own files at the root
-/// of BACKING (the journal, `crate::journal::is_internal`), which the mount
+/// of BACKING (the journal, `crate::trust::is_internal`), which the mount
 /// neither shows nor lets anyone touch.
 fn is_journal(parent: u64, name: &OsStr) -> bool {
-    parent == super::inodes::ROOT && crate::journal::is_internal(name)
+    parent == super::inodes::ROOT && crate::trust::is_internal(name)
 }
 
 /// The class of a regular file in state `st` (cached per stamp); a free

@@ -1,6 +1,7 @@
-//! The mount's crash journal: rewrites of a file's tail that must be
-//! all-or-nothing, kept in `BACKING/.cutf8fs-journal`, and the one list of
-//! names the mount keeps for itself in BACKING ([`is_internal`]).
+//! The mount's redo journal: rewrites of a file's tail that must be
+//! all-or-nothing, kept in `BACKING/.cutf8fs-journal` and redone at the
+//! next mount after a crash. (`cutf8 migrate` keeps an undo journal of its
+//! own, `crate::migrate`'s `undo`: a different format for a different job.)
 //!
 //! Called by `crate::io::write` (the write path) and opened once by `crate::fs`
 //! when the mount starts. Knows descriptors, never paths: BACKING is a tree
@@ -53,38 +54,24 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, Mode};
-use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::trust::{self, Access, Checksum, Rule};
-
-/// Names starting with this, at the root of BACKING, belong to the mount:
-/// hidden in it, refused to its users, and skipped by `cutf8 migrate` at
-/// any level of a tree (migrate cannot know where a BACKING's root is).
-pub const INTERNAL_PREFIX: &str = ".cutf8fs-";
+mod entry;
 
 /// The journal directory at the root of BACKING.
-pub const JOURNAL_DIR: &str = ".cutf8fs-journal";
+pub const DIR: &str = ".cutf8fs-journal";
 
-/// Whether `name` is one of the mount's internal files ([`INTERNAL_PREFIX`]).
-/// The one test both the mount (hiding) and migrate (skipping) use.
-pub fn is_internal(name: &OsStr) -> bool {
-    name.as_bytes().starts_with(INTERNAL_PREFIX.as_bytes())
-}
-
-/// Bytes copied per step.
-const CHUNK: usize = 1 << 20;
-
-/// First line of every `meta` file.
-const META_VERSION: &str = "cutf8fs-journal-entry 1";
-
-/// The only names an entry holds.
-const FILES: [&str; 3] = ["target", "tail", "meta"];
+use crate::trust::{self, Access, Checksum, Rule};
+use entry::{
+    apply, create_private, link_fd, preallocate, remove_entry, retire, state_of, Found, Meta,
+    State, Summing, CHUNK, FILES,
+};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// The journal of one mount. See the module doc.
 #[derive(Debug)]
-pub struct Journal {
+pub struct RedoJournal {
     /// BACKING's root (an `O_PATH` descriptor the daemon holds).
     root: OwnedFd,
     /// (st_dev, st_ino) of BACKING's root, recorded in every entry.
@@ -107,175 +94,30 @@ fn refuse(path: &Path, what: impl std::fmt::Display, todo: &str) -> io::Error {
     ))
 }
 
-fn nix_io(e: Errno) -> io::Error {
-    io::Error::from_raw_os_error(e as i32)
-}
-
-/// A writer that sums and counts what passes through.
-struct Summing<W> {
-    inner: W,
-    sum: Checksum,
-}
-
-impl<W: Write> Write for Summing<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.sum.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// What `meta` records.
-#[derive(Debug, PartialEq, Eq)]
-struct Meta {
-    offset: u64,
-    tail_len: u64,
-    tail_sum: u64,
-    target: (u64, u64),
-    root: (u64, u64),
-    /// The file's path below BACKING when the entry was written (messages).
-    name: Vec<u8>,
-}
-
-impl Meta {
-    fn render(&self) -> String {
-        let hex: String = self.name.iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "{META_VERSION}\noffset {}\ntail-len {}\ntail-sum {:016x}\ntarget {} {}\nroot {} {}\nname {hex}\n",
-            self.offset,
-            self.tail_len,
-            self.tail_sum,
-            self.target.0,
-            self.target.1,
-            self.root.0,
-            self.root.1,
-        )
-    }
-
-    /// Parses exactly what `render` writes; anything else is `None`.
-    fn parse(text: &str) -> Option<Meta> {
-        let mut lines = text.strip_suffix('\n')?.split('\n');
-        if lines.next()? != META_VERSION {
-            return None;
-        }
-        let mut field = |key: &str| -> Option<Vec<&str>> {
-            let line = lines.next()?;
-            let mut words = line.split(' ');
-            if words.next()? != key {
-                return None;
-            }
-            Some(words.collect())
-        };
-        let one = |v: Vec<&str>| -> Option<u64> {
-            match v[..] {
-                [x] => x.parse().ok(),
-                _ => None,
-            }
-        };
-        let two = |v: Vec<&str>| -> Option<(u64, u64)> {
-            match v[..] {
-                [a, b] => Some((a.parse().ok()?, b.parse().ok()?)),
-                _ => None,
-            }
-        };
-        let offset = one(field("offset")?)?;
-        let tail_len = one(field("tail-len")?)?;
-        let tail_sum = match field("tail-sum")?[..] {
-            [x] => u64::from_str_radix(x, 16).ok()?,
-            _ => return None,
-        };
-        let target = two(field("target")?)?;
-        let root = two(field("root")?)?;
-        let hex = match field("name")?[..] {
-            [x] => x.to_owned(),
-            [] => String::new(),
-            _ => return None,
-        };
-        if lines.next().is_some() || hex.len() % 2 != 0 {
-            return None;
-        }
-        let name = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect::<Option<Vec<u8>>>()?;
-        Some(Meta {
-            offset,
-            tail_len,
-            tail_sum,
-            target,
-            root,
-            name,
-        })
-    }
-}
-
-/// What an entry's name says it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Being written: the file was not touched.
-    Open,
-    /// Committed: the copy may have started.
-    Commit,
-    /// Applied, being removed.
-    Done,
-}
-
-/// `<pid>-<seq>` with an optional `.commit` or `.done`.
-fn state_of(name: &[u8]) -> Option<State> {
-    let s = std::str::from_utf8(name).ok()?;
-    let (stem, state) = match s.split_once('.') {
-        None => (s, State::Open),
-        Some((stem, "commit")) => (stem, State::Commit),
-        Some((stem, "done")) => (stem, State::Done),
-        Some(_) => return None,
-    };
-    let (a, b) = stem.split_once('-')?;
-    let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
-    (digits(a) && digits(b)).then_some(state)
-}
-
-/// An entry found at start, checked.
-struct Found {
-    name: OsString,
-    state: State,
-    fd: OwnedFd,
-    /// Which of [`FILES`] it holds.
-    files: Vec<&'static str>,
-}
-
-impl Journal {
+impl RedoJournal {
     /// The journal of the BACKING whose root directory is `root`. Checks and
     /// replays what a killed daemon left behind; refuses (an error whose
     /// message names the path and what to do) when the journal is not the
     /// daemon's own, or when a committed entry cannot be finished because
     /// the mount is read-only (`read_only`: `-o ro`; a read-only BACKING is
     /// detected here). Creates nothing.
-    pub fn open(root: BorrowedFd<'_>, read_only: bool) -> io::Result<Journal> {
+    pub fn open(root: BorrowedFd<'_>, read_only: bool) -> io::Result<RedoJournal> {
         let root = root.try_clone_to_owned()?;
-        let st = fstat(&root).map_err(nix_io)?;
+        let st = fstat(&root).map_err(io::Error::from)?;
         let backing = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd()))
             .unwrap_or_else(|_| PathBuf::from("BACKING"));
         let fs_ro = nix::sys::statvfs::fstatvfs(&root)
             .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
             .unwrap_or(false);
-        let j = Journal {
+        let j = RedoJournal {
             root,
             root_id: (st.st_dev, st.st_ino),
             backing,
             read_only: read_only || fs_ro,
             dir: parking_lot::Mutex::new(None),
         };
-        let path = j.backing.join(JOURNAL_DIR);
-        let dir = match trust::open_dir(
-            j.root.as_fd(),
-            OsStr::new(JOURNAL_DIR),
-            &j.dir_rule(),
-            false,
-        ) {
+        let path = j.backing.join(DIR);
+        let dir = match trust::open_dir(j.root.as_fd(), OsStr::new(DIR), &j.dir_rule(), false) {
             Ok(fd) => fd,
             Err(trust::Refused::Missing) => return Ok(j),
             Err(trust::Refused::Bad(what)) => {
@@ -312,9 +154,10 @@ impl Journal {
         let mut names = Vec::new();
         {
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-            let mut d = nix::dir::Dir::openat(dir, ".", flags, Mode::empty()).map_err(nix_io)?;
+            let mut d =
+                nix::dir::Dir::openat(dir, ".", flags, Mode::empty()).map_err(io::Error::from)?;
             for e in d.iter() {
-                let e = e.map_err(nix_io)?;
+                let e = e.map_err(io::Error::from)?;
                 let n = e.file_name().to_bytes();
                 if n != b"." && n != b".." {
                     names.push(OsStr::from_bytes(n).to_owned());
@@ -511,10 +354,10 @@ impl Journal {
         if self.read_only {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
-        let path = self.backing.join(JOURNAL_DIR);
+        let path = self.backing.join(DIR);
         let mut held = self.dir.lock();
         if let Some(fd) = held.as_ref() {
-            let named = fstatat(&self.root, JOURNAL_DIR, AtFlags::AT_SYMLINK_NOFOLLOW);
+            let named = fstatat(&self.root, DIR, AtFlags::AT_SYMLINK_NOFOLLOW);
             match (fstat(fd.as_ref()), named) {
                 (Ok(a), Ok(b)) if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) => {
                     return Ok(fd.clone())
@@ -531,17 +374,13 @@ impl Journal {
                 }
             }
         }
-        let created = match mkdirat(&self.root, JOURNAL_DIR, Mode::from_bits_truncate(0o700)) {
+        let created = match mkdirat(&self.root, DIR, Mode::from_bits_truncate(0o700)) {
             Ok(()) => true,
             Err(Errno::EEXIST) => false,
-            Err(e) => return Err(nix_io(e)),
+            Err(e) => return Err(io::Error::from(e)),
         };
-        let fd = match trust::open_dir(
-            self.root.as_fd(),
-            OsStr::new(JOURNAL_DIR),
-            &self.dir_rule(),
-            false,
-        ) {
+        let fd = match trust::open_dir(self.root.as_fd(), OsStr::new(DIR), &self.dir_rule(), false)
+        {
             Ok(fd) => fd,
             Err(why) => {
                 // BACKING's owner can keep this up for every rewrite.
@@ -557,7 +396,7 @@ impl Journal {
             }
         };
         if created {
-            fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
+            fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(io::Error::from)?;
         }
         let fd = Arc::new(fd);
         *held = Some(fd.clone());
@@ -582,14 +421,14 @@ impl Journal {
         offset: u64,
         fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> io::Result<()> {
-        if fstat(file.as_fd()).map_err(nix_io)?.st_nlink == 0 {
+        if fstat(file.as_fd()).map_err(io::Error::from)?.st_nlink == 0 {
             // Deleted (or replaced by a rename in BACKING) while open: no
             // name shows it after a crash, so there is nothing to make
             // all-or-nothing, and an unlinked inode cannot be linked into
             // the journal. Stage the tail in an unnamed file and copy it.
             let flags = OFlag::O_RDWR | OFlag::O_TMPFILE | OFlag::O_CLOEXEC;
-            let fd =
-                openat(self.dir()?, ".", flags, Mode::from_bits_truncate(0o600)).map_err(nix_io)?;
+            let fd = openat(self.dir()?, ".", flags, Mode::from_bits_truncate(0o600))
+                .map_err(io::Error::from)?;
             let mut tail = File::from(fd);
             {
                 let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);
@@ -638,18 +477,18 @@ impl Journal {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        mkdirat(dir, name.as_str(), Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
+        mkdirat(dir, name.as_str(), Mode::from_bits_truncate(0o700)).map_err(io::Error::from)?;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let entry = match openat(dir, name.as_str(), flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) => {
                 let _ = unlinkat(dir, name.as_str(), UnlinkatFlags::RemoveDir);
-                return Err(nix_io(e));
+                return Err(io::Error::from(e));
             }
         };
         let result = (|| {
-            fchmod(&entry, Mode::from_bits_truncate(0o700)).map_err(nix_io)?;
-            let st = fstat(file.as_fd()).map_err(nix_io)?;
+            fchmod(&entry, Mode::from_bits_truncate(0o700)).map_err(io::Error::from)?;
+            let st = fstat(file.as_fd()).map_err(io::Error::from)?;
             link_fd(file, &entry, "target")?;
             let mut tail = create_private(&entry, "tail")?;
             let sum = {
@@ -678,9 +517,10 @@ impl Journal {
             let mut m = create_private(&entry, "meta")?;
             m.write_all(meta.render().as_bytes())?;
             m.sync_all()?;
-            nix::unistd::fsync(&entry).map_err(nix_io)?;
-            renameat(dir, name.as_str(), dir, format!("{name}.commit").as_str()).map_err(nix_io)?;
-            nix::unistd::fsync(dir).map_err(nix_io)?;
+            nix::unistd::fsync(&entry).map_err(io::Error::from)?;
+            renameat(dir, name.as_str(), dir, format!("{name}.commit").as_str())
+                .map_err(io::Error::from)?;
+            nix::unistd::fsync(dir).map_err(io::Error::from)?;
             Ok::<File, io::Error>(tail)
         })();
         match result {
@@ -699,98 +539,6 @@ impl Journal {
     }
 }
 
-/// `name` in `dir`, created exclusively with mode 0600 whatever the umask.
-fn create_private(dir: &OwnedFd, name: &str) -> io::Result<File> {
-    let flags =
-        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600)).map_err(nix_io)?;
-    fchmod(&fd, Mode::from_bits_truncate(0o600)).map_err(nix_io)?;
-    Ok(File::from(fd))
-}
-
-/// Removes a checked entry: its (regular) files, then the directory.
-fn remove_entry(dir: &impl AsFd, f: &Found) -> io::Result<()> {
-    for name in FILES {
-        match unlinkat(&f.fd, name, UnlinkatFlags::NoRemoveDir) {
-            Ok(()) | Err(Errno::ENOENT) => {}
-            Err(e) => return Err(nix_io(e)),
-        }
-    }
-    unlinkat(dir, f.name.as_os_str(), UnlinkatFlags::RemoveDir).map_err(nix_io)
-}
-
-/// Takes an applied entry out of the journal: first, atomically, out of
-/// the `*.commit` names (a kill during the removal that follows must not
-/// leave a committed entry with half its files), then off the disk.
-fn retire(dir: &impl AsFd, f: &Found) -> io::Result<()> {
-    let stem = f.name.as_bytes();
-    let stem = stem.strip_suffix(b".commit").unwrap_or(stem);
-    let mut done = stem.to_vec();
-    done.extend_from_slice(b".done");
-    let done = OsString::from(OsStr::from_bytes(&done));
-    renameat(dir, f.name.as_os_str(), dir, done.as_os_str()).map_err(nix_io)?;
-    let f = Found {
-        name: done,
-        state: State::Done,
-        fd: f.fd.try_clone()?,
-        files: f.files.clone(),
-    };
-    remove_entry(dir, &f)
-}
-
-/// Allocates `file[offset..offset + len)` without changing its size; a
-/// filesystem without fallocate is left to allocate as it writes.
-fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return Err(io::Error::from_raw_os_error(libc::EFBIG));
-    };
-    match nix::fcntl::fallocate(
-        file,
-        nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
-        off,
-        len,
-    ) {
-        Ok(()) | Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => Ok(()),
-        Err(e) => Err(nix_io(e)),
-    }
-}
-
-/// Copies `tail` over `file` from `offset`, cuts the file there, syncs.
-fn apply(file: &File, offset: u64, tail: &File) -> io::Result<()> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut pos = offset;
-    let mut src = 0u64;
-    loop {
-        let n = tail.read_at(&mut buf, src)?;
-        if n == 0 {
-            break;
-        }
-        file.write_all_at(&buf[..n], pos)?;
-        pos += n as u64;
-        src += n as u64;
-    }
-    file.set_len(pos)?;
-    file.sync_all()
-}
-
-/// Gives the inode open as `file` the name `name` in `dir`: linkat of the
-/// /proc/self/fd magic link with AT_SYMLINK_FOLLOW (works without
-/// CAP_DAC_READ_SEARCH, unlike AT_EMPTY_PATH).
-fn link_fd(file: &File, dir: &OwnedFd, name: &str) -> io::Result<()> {
-    let from = format!("/proc/self/fd/{}", file.as_raw_fd());
-    linkat(
-        nix::fcntl::AT_FDCWD,
-        from.as_str(),
-        dir,
-        name,
-        AtFlags::AT_SYMLINK_FOLLOW,
-    )
-    .map_err(nix_io)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,45 +550,11 @@ mod tests {
     }
 
     #[test]
-    fn meta_round_trips_and_rejects_anything_else() {
-        let m = Meta {
-            offset: 12,
-            tail_len: 3,
-            tail_sum: 0xdead_beef,
-            target: (5, 6),
-            root: (5, 2),
-            name: b"dir/f \n.txt".to_vec(),
-        };
-        let text = m.render();
-        assert_eq!(Meta::parse(&text), Some(m));
-        assert_eq!(Meta::parse("4\n"), None);
-        assert_eq!(Meta::parse(&text.replace("offset", "offsets")), None);
-        assert_eq!(Meta::parse(&format!("{text}extra\n")), None);
-    }
-
-    #[test]
-    fn entry_names() {
-        assert_eq!(state_of(b"12-3"), Some(State::Open));
-        assert_eq!(state_of(b"12-3.commit"), Some(State::Commit));
-        assert_eq!(state_of(b"12-3.done"), Some(State::Done));
-        for bad in [
-            &b"x"[..],
-            b"12-",
-            b"-3",
-            b"1-2.commit.x",
-            b"1-2.tmp",
-            b"../1-2",
-        ] {
-            assert_eq!(state_of(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
     fn nothing_is_created_until_a_rewrite_needs_it() {
         let dir = tempfile::tempdir().unwrap();
         let root = root_of(dir.path());
-        let j = Journal::open(root.as_fd(), false).unwrap();
-        assert!(!dir.path().join(JOURNAL_DIR).exists());
+        let j = RedoJournal::open(root.as_fd(), false).unwrap();
+        assert!(!dir.path().join(DIR).exists());
         let p = dir.path().join("f");
         fs::write(&p, b"old content").unwrap();
         let file = fs::OpenOptions::new()
@@ -850,18 +564,15 @@ mod tests {
             .unwrap();
         j.rewrite(&file, 4, |w| w.write_all(b"new")).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"old new");
-        let md = fs::metadata(dir.path().join(JOURNAL_DIR)).unwrap();
+        let md = fs::metadata(dir.path().join(DIR)).unwrap();
         assert_eq!(md.permissions().mode() & 0o7777, 0o700);
-        assert!(fs::read_dir(dir.path().join(JOURNAL_DIR))
-            .unwrap()
-            .next()
-            .is_none());
+        assert!(fs::read_dir(dir.path().join(DIR)).unwrap().next().is_none());
         // Read-only: the same rewrite is refused, nothing is created.
         let dir2 = tempfile::tempdir().unwrap();
-        let j2 = Journal::open(root_of(dir2.path()).as_fd(), true).unwrap();
+        let j2 = RedoJournal::open(root_of(dir2.path()).as_fd(), true).unwrap();
         let e = j2.rewrite(&file, 0, |w| w.write_all(b"x")).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EROFS));
-        assert!(!dir2.path().join(JOURNAL_DIR).exists());
+        assert!(!dir2.path().join(DIR).exists());
     }
 
     #[test]
@@ -876,10 +587,10 @@ mod tests {
             .unwrap();
         let ino = fs::metadata(&p).unwrap().ino();
         {
-            let j = Journal::open(root_of(dir.path()).as_fd(), false).unwrap();
+            let j = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
             j.commit_only(&file, 4, |w| w.write_all(b"NEW")).unwrap();
         }
-        let jdir = dir.path().join(JOURNAL_DIR);
+        let jdir = dir.path().join(DIR);
         let entry = fs::read_dir(&jdir).unwrap().next().unwrap().unwrap().path();
         assert!(entry.to_string_lossy().ends_with(".commit"));
         for (f, mode) in [("tail", 0o600), ("meta", 0o600)] {
@@ -892,14 +603,14 @@ mod tests {
         fs::create_dir(jdir.join("1-0")).unwrap();
         fs::set_permissions(jdir.join("1-0"), fs::Permissions::from_mode(0o700)).unwrap();
         // Read-only: refused, naming the file, nothing changed.
-        let e = Journal::open(root_of(dir.path()).as_fd(), true).unwrap_err();
+        let e = RedoJournal::open(root_of(dir.path()).as_fd(), true).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("Mount read-write once"), "{msg}");
         assert!(msg.contains(".commit"), "{msg}");
         assert_eq!(fs::read(&p).unwrap(), b"old content here");
         assert!(jdir.join("1-0").exists());
         // Read-write: finished.
-        let j = Journal::open(root_of(dir.path()).as_fd(), false).unwrap();
+        let j = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"old NEW");
         assert!(fs::read_dir(&jdir).unwrap().next().is_none());
         assert_eq!(fs::metadata(&p).unwrap().nlink(), 1);
@@ -918,15 +629,15 @@ mod tests {
             .write(true)
             .open(&p)
             .unwrap();
-        Journal::open(root_of(dir.path()).as_fd(), false)
+        RedoJournal::open(root_of(dir.path()).as_fd(), false)
             .unwrap()
             .commit_only(&file, 4, |w| w.write_all(b"NEW"))
             .unwrap();
-        let jdir = dir.path().join(JOURNAL_DIR);
+        let jdir = dir.path().join(DIR);
         let entry = fs::read_dir(&jdir).unwrap().next().unwrap().unwrap().path();
         let tail = entry.join("tail");
         fs::write(&tail, b"EVIL").unwrap();
-        let e = Journal::open(root_of(dir.path()).as_fd(), false).unwrap_err();
+        let e = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap_err();
         assert!(e.to_string().contains("checksum"), "{e}");
         assert!(e.to_string().contains("rm -r"), "{e}");
         assert_eq!(fs::read(&p).unwrap(), b"old content here");

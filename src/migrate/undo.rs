@@ -71,7 +71,7 @@ fn time_of(s: i64, ns: u32) -> Option<SystemTime> {
 }
 
 /// A complete, durable journal for one file.
-pub struct Journal<'a> {
+pub struct UndoJournal<'a> {
     dir: &'a File,
     name: OsString,
     file: File,
@@ -117,7 +117,7 @@ fn id_of(f: &File) -> io::Result<(u64, u64)> {
     Ok((md.dev(), md.ino()))
 }
 
-impl<'a> Journal<'a> {
+impl<'a> UndoJournal<'a> {
     /// Copy `target` (called `target_name` in `dir`) into a new journal
     /// and make it durable. Fails if a journal of that name exists: another
     /// run is converting the file.
@@ -126,7 +126,7 @@ impl<'a> Journal<'a> {
         key: u64,
         target_name: &OsStr,
         target: &File,
-    ) -> io::Result<Journal<'a>> {
+    ) -> io::Result<UndoJournal<'a>> {
         let st = target.metadata()?;
         let dir_id = id_of(dir)?;
         let name = name_for(key);
@@ -156,7 +156,7 @@ impl<'a> Journal<'a> {
         let times = FileTimes::new()
             .set_accessed(st.accessed()?)
             .set_modified(st.modified()?);
-        let j = Journal {
+        let j = UndoJournal {
             dir,
             name,
             file,
@@ -379,7 +379,7 @@ pub fn recover(dir: &File, name: &OsStr, shown: &Path) -> Result<Recovered, Stri
     if !still_ours(dir) {
         return Ok(Recovered::Gone);
     }
-    let j = Journal {
+    let j = UndoJournal {
         dir,
         name: name.to_owned(),
         file,
@@ -410,7 +410,7 @@ mod tests {
         let dir = sys::open_dir(d.path()).unwrap();
         let target = sys::open_at(&dir, OsStr::new("f"), libc::O_RDWR, 0).unwrap();
         let old = target.metadata().unwrap();
-        let j = Journal::begin(&dir, 7, OsStr::new("f"), &target).unwrap();
+        let j = UndoJournal::begin(&dir, 7, OsStr::new("f"), &target).unwrap();
         drop(j); // killed: the journal stays
         let md = std::fs::metadata(journal_of(d.path(), 7)).unwrap();
         assert_eq!(md.permissions().mode() & 0o7777, 0o600);
@@ -450,7 +450,7 @@ mod tests {
         let a = sys::open_dir(&d.path().join("a")).unwrap();
         let b = sys::open_dir(&d.path().join("b")).unwrap();
         let target = sys::open_at(&a, OsStr::new("f"), libc::O_RDWR, 0).unwrap();
-        drop(Journal::begin(&a, 7, OsStr::new("f"), &target).unwrap());
+        drop(UndoJournal::begin(&a, 7, OsStr::new("f"), &target).unwrap());
         std::fs::write(d.path().join("a/f"), b"converted\n").unwrap();
         let check = |dir: &File, want: &str| {
             let e = recover(dir, &name_for(7), Path::new("J")).unwrap_err();
