@@ -262,18 +262,18 @@ pub fn kind_of(st: &FileStat) -> &'static str {
 
 /// Why something was not used.
 #[derive(Debug)]
-pub enum Refused {
+pub enum Unusable {
     /// It does not exist (and was not to be created).
     Missing,
     /// It is not trusted, or cannot be opened: why.
     Bad(String),
 }
 
-impl std::fmt::Display for Refused {
+impl std::fmt::Display for Unusable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refused::Missing => f.write_str("does not exist"),
-            Refused::Bad(why) => f.write_str(why),
+            Unusable::Missing => f.write_str("does not exist"),
+            Unusable::Bad(why) => f.write_str(why),
         }
     }
 }
@@ -371,29 +371,29 @@ pub fn open_dir(
     name: &OsStr,
     rule: &Rule,
     create: bool,
-) -> Result<OwnedFd, Refused> {
-    let c = one(name).map_err(|e| Refused::Bad(format!("is not a plain name ({e})")))?;
+) -> Result<OwnedFd, Unusable> {
+    let c = one(name).map_err(|e| Unusable::Bad(format!("is not a plain name ({e})")))?;
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mut created = false;
     let fd = match openat(parent, c.as_c_str(), flags, Mode::empty()) {
-        Err(Errno::ENOENT) if !create => return Err(Refused::Missing),
+        Err(Errno::ENOENT) if !create => return Err(Unusable::Missing),
         Err(Errno::ENOENT) => {
             match mkdirat(parent, c.as_c_str(), Mode::S_IRWXU) {
                 Ok(()) => created = true,
                 Err(Errno::EEXIST) => {}
-                Err(e) => return Err(Refused::Bad(format!("cannot be created ({e})"))),
+                Err(e) => return Err(Unusable::Bad(format!("cannot be created ({e})"))),
             }
             openat(parent, c.as_c_str(), flags, Mode::empty())
         }
         r => r,
     }
-    .map_err(|e| Refused::Bad(what_is(parent, &c, e)))?;
-    let st = fstat(&fd).map_err(|e| Refused::Bad(format!("cannot be checked ({e})")))?;
-    rule.judge(&st).map_err(Refused::Bad)?;
+    .map_err(|e| Unusable::Bad(what_is(parent, &c, e)))?;
+    let st = fstat(&fd).map_err(|e| Unusable::Bad(format!("cannot be checked ({e})")))?;
+    rule.judge(&st).map_err(Unusable::Bad)?;
     if created {
         // Whatever the umask.
         fchmod(&fd, Mode::S_IRWXU)
-            .map_err(|e| Refused::Bad(format!("cannot be made private ({e})")))?;
+            .map_err(|e| Unusable::Bad(format!("cannot be made private ({e})")))?;
     }
     Ok(fd)
 }
@@ -408,13 +408,13 @@ pub fn open_file(
     flags: libc::c_int,
     rule: &Rule,
     create: bool,
-) -> Result<File, Refused> {
-    let c = one(name).map_err(|e| Refused::Bad(format!("is not a plain name ({e})")))?;
+) -> Result<File, Unusable> {
+    let c = one(name).map_err(|e| Unusable::Bad(format!("is not a plain name ({e})")))?;
     match reach(dir, name) {
         Ok(reached) => {
-            rule.judge(&reached.1).map_err(Refused::Bad)?;
+            rule.judge(&reached.1).map_err(Unusable::Bad)?;
             open_reached(dir, name, &reached, flags, false)
-                .map_err(|e| Refused::Bad(format!("cannot be opened ({e})")))
+                .map_err(|e| Unusable::Bad(format!("cannot be opened ({e})")))
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
             let how = OFlag::from_bits_retain(flags)
@@ -426,16 +426,16 @@ pub fn open_file(
                 Ok(fd) => fd,
                 // Made by someone else meanwhile: judged as found.
                 Err(Errno::EEXIST) => return open_file(dir, name, flags, rule, false),
-                Err(e) => return Err(Refused::Bad(format!("cannot be created ({e})"))),
+                Err(e) => return Err(Unusable::Bad(format!("cannot be created ({e})"))),
             };
             fchmod(&fd, Mode::S_IRUSR | Mode::S_IWUSR)
-                .map_err(|e| Refused::Bad(format!("cannot be made private ({e})")))?;
-            let st = fstat(&fd).map_err(|e| Refused::Bad(format!("cannot be checked ({e})")))?;
-            rule.judge(&st).map_err(Refused::Bad)?;
+                .map_err(|e| Unusable::Bad(format!("cannot be made private ({e})")))?;
+            let st = fstat(&fd).map_err(|e| Unusable::Bad(format!("cannot be checked ({e})")))?;
+            rule.judge(&st).map_err(Unusable::Bad)?;
             Ok(File::from(fd))
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(Refused::Missing),
-        Err(e) => Err(Refused::Bad(
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(Unusable::Missing),
+        Err(e) => Err(Unusable::Bad(
             match Errno::from_raw(e.raw_os_error().unwrap_or(0)) {
                 Errno::ELOOP => what_is(dir, &c, Errno::ELOOP),
                 errno => format!("cannot be opened ({errno})"),
@@ -445,14 +445,14 @@ pub fn open_file(
 }
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one component, judged.
-pub fn stat_at(dir: BorrowedFd<'_>, name: &OsStr, rule: &Rule) -> Result<FileStat, Refused> {
-    let c = one(name).map_err(|e| Refused::Bad(format!("is not a plain name ({e})")))?;
+pub fn stat_at(dir: BorrowedFd<'_>, name: &OsStr, rule: &Rule) -> Result<FileStat, Unusable> {
+    let c = one(name).map_err(|e| Unusable::Bad(format!("is not a plain name ({e})")))?;
     let st = match fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
-        Err(Errno::ENOENT) => return Err(Refused::Missing),
-        Err(e) => return Err(Refused::Bad(format!("cannot be checked ({e})"))),
+        Err(Errno::ENOENT) => return Err(Unusable::Missing),
+        Err(e) => return Err(Unusable::Bad(format!("cannot be checked ({e})"))),
     };
-    rule.judge(&st).map_err(Refused::Bad)?;
+    rule.judge(&st).map_err(Unusable::Bad)?;
     Ok(st)
 }
 
@@ -582,14 +582,14 @@ mod tests {
         assert!(e.contains("is a regular file, not a directory"), "{e}");
         assert!(matches!(
             stat_at(root.as_fd(), OsStr::new("none"), &private),
-            Err(Refused::Missing)
+            Err(Unusable::Missing)
         ));
         // Never more than one component.
         for bad in ["../f", "/etc/passwd", "..", ".", ""] {
             assert!(
                 matches!(
                     stat_at(root.as_fd(), OsStr::new(bad), &Rule::any_file()),
-                    Err(Refused::Bad(_))
+                    Err(Unusable::Bad(_))
                 ),
                 "{bad}"
             );

@@ -1,7 +1,7 @@
 //! The persistent index database: what a scan of a corrected file learned
 //! (its offset index, hence its view length and whether it is lossless),
 //! kept across mounts so that a cold `ls -l`, `stat` or `find -size` does
-//! not read every byte of every file again (issue 11).
+//! not read every byte of every file again.
 //!
 //! Called by `fs` (looked up when the in-memory index cache misses — before
 //! the file is even opened — and stored after a scan; opened once when the
@@ -102,35 +102,36 @@
 //! collected, and beyond [`MAX_RECORDS`] the least recently used go, so
 //! the file stays bounded however many files come and go. One record per
 //! inode: a file that changes replaces its record.
-//!
-//! Size: about 860 lines before its tests; `record` (the byte format) and
-//! `place` (where the file lives) are apart already, and what stays here is
-//! one type, its writer thread and the staleness rules, kept together so
-//! the argument above and the code it justifies are read side by side.
 
 // redb's error type is large; it travels only on the rare failure path,
 // where it is logged once.
 #![allow(clippy::result_large_err)]
 
+mod finder;
 mod place;
 mod record;
+mod store;
+mod trees;
+mod writer;
 
-use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::TableDefinition;
 
 use crate::io::Stamp;
 use crate::view::OffsetIndex;
+use finder::{Finder, Found};
 pub use place::DIR;
+use store::start_db;
+pub use trees::{record_written, remove_unused, Removal};
 
 /// A scan must start this long after the file's last change (ctime) for
 /// its result to be stored: more than any filesystem's timestamp tick
@@ -255,129 +256,6 @@ fn quiet<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
     r
 }
 
-/// Where the database of one BACKING is to be found.
-struct Finder {
-    root: OwnedFd,
-    root_dev: u64,
-    root_id: (u64, u64),
-    /// BACKING's path when the mount started (messages, cache file name).
-    backing: PathBuf,
-    loc: Location,
-    /// `-o ro`: the mount writes nothing to BACKING.
-    ro_mount: bool,
-    /// BACKING's filesystem is read-only.
-    ro_fs: bool,
-}
-
-enum Found {
-    Here(File, PathBuf),
-    /// BACKING has no database yet: created with the first record.
-    Later,
-    Nothing,
-}
-
-impl Finder {
-    fn find(&self, create: bool) -> Found {
-        let here = self.backing.join(DIR);
-        let why = match &self.loc {
-            Location::None => return Found::Nothing,
-            Location::File(p) => {
-                let dir = p.parent().unwrap_or(Path::new(""));
-                let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
-                let r = match place::open_given_dir(dir) {
-                    Ok(d) => place::open_file(d.as_fd(), name),
-                    Err(e) => Err(format!("its directory cannot be opened ({e})")),
-                };
-                return match r {
-                    Ok(f) => Found::Here(f, p.clone()),
-                    Err(why) => {
-                        log::warn!(
-                            "index database {}: {why}; indexes kept in memory only. Give \
-                             -o index_db= a file of the daemon's user in a directory only \
-                             it can write",
-                            p.display()
-                        );
-                        Found::Nothing
-                    }
-                };
-            }
-            Location::Default if self.ro_mount || self.ro_fs => None,
-            Location::Default => {
-                let dir = place::open_dir(
-                    self.root.as_fd(),
-                    Path::new(DIR),
-                    create,
-                    Some(self.root_dev),
-                );
-                match dir {
-                    Ok(d) => match place::open_file(d.as_fd(), Path::new(place::FILE)) {
-                        Ok(f) => return Found::Here(f, here.join(place::FILE)),
-                        Err(why) => Some(format!("{}: {why}", place::FILE)),
-                    },
-                    Err(place::Refused::Missing) if place::writable(self.root.as_fd()) => {
-                        return Found::Later
-                    }
-                    Err(place::Refused::Missing) => None,
-                    Err(place::Refused::Bad(why)) => Some(why),
-                }
-            }
-        };
-        match place::cache_dir() {
-            // Created with the first record, like the default place: a
-            // mount that stores nothing leaves no file behind.
-            Some(dir)
-                if !create
-                    && std::fs::symlink_metadata(
-                        dir.join(place::cache_file_name(&self.backing)),
-                    )
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
-            {
-                Found::Later
-            }
-            Some(dir) => {
-                let r = place::open_cache_dir(&dir).and_then(|fd| {
-                    let name = place::cache_file_name(&self.backing);
-                    place::open_file(fd.as_fd(), &name).map(|f| (f, dir.join(name)))
-                });
-                match (r, why) {
-                    (Ok((f, p)), None) => {
-                        let why = if self.ro_mount {
-                            "a read-only mount (-o ro) writes nothing to BACKING"
-                        } else if self.ro_fs {
-                            "BACKING is on a read-only filesystem"
-                        } else {
-                            "BACKING's root directory is not writable by the daemon's user"
-                        };
-                        log::info!("{why}: index database kept in {}", p.display());
-                        Found::Here(f, p)
-                    }
-                    (Ok((f, p)), Some(why)) => {
-                        log::warn!(
-                            "index database {}: {why}; not used (remove it to let the mount \
-                             create its own), kept in {} instead",
-                            here.display(),
-                            p.display()
-                        );
-                        Found::Here(f, p)
-                    }
-                    (Err(e), _) => {
-                        log::warn!(
-                            "index database: cache directory {}: {e}; indexes kept in memory \
-                             only",
-                            dir.display()
-                        );
-                        Found::Nothing
-                    }
-                }
-            }
-            None => {
-                log::warn!("index database: no cache directory (HOME is not set); memory only");
-                Found::Nothing
-            }
-        }
-    }
-}
-
 impl IndexDb {
     /// No database: indexes live in memory only.
     pub fn none() -> IndexDb {
@@ -435,7 +313,7 @@ impl IndexDb {
         let writer = std::thread::Builder::new()
             .name("index-db".into())
             .spawn(move || {
-                if quiet(|| writer(&w, rx, lazy)).is_err() {
+                if quiet(|| writer::writer(&w, rx, lazy)).is_err() {
                     w.off.store(true, Ordering::Relaxed);
                     log::warn!(
                         "index database {}: its writer failed an internal check; not used \
@@ -462,6 +340,12 @@ impl IndexDb {
             return None;
         }
         Some((s, s.db.get()?))
+    }
+
+    /// Whether there is a database, open or to be created with the first
+    /// record.
+    fn is_usable(&self) -> bool {
+        self.inner.is_some()
     }
 
     /// Whether a database is open now (not only to be created).
@@ -545,473 +429,16 @@ impl IndexDb {
     }
 }
 
-/// Opens the database in `file` (rebuilding it when damaged or foreign).
-fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Database> {
-    // Our own lock on the open file, held while redb opens (redb's flock
-    // on a dup of it shares it), so that emptying a damaged file can never
-    // hit a database another mount is using.
-    // A mount just unmounted may still be committing its last records:
-    // wait for it a little.
-    let mut tries = 0;
-    // An error (not EWOULDBLOCK) is treated as "busy": memory only.
-    while !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
-        tries += 1;
-        if tries < LOCK_TRIES {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        }
-        log::warn!(
-            "index database {} is in use by another mount or migrate; this mount keeps \
-             its indexes in memory only",
-            path.display()
-        );
-        return None;
-    }
-    // Lookups of a cold mount touch most pages: one sequential read-ahead
-    // instead of a random read each (small databases only).
-    if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
-        crate::sys::fadvise(&file, libc::POSIX_FADV_WILLNEED);
-    }
-    let create = |f: &File| -> Result<redb::Database, Failed> {
-        let dup = f.try_clone().map_err(|e| Failed::of(e.into()))?;
-        match quiet(|| redb::Builder::new().create_file(dup)) {
-            Ok(r) => r.map_err(|e| Failed::of(e.into())),
-            Err(_) => Err(Failed::Damaged(
-                "redb failed an internal check reading it".into(),
-            )),
-        }
-    };
-    // `file` (our lock's descriptor) closes on return; redb's dup holds
-    // the lock from then on.
-    match create(&file) {
-        Ok(db) => match check_root(&db, root_id) {
-            Ok(true) => Some(db),
-            Ok(false) => {
-                log::warn!(
-                    "index database {} belongs to another BACKING (or BACKING moved to \
-                     another device); starting it afresh",
-                    path.display()
-                );
-                match clear(&db, root_id) {
-                    Ok(()) => Some(db),
-                    Err(e) => {
-                        drop(db);
-                        rebuild(&file, path, e, &create, root_id)
-                    }
-                }
-            }
-            Err(e) => {
-                drop(db);
-                rebuild(&file, path, e, &create, root_id)
-            }
-        },
-        Err(e) => rebuild(&file, path, e, &create, root_id),
-    }
-}
-
-/// Why the database could not be opened or written: its content (rebuilt),
-/// or the disk under it (a full disk, a quota, an I/O error: the file may
-/// be perfectly good, so it is left as it is).
-#[derive(Debug)]
-enum Failed {
-    Damaged(String),
-    Disk(std::io::Error),
-}
-
-impl Failed {
-    fn of(e: redb::Error) -> Failed {
-        match e {
-            redb::Error::Io(io)
-                if matches!(
-                    io.raw_os_error(),
-                    Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
-                ) =>
-            {
-                Failed::Disk(io)
-            }
-            other => Failed::Damaged(other.to_string()),
-        }
-    }
-}
-
-/// The one line for a database the disk would not let us write: not
-/// damaged, so not rebuilt; this mount keeps its indexes in memory.
-fn disk_failed(path: &Path, e: &std::io::Error) {
-    log::warn!(
-        "index database {}: cannot write it ({}); this mount keeps its indexes in memory \
-         only (a full or failing disk, not a fault of the database: it is kept, and used \
-         again once it can be written)",
-        path.display(),
-        crate::convert::io_message(e)
-    );
-}
-
-fn rebuild(
-    file: &File,
-    path: &Path,
-    why: Failed,
-    create: &dyn Fn(&File) -> Result<redb::Database, Failed>,
-    root_id: (u64, u64),
-) -> Option<redb::Database> {
-    let why = match why {
-        Failed::Disk(e) => {
-            disk_failed(path, &e);
-            return None;
-        }
-        Failed::Damaged(why) => why,
-    };
-    log::warn!(
-        "index database {} is damaged ({why}); rebuilding it (sizes are learned again by \
-         reading the files)",
-        path.display()
-    );
-    if let Err(e) = file.set_len(0) {
-        log::warn!(
-            "index database {}: cannot empty it ({e}); indexes kept in memory only",
-            path.display()
-        );
-        return None;
-    }
-    match create(file).and_then(|db| clear(&db, root_id).map(|()| db)) {
-        Ok(db) => Some(db),
-        Err(Failed::Disk(e)) => {
-            disk_failed(path, &e);
-            None
-        }
-        Err(Failed::Damaged(e)) => {
-            log::warn!(
-                "index database {}: cannot create it ({e}); indexes kept in memory only",
-                path.display()
-            );
-            None
-        }
-    }
-}
-
-/// Whether the database is BACKING's (an empty one becomes so).
-fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, Failed> {
-    let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
-        let r = db.begin_read()?;
-        let t = match r.open_table(META) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        Ok(t.get(ROOT)?.map(|v| v.value()))
-    })
-    .map_err(|_| Failed::Damaged("redb failed an internal check reading it".into()))?
-    .map_err(Failed::of)?;
-    match found {
-        Some(id) => Ok(id == root_id),
-        None => clear(db, root_id).map(|()| true),
-    }
-}
-
-/// Empties the records and makes the database BACKING's.
-fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), Failed> {
-    quiet(|| -> Result<(), redb::Error> {
-        let w = db.begin_write()?;
-        w.delete_table(RECORDS)?;
-        w.open_table(RECORDS)?;
-        w.open_table(META)?.insert(ROOT, root_id)?;
-        w.commit()?;
-        Ok(())
-    })
-    .map_err(|_| Failed::Damaged("redb failed an internal check writing it".into()))?
-    .map_err(Failed::of)
-}
-
-/// The nearest directory at or above `dir`, on its filesystem, that holds
-/// an index database directory (reached by `..` from descriptor to
-/// descriptor, never by a path); None when none does.
-fn archive_root(dir: BorrowedFd<'_>) -> Option<OwnedFd> {
-    use nix::fcntl::{openat, AtFlags, OFlag};
-    use nix::sys::stat::{fstat, fstatat, Mode};
-    let start = fstat(dir).ok()?;
-    let mut at = dir.try_clone_to_owned().ok()?;
-    let mut id = (start.st_dev, start.st_ino);
-    loop {
-        if fstatat(&at, DIR, AtFlags::AT_SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-        {
-            return Some(at);
-        }
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let up = openat(&at, "..", flags, Mode::empty()).ok()?;
-        let st = fstat(&up).ok()?;
-        if st.st_dev != start.st_dev || (st.st_dev, st.st_ino) == id {
-            return None;
-        }
-        id = (st.st_dev, st.st_ino);
-        at = up;
-    }
-}
-
-/// Records the corrected files `cutf8 migrate` just wrote, open as `files`
-/// (reached by descriptor, never by path: see `crate::trust`), under the
-/// tree whose root directory is `root` (taken as a BACKING's root), so
-/// that the first mount afterwards is warm. A tree inside an archive that
-/// already has a database (it was mounted, or migrated, before) records
-/// into that one; otherwise, unless `existing_only`, a database is made at
-/// `root`. Each file is scanned once more after its ctime has settled
-/// ([`RACY_MARGIN`]; at most one wait for the whole list): what migrate
-/// wrote may have been changed since by someone else within the same
-/// timestamp tick, so only a scan made after the tick is trusted —
-/// just-written files are usually still in the page cache. Files under
-/// [`MIGRATE_MIN`] are left out (a mount reads one page of them to learn
-/// they are corrected, which is most of a scan; so a run on small files
-/// waits for nothing and creates nothing). Returns how many were recorded;
-/// nothing when the database is busy (a mount of the tree holds it) or
-/// cannot be opened.
-pub fn record_written(
-    root: BorrowedFd<'_>,
-    existing_only: bool,
-    files: &mut dyn Iterator<Item = File>,
-) -> usize {
-    let rootfd = match archive_root(root) {
-        Some(fd) => fd,
-        None if existing_only => return 0,
-        None => match root.try_clone_to_owned() {
-            Ok(fd) => fd,
-            Err(_) => return 0,
-        },
-    };
-    let mut files = files.peekable();
-    if files.peek().is_none() {
-        return 0;
-    }
-    let db = IndexDb::open(rootfd.as_fd(), &Location::Default, false);
-    if db.inner.is_none() {
-        return 0;
-    }
-    let mut done = 0;
-    for file in files {
-        let state = |f: &File| -> Option<Stamp> {
-            let st = nix::sys::stat::fstat(f).ok()?;
-            (st.st_mode & libc::S_IFMT == libc::S_IFREG).then(|| Stamp::of(&st))
-        };
-        let Some(before) = state(&file).filter(|s| s.size >= MIGRATE_MIN) else {
-            continue;
-        };
-        if !crate::io::has_magic(&file).unwrap_or(false) {
-            continue;
-        }
-        while !settled(before.ctime, now()) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let started = now();
-        let Ok(index) = crate::io::build_index(&file) else {
-            continue;
-        };
-        if state(&file) == Some(before) && index.disk_len() + 8 == before.size {
-            db.put(&before, started, &index);
-            done += 1;
-        }
-    }
-    db.close();
-    done
-}
-
-/// What [`remove_unused`] did with a tree's index database.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Removal {
-    /// There was none.
-    None,
-    /// Removed, directory and all (its path).
-    Removed(PathBuf),
-    /// Left in place (its path, and why).
-    Kept(PathBuf, String),
-}
-
-/// Removes the index database of the tree at `root` (its
-/// `.cutf8fs-index`), for `cutf8 migrate --to utf8` of a whole tree: a tree
-/// of plain UTF-8 files has no use for it. Only when it is this user's own
-/// by the same checks a mount makes before trusting it (`place`: no
-/// symlink, owned by this user, not writable by others, on the tree's
-/// filesystem, the file regular with one link), holds nothing else, and
-/// no mount is using it: a mount holds the database's lock, and a mount of
-/// the tree that has no database yet may make one at any time, so neither
-/// is disturbed. Everything is reached through descriptors (`unlinkat`),
-/// never by a path resolved again.
-pub fn remove_unused(root: &Path) -> Removal {
-    use nix::unistd::{unlinkat, UnlinkatFlags};
-    let dir_path = root.join(DIR);
-    let kept = |why: String| Removal::Kept(dir_path.clone(), why);
-    let Ok(rootfd) = place::open_given_dir(root) else {
-        return Removal::None;
-    };
-    let Ok(root_st) = nix::sys::stat::fstat(&rootfd) else {
-        return Removal::None;
-    };
-    let dir = match place::open_dir(rootfd.as_fd(), Path::new(DIR), false, Some(root_st.st_dev)) {
-        Ok(d) => d,
-        Err(place::Refused::Missing) => return Removal::None,
-        Err(place::Refused::Bad(why)) => {
-            return kept(format!("it {why}: not this user's own, so not removed"))
-        }
-    };
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let real = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    if let Some(at) = crate::mountinfo::cutf8fs_mounts_of_source(&mounts, &real).first() {
-        return kept(format!("the tree is mounted at {} (cutf8fs)", at.display()));
-    }
-    let others: Vec<String> = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-    {
-        Ok(it) => it
-            .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .filter(|n| n != place::FILE)
-            .map(|n| n.to_string_lossy().into_owned())
-            .collect(),
-        Err(e) => return kept(format!("it cannot be listed ({e})")),
-    };
-    if !others.is_empty() {
-        return kept(format!("it holds other files ({})", others.join(", ")));
-    }
-    match place::open_file(dir.as_fd(), Path::new(place::FILE)) {
-        Ok(file) => {
-            if !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
-                return kept("a mount or another migrate is using it".into());
-            }
-            if let Err(e) = unlinkat(&dir, place::FILE, UnlinkatFlags::NoRemoveDir) {
-                return kept(format!("{} cannot be removed ({e})", place::FILE));
-            }
-        }
-        Err(why) => return kept(format!("{} {why}: not removed", place::FILE)),
-    }
-    match unlinkat(&rootfd, DIR, UnlinkatFlags::RemoveDir) {
-        Ok(()) => Removal::Removed(dir_path),
-        Err(e) => kept(format!("the directory cannot be removed ({e})")),
-    }
-}
-
 impl Drop for IndexDb {
     fn drop(&mut self) {
         self.close();
     }
 }
 
-/// The writer thread: opens (creates) the database when the first record
-/// comes if it was not there at mount, commits queued records in batches
-/// until the queue closes, then collects garbage.
-fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
-    let collected = |db: &redb::Database| {
-        if let Err(e) = collect(db, day_of(now())) {
-            log::warn!(
-                "index database {}: collecting old records failed: {e}",
-                shared.path.lock().display()
-            );
-        }
-    };
-    let mut batch = Vec::new();
-    let mut failed = false;
-    while let Ok(first) = rx.recv() {
-        batch.push(first);
-        let until = std::time::Instant::now() + BATCH_WAIT;
-        let mut closed = false;
-        while batch.len() < 4096 {
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(op) => batch.push(op),
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
-        if let Some(finder) = lazy.take() {
-            if let Found::Here(file, path) = finder.find(true) {
-                let db = start_db(file, &path, finder.root_id);
-                *shared.path.lock() = path;
-                if let Some(db) = db {
-                    let _ = shared.db.set(Arc::new(db));
-                }
-            }
-        }
-        let Some(db) = shared.db.get() else {
-            batch.clear();
-            continue;
-        };
-        let r = (|| -> Result<(), redb::Error> {
-            let w = db.begin_write()?;
-            {
-                let mut t = w.open_table(RECORDS)?;
-                for Op::Put(key, bytes) in batch.drain(..) {
-                    t.insert(key, bytes.as_slice())?;
-                }
-            }
-            w.commit()?;
-            Ok(())
-        })();
-        batch.clear();
-        if let Err(e) = r {
-            if !failed {
-                log::warn!(
-                    "index database {}: cannot store records: {e}",
-                    shared.path.lock().display()
-                );
-                failed = true;
-            }
-        }
-        if closed {
-            break;
-        }
-    }
-    // At the end (the unmount), not at the start, where it would compete
-    // with the first lookups of a cold mount for the disk.
-    if let Some(db) = shared.db.get() {
-        collected(db);
-    }
-}
-
-/// Removes records not used for [`MAX_AGE_DAYS`] and, beyond
-/// [`MAX_RECORDS`], the least recently used.
-fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error> {
-    let r = db.begin_read()?;
-    let t = r.open_table(RECORDS)?;
-    let count = t.len()?;
-    let mut days: Vec<((u64, u64), u32)> = Vec::new();
-    let mut old = Vec::new();
-    for item in t.iter()? {
-        let (k, v) = item?;
-        let key = k.value();
-        let seen = record::seen_day(v.value()).unwrap_or(0);
-        if seen.saturating_add(MAX_AGE_DAYS) < today {
-            old.push(key);
-        } else if count > MAX_RECORDS {
-            days.push((key, seen));
-        }
-    }
-    drop(t);
-    drop(r);
-    let live = count - old.len() as u64;
-    if live > MAX_RECORDS {
-        days.sort_by_key(|&(_, d)| d);
-        let extra = (live - MAX_RECORDS) as usize;
-        old.extend(days.iter().take(extra).map(|&(k, _)| k));
-    }
-    if old.is_empty() {
-        return Ok(());
-    }
-    let w = db.begin_write()?;
-    {
-        let mut t = w.open_table(RECORDS)?;
-        for k in &old {
-            t.remove(*k)?;
-        }
-    }
-    w.commit()?;
-    log::info!(
-        "index database: {} records of old or vanished files collected",
-        old.len()
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::{AsFd, OwnedFd};
 
     fn root_of(p: &Path) -> OwnedFd {
         place::open_given_dir(p).unwrap()
@@ -1177,7 +604,7 @@ mod tests {
         let st = state(5, 8 + index.disk_len());
         stored(d.path(), &st, &index);
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
-        collect(db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        writer::collect(db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
         assert_eq!(db.get(&st), None);
     }
 }

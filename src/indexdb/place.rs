@@ -14,21 +14,15 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
-pub use crate::trust::Refused;
-use crate::trust::{self, Access, Rule};
+use crate::trust::{self, Access, Rule, Unusable};
 
 /// The directory at BACKING's root that holds the database.
 pub const DIR: &str = ".cutf8fs-index";
 /// The database file in its directory.
 pub const FILE: &str = "index.redb";
-
-fn nix_io(e: Errno) -> io::Error {
-    io::Error::from_raw_os_error(e as i32)
-}
 
 fn euid() -> u32 {
     trust::euid()
@@ -41,7 +35,7 @@ pub fn open_dir(
     name: &Path,
     create: bool,
     same_dev: Option<u64>,
-) -> Result<OwnedFd, Refused> {
+) -> Result<OwnedFd, Unusable> {
     let mut rule = Rule::our_dir(Access::NotShared);
     rule.device = same_dev;
     trust::open_dir(parent, name.as_os_str(), &rule, create)
@@ -74,7 +68,7 @@ pub fn open_given_dir(path: &Path) -> io::Result<OwnedFd> {
         path
     };
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    nix::fcntl::open(p, flags, Mode::empty()).map_err(nix_io)
+    nix::fcntl::open(p, flags, Mode::empty()).map_err(io::Error::from)
 }
 
 /// The per-user (or, for root, per-system) cache directory's parent and

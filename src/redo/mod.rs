@@ -119,8 +119,8 @@ impl RedoJournal {
         let path = j.backing.join(DIR);
         let dir = match trust::open_dir(j.root.as_fd(), OsStr::new(DIR), &j.dir_rule(), false) {
             Ok(fd) => fd,
-            Err(trust::Refused::Missing) => return Ok(j),
-            Err(trust::Refused::Bad(what)) => {
+            Err(trust::Unusable::Missing) => return Ok(j),
+            Err(trust::Unusable::Bad(what)) => {
                 let todo = format!(
                     "Only the daemon's own journal is trusted: check it, then remove it \
                      (rm -r '{}') and mount again.",

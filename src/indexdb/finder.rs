@@ -1,0 +1,135 @@
+//! Where one BACKING's index database is: the default place in BACKING,
+//! the file `-o index_db=` names, or the cache directory, each judged by
+//! `place`'s checks before it is used; one log line says why a place was
+//! passed over. Called by `IndexDb::open` and, for a database created with
+//! its first record, by the writer thread.
+
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use super::{place, Location, DIR};
+use crate::trust::Unusable;
+
+/// Where the database of one BACKING is to be found.
+pub(super) struct Finder {
+    pub(super) root: OwnedFd,
+    pub(super) root_dev: u64,
+    pub(super) root_id: (u64, u64),
+    /// BACKING's path when the mount started (messages, cache file name).
+    pub(super) backing: PathBuf,
+    pub(super) loc: Location,
+    /// `-o ro`: the mount writes nothing to BACKING.
+    pub(super) ro_mount: bool,
+    /// BACKING's filesystem is read-only.
+    pub(super) ro_fs: bool,
+}
+
+pub(super) enum Found {
+    Here(File, PathBuf),
+    /// BACKING has no database yet: created with the first record.
+    Later,
+    Nothing,
+}
+
+impl Finder {
+    pub(super) fn find(&self, create: bool) -> Found {
+        let here = self.backing.join(DIR);
+        let why = match &self.loc {
+            Location::None => return Found::Nothing,
+            Location::File(p) => {
+                let dir = p.parent().unwrap_or(Path::new(""));
+                let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
+                let r = match place::open_given_dir(dir) {
+                    Ok(d) => place::open_file(d.as_fd(), name),
+                    Err(e) => Err(format!("its directory cannot be opened ({e})")),
+                };
+                return match r {
+                    Ok(f) => Found::Here(f, p.clone()),
+                    Err(why) => {
+                        log::warn!(
+                            "index database {}: {why}; indexes kept in memory only. Give \
+                             -o index_db= a file of the daemon's user in a directory only \
+                             it can write",
+                            p.display()
+                        );
+                        Found::Nothing
+                    }
+                };
+            }
+            Location::Default if self.ro_mount || self.ro_fs => None,
+            Location::Default => {
+                let dir = place::open_dir(
+                    self.root.as_fd(),
+                    Path::new(DIR),
+                    create,
+                    Some(self.root_dev),
+                );
+                match dir {
+                    Ok(d) => match place::open_file(d.as_fd(), Path::new(place::FILE)) {
+                        Ok(f) => return Found::Here(f, here.join(place::FILE)),
+                        Err(why) => Some(format!("{}: {why}", place::FILE)),
+                    },
+                    Err(Unusable::Missing) if place::writable(self.root.as_fd()) => {
+                        return Found::Later
+                    }
+                    Err(Unusable::Missing) => None,
+                    Err(Unusable::Bad(why)) => Some(why),
+                }
+            }
+        };
+        match place::cache_dir() {
+            // Created with the first record, like the default place: a
+            // mount that stores nothing leaves no file behind.
+            Some(dir)
+                if !create
+                    && std::fs::symlink_metadata(
+                        dir.join(place::cache_file_name(&self.backing)),
+                    )
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                Found::Later
+            }
+            Some(dir) => {
+                let r = place::open_cache_dir(&dir).and_then(|fd| {
+                    let name = place::cache_file_name(&self.backing);
+                    place::open_file(fd.as_fd(), &name).map(|f| (f, dir.join(name)))
+                });
+                match (r, why) {
+                    (Ok((f, p)), None) => {
+                        let why = if self.ro_mount {
+                            "a read-only mount (-o ro) writes nothing to BACKING"
+                        } else if self.ro_fs {
+                            "BACKING is on a read-only filesystem"
+                        } else {
+                            "BACKING's root directory is not writable by the daemon's user"
+                        };
+                        log::info!("{why}: index database kept in {}", p.display());
+                        Found::Here(f, p)
+                    }
+                    (Ok((f, p)), Some(why)) => {
+                        log::warn!(
+                            "index database {}: {why}; not used (remove it to let the mount \
+                             create its own), kept in {} instead",
+                            here.display(),
+                            p.display()
+                        );
+                        Found::Here(f, p)
+                    }
+                    (Err(e), _) => {
+                        log::warn!(
+                            "index database: cache directory {}: {e}; indexes kept in memory \
+                             only",
+                            dir.display()
+                        );
+                        Found::Nothing
+                    }
+                }
+            }
+            None => {
+                log::warn!("index database: no cache directory (HOME is not set); memory only");
+                Found::Nothing
+            }
+        }
+    }
+}

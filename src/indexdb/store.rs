@@ -1,0 +1,190 @@
+//! Opening the redb file of an index database: our own lock on it first,
+//! then redb; a database that is damaged or another BACKING's is emptied
+//! and started afresh, one that the disk will not let us write is left as
+//! it is. Called by `IndexDb::open` and the writer thread.
+
+// redb's error type is large; it travels only on the rare failure path,
+// where it is logged once.
+#![allow(clippy::result_large_err)]
+
+use std::fs::File;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{quiet, LOCK_TRIES, META, RECORDS, ROOT};
+
+/// Opens the database in `file` (rebuilding it when damaged or foreign).
+pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Database> {
+    // Our own lock on the open file, held while redb opens (redb's flock
+    // on a dup of it shares it), so that emptying a damaged file can never
+    // hit a database another mount is using.
+    // A mount just unmounted may still be committing its last records:
+    // wait for it a little.
+    let mut tries = 0;
+    // An error (not EWOULDBLOCK) is treated as "busy": memory only.
+    while !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
+        tries += 1;
+        if tries < LOCK_TRIES {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        log::warn!(
+            "index database {} is in use by another mount or migrate; this mount keeps \
+             its indexes in memory only",
+            path.display()
+        );
+        return None;
+    }
+    // Lookups of a cold mount touch most pages: one sequential read-ahead
+    // instead of a random read each (small databases only).
+    if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
+        crate::sys::fadvise(&file, libc::POSIX_FADV_WILLNEED);
+    }
+    let create = |f: &File| -> Result<redb::Database, Failed> {
+        let dup = f.try_clone().map_err(|e| Failed::of(e.into()))?;
+        match quiet(|| redb::Builder::new().create_file(dup)) {
+            Ok(r) => r.map_err(|e| Failed::of(e.into())),
+            Err(_) => Err(Failed::Damaged(
+                "redb failed an internal check reading it".into(),
+            )),
+        }
+    };
+    // `file` (our lock's descriptor) closes on return; redb's dup holds
+    // the lock from then on.
+    match create(&file) {
+        Ok(db) => match check_root(&db, root_id) {
+            Ok(true) => Some(db),
+            Ok(false) => {
+                log::warn!(
+                    "index database {} belongs to another BACKING (or BACKING moved to \
+                     another device); starting it afresh",
+                    path.display()
+                );
+                match clear(&db, root_id) {
+                    Ok(()) => Some(db),
+                    Err(e) => {
+                        drop(db);
+                        rebuild(&file, path, e, &create, root_id)
+                    }
+                }
+            }
+            Err(e) => {
+                drop(db);
+                rebuild(&file, path, e, &create, root_id)
+            }
+        },
+        Err(e) => rebuild(&file, path, e, &create, root_id),
+    }
+}
+
+/// Why the database could not be opened or written: its content (rebuilt),
+/// or the disk under it (a full disk, a quota, an I/O error: the file may
+/// be perfectly good, so it is left as it is).
+#[derive(Debug)]
+enum Failed {
+    Damaged(String),
+    Disk(std::io::Error),
+}
+
+impl Failed {
+    fn of(e: redb::Error) -> Failed {
+        match e {
+            redb::Error::Io(io)
+                if matches!(
+                    io.raw_os_error(),
+                    Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
+                ) =>
+            {
+                Failed::Disk(io)
+            }
+            other => Failed::Damaged(other.to_string()),
+        }
+    }
+}
+
+/// The one line for a database the disk would not let us write: not
+/// damaged, so not rebuilt; this mount keeps its indexes in memory.
+fn disk_failed(path: &Path, e: &std::io::Error) {
+    log::warn!(
+        "index database {}: cannot write it ({}); this mount keeps its indexes in memory \
+         only (a full or failing disk, not a fault of the database: it is kept, and used \
+         again once it can be written)",
+        path.display(),
+        crate::convert::io_message(e)
+    );
+}
+
+fn rebuild(
+    file: &File,
+    path: &Path,
+    why: Failed,
+    create: &dyn Fn(&File) -> Result<redb::Database, Failed>,
+    root_id: (u64, u64),
+) -> Option<redb::Database> {
+    let why = match why {
+        Failed::Disk(e) => {
+            disk_failed(path, &e);
+            return None;
+        }
+        Failed::Damaged(why) => why,
+    };
+    log::warn!(
+        "index database {} is damaged ({why}); rebuilding it (sizes are learned again by \
+         reading the files)",
+        path.display()
+    );
+    if let Err(e) = file.set_len(0) {
+        log::warn!(
+            "index database {}: cannot empty it ({e}); indexes kept in memory only",
+            path.display()
+        );
+        return None;
+    }
+    match create(file).and_then(|db| clear(&db, root_id).map(|()| db)) {
+        Ok(db) => Some(db),
+        Err(Failed::Disk(e)) => {
+            disk_failed(path, &e);
+            None
+        }
+        Err(Failed::Damaged(e)) => {
+            log::warn!(
+                "index database {}: cannot create it ({e}); indexes kept in memory only",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Whether the database is BACKING's (an empty one becomes so).
+fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, Failed> {
+    let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
+        let r = db.begin_read()?;
+        let t = match r.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(t.get(ROOT)?.map(|v| v.value()))
+    })
+    .map_err(|_| Failed::Damaged("redb failed an internal check reading it".into()))?
+    .map_err(Failed::of)?;
+    match found {
+        Some(id) => Ok(id == root_id),
+        None => clear(db, root_id).map(|()| true),
+    }
+}
+
+/// Empties the records and makes the database BACKING's.
+fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), Failed> {
+    quiet(|| -> Result<(), redb::Error> {
+        let w = db.begin_write()?;
+        w.delete_table(RECORDS)?;
+        w.open_table(RECORDS)?;
+        w.open_table(META)?.insert(ROOT, root_id)?;
+        w.commit()?;
+        Ok(())
+    })
+    .map_err(|_| Failed::Damaged("redb failed an internal check writing it".into()))?
+    .map_err(Failed::of)
+}

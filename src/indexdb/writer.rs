@@ -1,0 +1,129 @@
+//! The index database's writer thread: records stored by lookups' callers
+//! come through a bounded queue and are committed in batches; at the end
+//! (the unmount) old records are collected so the file stays bounded.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+
+use super::finder::{Finder, Found};
+use super::store::start_db;
+use super::{day_of, now, record, Op, Shared, BATCH_WAIT, MAX_AGE_DAYS, MAX_RECORDS, RECORDS};
+use redb::{ReadableTable, ReadableTableMetadata};
+
+/// The writer thread: opens (creates) the database when the first record
+/// comes if it was not there at mount, commits queued records in batches
+/// until the queue closes, then collects garbage.
+pub(super) fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
+    let collected = |db: &redb::Database| {
+        if let Err(e) = collect(db, day_of(now())) {
+            log::warn!(
+                "index database {}: collecting old records failed: {e}",
+                shared.path.lock().display()
+            );
+        }
+    };
+    let mut batch = Vec::new();
+    let mut failed = false;
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        let until = std::time::Instant::now() + BATCH_WAIT;
+        let mut closed = false;
+        while batch.len() < 4096 {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(op) => batch.push(op),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if let Some(finder) = lazy.take() {
+            if let Found::Here(file, path) = finder.find(true) {
+                let db = start_db(file, &path, finder.root_id);
+                *shared.path.lock() = path;
+                if let Some(db) = db {
+                    let _ = shared.db.set(Arc::new(db));
+                }
+            }
+        }
+        let Some(db) = shared.db.get() else {
+            batch.clear();
+            continue;
+        };
+        let r = (|| -> Result<(), redb::Error> {
+            let w = db.begin_write()?;
+            {
+                let mut t = w.open_table(RECORDS)?;
+                for Op::Put(key, bytes) in batch.drain(..) {
+                    t.insert(key, bytes.as_slice())?;
+                }
+            }
+            w.commit()?;
+            Ok(())
+        })();
+        batch.clear();
+        if let Err(e) = r {
+            if !failed {
+                log::warn!(
+                    "index database {}: cannot store records: {e}",
+                    shared.path.lock().display()
+                );
+                failed = true;
+            }
+        }
+        if closed {
+            break;
+        }
+    }
+    // At the end (the unmount), not at the start, where it would compete
+    // with the first lookups of a cold mount for the disk.
+    if let Some(db) = shared.db.get() {
+        collected(db);
+    }
+}
+
+/// Removes records not used for [`MAX_AGE_DAYS`] and, beyond
+/// [`MAX_RECORDS`], the least recently used.
+pub(super) fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error> {
+    let r = db.begin_read()?;
+    let t = r.open_table(RECORDS)?;
+    let count = t.len()?;
+    let mut days: Vec<((u64, u64), u32)> = Vec::new();
+    let mut old = Vec::new();
+    for item in t.iter()? {
+        let (k, v) = item?;
+        let key = k.value();
+        let seen = record::seen_day(v.value()).unwrap_or(0);
+        if seen.saturating_add(MAX_AGE_DAYS) < today {
+            old.push(key);
+        } else if count > MAX_RECORDS {
+            days.push((key, seen));
+        }
+    }
+    drop(t);
+    drop(r);
+    let live = count - old.len() as u64;
+    if live > MAX_RECORDS {
+        days.sort_by_key(|&(_, d)| d);
+        let extra = (live - MAX_RECORDS) as usize;
+        old.extend(days.iter().take(extra).map(|&(k, _)| k));
+    }
+    if old.is_empty() {
+        return Ok(());
+    }
+    let w = db.begin_write()?;
+    {
+        let mut t = w.open_table(RECORDS)?;
+        for k in &old {
+            t.remove(*k)?;
+        }
+    }
+    w.commit()?;
+    log::info!(
+        "index database: {} records of old or vanished files collected",
+        old.len()
+    );
+    Ok(())
+}
