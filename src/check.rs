@@ -40,8 +40,7 @@
 use std::io::Read;
 
 use crate::convert::{
-    count_chars, io_message, read_chunk, read_prefix, Direction, Input, Tracker,
-    DEFAULT_BUFFER_SIZE,
+    io_message, read_chunk, read_prefix, Direction, Input, Position, Tracker, DEFAULT_BUFFER_SIZE,
 };
 use cutf8::{has_magic, DecodeMagic, Decoder, Problem, Status, MIN_DST};
 
@@ -473,10 +472,10 @@ struct FileCheck<'a> {
     out: &'a mut dyn FnMut(&str),
     /// Byte offsets and the bytes of malformed units (input side).
     pos: Tracker,
-    /// Line and column (from 1) of the next character of the text, counted
-    /// on the decoded side so a sequence cut by a chunk edge counts once.
-    line: u64,
-    column: u64,
+    /// Line and column of the next character of the text, counted on the
+    /// decoded side so a sequence cut by a chunk edge counts once (its
+    /// offset counts decoded bytes and is not reported).
+    text_at: Position,
     /// Findings per rule, reported or not.
     counts: [u64; Rule::ALL.len()],
     /// Whether any character (or malformed unit) was seen, and whether the
@@ -492,8 +491,7 @@ impl<'a> FileCheck<'a> {
             name,
             out,
             pos: Tracker::default(),
-            line: 1,
-            column: 1,
+            text_at: Position::default(),
             counts: [0; Rule::ALL.len()],
             any_text: false,
             ends_with_newline: false,
@@ -570,7 +568,7 @@ impl<'a> FileCheck<'a> {
             self.feed(&mut dec, &input[..n], eof, output);
         }
         if self.any_text && !self.ends_with_newline {
-            let (line, col) = (self.line, self.column);
+            let (line, col) = (self.text_at.line, self.text_at.column);
             self.report(Rule::NoFinalNewline, line, col, || {
                 "no newline (U+000A) at the end of the file".to_string()
             });
@@ -601,16 +599,16 @@ impl<'a> FileCheck<'a> {
                         Problem::MagicNumber => Rule::Nul,
                         _ => Rule::BeyondUnicode,
                     };
-                    let (line, col) = (self.line, self.column);
+                    let (line, col) = (self.text_at.line, self.text_at.column);
                     self.report(rule, line, col, || {
                         format!(
                             "{} (byte offset {})",
                             at.describe(Direction::Decode),
-                            at.offset
+                            at.pos.offset
                         )
                     });
                     // The unit itself: one character, never a newline.
-                    self.column += 1;
+                    self.text_at.column += 1;
                     self.any_text = true;
                     self.ends_with_newline = false;
                 }
@@ -627,22 +625,17 @@ impl<'a> FileCheck<'a> {
         }
         self.any_text = true;
         self.ends_with_newline = text[text.len() - 1] == b'\n';
-        let (mut line, mut col) = (self.line, self.column);
+        let mut at = self.text_at;
         let mut k = 0;
         while k < text.len() {
             let Some(j) = text[k..].iter().position(|&b| b < 0x20 || b == 0xE2) else {
                 break;
             };
-            col += count_chars(&text[k..k + j]);
+            at.advance(&text[k..k + j]);
             k += j;
             let b = text[k];
             let found = match b {
-                b'\n' => {
-                    line += 1;
-                    col = 1;
-                    k += 1;
-                    continue;
-                }
+                b'\n' => None,
                 0x00 => Some((
                     Rule::Nul,
                     "U+0000 (NUL) outside the magic number".to_string(),
@@ -660,14 +653,13 @@ impl<'a> FileCheck<'a> {
                 _ => Some((Rule::Control, format!("C0 control U+{b:04X}"))),
             };
             if let Some((rule, message)) = found {
-                self.report(rule, line, col, || message);
+                self.report(rule, at.line, at.column, || message);
             }
-            col += 1;
+            at.advance(&text[k..=k]);
             k += 1;
         }
-        col += count_chars(&text[k..]);
-        self.line = line;
-        self.column = col;
+        at.advance(&text[k..]);
+        self.text_at = at;
     }
 
     /// Print the notes for capped rules; what was counted.

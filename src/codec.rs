@@ -3,11 +3,13 @@
 //! `CUTF8FS_SIMD` (`avx512`, `avx2`, `sse2` or `portable`; for
 //! measurements) and otherwise the best the CPU has. The codec crate itself
 //! has no process-wide setting: the level is handed to each converter.
+//! [`Coder`] is either direction behind one call, for the converter
+//! (`crate::convert`, `crate::check`) and migrate.
 
 use std::sync::OnceLock;
 
 use cutf8::simd::Level;
-use cutf8::{ConvertError, Encoder};
+use cutf8::{ConvertError, DecodeMagic, Decoder, EncodeMagic, Encoder, Status};
 
 /// The environment variable that lowers the level.
 pub const ENV: &str = "CUTF8FS_SIMD";
@@ -36,4 +38,63 @@ pub fn encode_lossless(view: &[u8]) -> Result<Vec<u8>, ConvertError> {
     Encoder::lossless()
         .with_simd_level(level())
         .encode_to_vec(view)
+}
+
+/// Either codec direction behind one `convert` call, at [`level`]: the
+/// converter's and migrate's streams are the same loop both ways.
+pub enum Coder {
+    Decode(Decoder),
+    Encode(Encoder),
+}
+
+impl Coder {
+    /// V (Corrected UTF-8 to UTF-8), lossless or strict, with `magic`.
+    pub fn decoder(lossless: bool, magic: DecodeMagic) -> Coder {
+        let d = if lossless {
+            Decoder::lossless()
+        } else {
+            Decoder::strict()
+        };
+        Coder::Decode(d.with_magic(magic).with_simd_level(level()))
+    }
+
+    /// W (UTF-8 to Corrected UTF-8), lossless or strict, with `magic`.
+    pub fn encoder(lossless: bool, magic: EncodeMagic) -> Coder {
+        let e = if lossless {
+            Encoder::lossless()
+        } else {
+            Encoder::strict()
+        };
+        Coder::Encode(e.with_magic(magic).with_simd_level(level()))
+    }
+
+    /// Whether this is W.
+    pub fn encodes(&self) -> bool {
+        matches!(self, Coder::Encode(_))
+    }
+
+    /// Reserved units decoded that W would not give back unchanged
+    /// (`Decoder::exempt_units`; none when encoding).
+    pub fn exempt_units(&self) -> u64 {
+        match self {
+            Coder::Decode(d) => d.exempt_units(),
+            Coder::Encode(_) => 0,
+        }
+    }
+
+    /// Whether a decoder dropped a magic number at the start.
+    pub fn found_magic(&self) -> bool {
+        match self {
+            Coder::Decode(d) => d.found_magic(),
+            Coder::Encode(_) => false,
+        }
+    }
+
+    /// One step of the codec's `convert` (status, bytes read, written).
+    pub fn convert(&mut self, src: &[u8], dst: &mut [u8], last: bool) -> (Status, usize, usize) {
+        match self {
+            Coder::Decode(d) => d.convert(src, dst, last),
+            Coder::Encode(e) => e.convert(src, dst, last),
+        }
+    }
 }

@@ -31,17 +31,22 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use cutf8::{has_magic, max_disk_len, max_view_len, Decoder, Encoder, Problem, Status};
+use cutf8::{has_magic, max_disk_len, max_view_len, Problem, Status};
 use cutf8::{DecodeMagic, EncodeMagic, MAGIC_TEXT, MIN_DST};
+
+use crate::codec::Coder;
 
 mod atomic;
 mod position;
 mod remedy;
 
 use atomic::AtomicFile;
-pub(crate) use position::{count_chars, Located, Tracker};
+#[cfg(test)]
+use position::count_chars;
+pub use position::Position;
 #[cfg(test)]
 use position::{count_newlines, hex};
+pub(crate) use position::{Located, Tracker};
 
 /// Default size of the input buffer (the output buffer is sized from it).
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
@@ -264,7 +269,7 @@ fn convert_all(
                     "{name}:{}:{}: a second Corrected UTF-8 magic number (byte offset {}): \
                      files were concatenated; decode each file on its own \
                      (--lossless reads it as text, as the mount does)",
-                    at.line, at.column, at.offset
+                    at.pos.line, at.pos.column, at.pos.offset
                 ));
                 summary.malformed += 1;
             }
@@ -408,75 +413,25 @@ enum FileError {
     EncodesToMagic,
 }
 
-/// Either codec direction behind one `convert`.
-pub(crate) enum Converter {
-    Decode(Decoder),
-    Encode(Encoder),
-}
-
-impl Converter {
-    /// The converter for one input; `write_magic`: this input's output
-    /// begins the output (encode writes the magic number if it holds text).
-    fn new(opts: &Options, write_magic: bool) -> Self {
-        let level = crate::codec::level();
-        match opts.direction {
-            Direction::Decode => {
-                let d = if opts.lossless {
-                    Decoder::lossless()
-                } else {
-                    Decoder::strict()
-                };
-                let magic = if opts.magic {
-                    DecodeMagic::Expect
-                } else {
-                    DecodeMagic::Strip
-                };
-                Converter::Decode(d.with_magic(magic).with_simd_level(level))
-            }
-            Direction::Encode => {
-                let e = if opts.lossless {
-                    Encoder::lossless()
-                } else {
-                    Encoder::strict()
-                };
-                let magic = if opts.magic && write_magic {
-                    EncodeMagic::Write
-                } else {
-                    EncodeMagic::Off
-                };
-                Converter::Encode(e.with_magic(magic).with_simd_level(level))
-            }
+/// The coder for one input; `write_magic`: this input's output begins the
+/// output (encode writes the magic number if it holds text).
+fn coder(opts: &Options, write_magic: bool) -> Coder {
+    match opts.direction {
+        Direction::Decode => {
+            let magic = if opts.magic {
+                DecodeMagic::Expect
+            } else {
+                DecodeMagic::Strip
+            };
+            Coder::decoder(opts.lossless, magic)
         }
-    }
-
-    fn exempt_units(&self) -> u64 {
-        match self {
-            Converter::Decode(d) => d.exempt_units(),
-            Converter::Encode(_) => 0,
-        }
-    }
-
-    fn encodes(&self) -> bool {
-        matches!(self, Converter::Encode(_))
-    }
-
-    /// Whether a decoder dropped a magic number at the start.
-    fn found_magic(&self) -> bool {
-        match self {
-            Converter::Decode(d) => d.found_magic(),
-            Converter::Encode(_) => false,
-        }
-    }
-
-    pub(crate) fn convert(
-        &mut self,
-        src: &[u8],
-        dst: &mut [u8],
-        last: bool,
-    ) -> (Status, usize, usize) {
-        match self {
-            Converter::Decode(d) => d.convert(src, dst, last),
-            Converter::Encode(e) => e.convert(src, dst, last),
+        Direction::Encode => {
+            let magic = if opts.magic && write_magic {
+                EncodeMagic::Write
+            } else {
+                EncodeMagic::Off
+            };
+            Coder::encoder(opts.lossless, magic)
         }
     }
 }
@@ -517,7 +472,7 @@ fn convert_one(
     at_start: bool,
     bufs: &mut Buffers,
 ) -> Result<u64, FileError> {
-    let mut conv = Converter::new(opts, at_start);
+    let mut conv = coder(opts, at_start);
     let mut pos = Tracker::default();
     let mut prefix = [0u8; MAGIC_TEXT.len()];
     let n = read_prefix(reader, &mut prefix, bufs.input.len()).map_err(FileError::Read)?;
@@ -551,7 +506,7 @@ fn convert_one(
 
 /// Push one chunk through the converter, writing everything it produces.
 fn feed(
-    conv: &mut Converter,
+    conv: &mut Coder,
     src: &[u8],
     last: bool,
     out: &mut dyn Write,
@@ -578,7 +533,7 @@ fn feed(
                 let at = pos.locate(consumed, m);
                 return Err(match m.problem {
                     Problem::MissingMagic => FileError::NoMagic,
-                    Problem::MagicNumber if at.offset == 0 && conv.encodes() => {
+                    Problem::MagicNumber if at.pos.offset == 0 && conv.encodes() => {
                         FileError::AlreadyEncoded
                     }
                     Problem::MagicNumber => FileError::MagicInside(at),
@@ -621,7 +576,11 @@ mod tests {
         let input = b"x\nab\xE4\xB8";
         for chunk in 1..=input.len() + 1 {
             let at = located(input, chunk, Direction::Decode);
-            assert_eq!((at.line, at.column, at.offset), (2, 3, 4), "chunk {chunk}");
+            assert_eq!(
+                (at.pos.line, at.pos.column, at.pos.offset),
+                (2, 3, 4),
+                "chunk {chunk}"
+            );
             assert_eq!(at.bytes.as_deref(), Some(&input[4..]), "chunk {chunk}");
         }
     }
@@ -631,7 +590,7 @@ mod tests {
         let mut input = vec![b'a', 0xFE];
         input.extend(std::iter::repeat_n(0x80, 20));
         let at = located(&input, 3, Direction::Decode);
-        assert_eq!((at.column, at.offset, at.malformed.len), (2, 1, 21));
+        assert_eq!((at.pos.column, at.pos.offset, at.malformed.len), (2, 1, 21));
         assert_eq!(
             at.describe(Direction::Decode),
             "reserved unit FE plus 20 continuation bytes has no UTF-8 form"
@@ -658,14 +617,22 @@ mod tests {
         for chunk in 1..=inside.len() + 1 {
             match decode_error(&stray, chunk) {
                 FileError::Malformed(at) => {
-                    assert_eq!((at.line, at.column, at.offset), (2, 1, 10), "chunk {chunk}")
+                    assert_eq!(
+                        (at.pos.line, at.pos.column, at.pos.offset),
+                        (2, 1, 10),
+                        "chunk {chunk}"
+                    )
                 }
                 _ => panic!("chunk {chunk}: not the stray byte"),
             }
             // The second magic number, however it is cut: its first byte.
             match decode_error(&inside, chunk) {
                 FileError::MagicInside(at) => {
-                    assert_eq!((at.line, at.column, at.offset), (2, 3, 14), "chunk {chunk}")
+                    assert_eq!(
+                        (at.pos.line, at.pos.column, at.pos.offset),
+                        (2, 3, 14),
+                        "chunk {chunk}"
+                    )
                 }
                 _ => panic!("chunk {chunk}: not the second magic number"),
             }

@@ -1,19 +1,62 @@
 //! Where a conversion is in its input, and how a malformed unit is
 //! described: byte offset, line, column (characters since the last
 //! U+000A), and the unit's bytes even when it began in an earlier chunk.
+//! [`Position`] is the one line/column/offset type of the converter, of
+//! `cutf8 check` and of migrate's reports.
+
+use std::fmt;
 
 use cutf8::{Malformed, Problem};
 
 use super::{Direction, Options};
 
-/// Where the converter is in its input: byte offset, line, characters since
-/// the last U+000A, and the last few bytes (a bad unit may have begun in an
-/// earlier chunk).
+/// Where something is in an input: lines and columns count from 1, columns
+/// in characters (the bytes that are not continuation bytes), the byte
+/// offset from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub line: u64,
+    pub column: u64,
+    pub offset: u64,
+}
+
+impl Default for Position {
+    fn default() -> Self {
+        Position {
+            line: 1,
+            column: 1,
+            offset: 0,
+        }
+    }
+}
+
+impl Position {
+    /// Moves over `bytes` (well-formed text, or units counted as one
+    /// character each by their first byte).
+    pub fn advance(&mut self, bytes: &[u8]) {
+        self.offset += bytes.len() as u64;
+        match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(k) => {
+                self.line += count_newlines(&bytes[..=k]);
+                self.column = count_chars(&bytes[k + 1..]) + 1;
+            }
+            None => self.column += count_chars(bytes),
+        }
+    }
+}
+
+impl fmt::Display for Position {
+    /// `line:col (byte N)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{} (byte {})", self.line, self.column, self.offset)
+    }
+}
+
+/// Where the converter is in its input ([`Position`]), and the last few
+/// bytes (a bad unit may have begun in an earlier chunk).
 #[derive(Debug, Clone)]
 pub(crate) struct Tracker {
-    offset: u64,
-    line: u64,
-    chars: u64,
+    at: Position,
     tail: [u8; TAIL],
     tail_len: usize,
     /// The decoder dropped a magic number at the start (counted as input).
@@ -26,9 +69,7 @@ const TAIL: usize = 8;
 impl Default for Tracker {
     fn default() -> Self {
         Tracker {
-            offset: 0,
-            line: 1,
-            chars: 0,
+            at: Position::default(),
             tail: [0; TAIL],
             tail_len: 0,
             magic: false,
@@ -43,31 +84,24 @@ impl Tracker {
     /// (once, whether its bytes are counted yet or not).
     pub(crate) fn magic_dropped(&mut self) {
         if !std::mem::replace(&mut self.magic, true) {
-            self.line -= 1;
+            self.at.line -= 1;
         }
     }
 
     /// Count `bytes` (consumed input) into the position.
     pub(crate) fn advance(&mut self, bytes: &[u8]) {
-        self.offset += bytes.len() as u64;
-        match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(k) => {
-                self.line += count_newlines(&bytes[..=k]);
-                self.chars = count_chars(&bytes[k + 1..]);
-            }
-            None => self.chars += count_chars(bytes),
-        }
+        self.at.advance(bytes);
         self.remember(bytes);
     }
 
     #[cfg(test)]
     pub(super) fn line(&self) -> u64 {
-        self.line
+        self.at.line
     }
 
     #[cfg(test)]
     pub(super) fn column(&self) -> u64 {
-        self.chars + 1
+        self.at.column
     }
 
     fn remember(&mut self, bytes: &[u8]) {
@@ -91,8 +125,8 @@ impl Tracker {
         let before = consumed.len().saturating_sub(m.len);
         self.advance(&consumed[..before]);
         let here = &consumed[before..];
-        let (offset, chars, bytes) = if m.len <= consumed.len() {
-            (self.offset, self.chars, Some(here.to_vec()))
+        let (offset, column, bytes) = if m.len <= consumed.len() {
+            (self.at.offset, self.at.column, Some(here.to_vec()))
         } else {
             // The unit began in an earlier chunk: the characters of that
             // part are already counted (one lead byte for a sequence or a
@@ -104,17 +138,19 @@ impl Tracker {
             let counted = before.map_or(1, count_chars);
             let bytes = before.map(|b| [b, here].concat());
             (
-                self.offset - earlier as u64,
-                self.chars.saturating_sub(counted),
+                self.at.offset - earlier as u64,
+                self.at.column.saturating_sub(counted).max(1),
                 bytes,
             )
         };
-        self.offset += here.len() as u64;
+        self.at.offset += here.len() as u64;
         self.remember(here);
         Located {
-            line: self.line,
-            column: chars + 1,
-            offset,
+            pos: Position {
+                line: self.at.line,
+                column,
+                offset,
+            },
             malformed: m,
             bytes,
         }
@@ -177,10 +213,9 @@ fn count_bytes(b: &[u8], lanes: impl Fn(u64) -> u64, pred: impl Fn(u8) -> bool) 
 /// A malformed unit and where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Located {
-    pub line: u64,
-    pub column: u64,
-    /// Byte offset of its first byte in the input (magic included).
-    pub offset: u64,
+    /// Where its first byte is in the input (offsets count the magic
+    /// number; lines and columns do not).
+    pub pos: Position,
     pub malformed: Malformed,
     /// Its bytes, when known (always, except for reserved units longer
     /// than [`TAIL`] that began in an earlier chunk).
@@ -193,10 +228,10 @@ impl Located {
     pub(super) fn message(&self, opts: &Options) -> String {
         format!(
             "{}:{}: {} (byte offset {})",
-            self.line,
-            self.column,
+            self.pos.line,
+            self.pos.column,
             self.describe(opts.direction),
-            self.offset
+            self.pos.offset
         )
     }
 

@@ -14,20 +14,8 @@ use serde::Serialize;
 
 use cutf8::Problem;
 
-/// Where in a file a problem starts: lines and columns count from 1,
-/// columns in characters, the byte offset from 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    pub line: u64,
-    pub col: u64,
-    pub offset: u64,
-}
-
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{} (byte {})", self.line, self.col, self.offset)
-    }
-}
+/// Where in a file a problem starts (the converter's [`Position`]).
+pub use crate::convert::Position;
 
 /// Why a path was left alone. Every variant leaves its file byte for byte
 /// as it was.
@@ -241,7 +229,7 @@ pub fn json_line(
         code,
         reason,
         line: pos.map(|p| p.line),
-        col: pos.map(|p| p.col),
+        col: pos.map(|p| p.column),
         offset: pos.map(|p| p.offset),
         bytes_before: before,
         bytes_after: after,

@@ -9,7 +9,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use cutf8::MAGIC;
-use cutf8::{has_magic, DecodeMagic, Decoder, EncodeMagic, Encoder, Malformed, Problem, Status};
+use cutf8::{has_magic, DecodeMagic, EncodeMagic, Malformed, Problem, Status};
+
+use crate::codec::Coder;
 
 use super::report::{Position, Reason};
 
@@ -117,7 +119,7 @@ impl<'a> Region<'a> {
 /// the file's.
 fn position(src: Region, text_start: u64, offset: u64) -> io::Result<Position> {
     let mut buf = vec![0u8; 64 * 1024];
-    let (mut line, mut col) = (1u64, 1u64);
+    let mut pos = Position::default();
     let mut at = text_start;
     while at < offset {
         let want = buf.len().min((offset - at) as usize);
@@ -125,17 +127,10 @@ fn position(src: Region, text_start: u64, offset: u64) -> io::Result<Position> {
         if n == 0 {
             break;
         }
-        for &b in &buf[..n] {
-            if b == b'\n' {
-                line += 1;
-                col = 1;
-            } else if b & 0xC0 != 0x80 {
-                col += 1;
-            }
-        }
+        pos.advance(&buf[..n]);
         at += n as u64;
     }
-    Ok(Position { line, col, offset })
+    Ok(Position { offset, ..pos })
 }
 
 fn reason(dir: Direction, problem: Problem, pos: Position) -> Reason {
@@ -175,39 +170,24 @@ pub fn precheck(
     }
 }
 
-enum Codec {
-    W(Encoder),
-    V(Decoder),
-}
-
-impl Codec {
-    /// The strict codec, to Corrected UTF-8 (`to_disk`) or back; `magic`:
-    /// the stream starts at the start of a file, and so does its magic
-    /// number (written, or required and dropped).
-    fn strict(to_disk: bool, magic: bool) -> Self {
-        let level = crate::codec::level();
-        if to_disk {
-            let m = if magic {
-                EncodeMagic::Write
-            } else {
-                EncodeMagic::Off
-            };
-            Codec::W(Encoder::strict().with_magic(m).with_simd_level(level))
+/// The strict coder, to Corrected UTF-8 (`to_disk`) or back; `magic`: the
+/// stream starts at the start of a file, and so does its magic number
+/// (written, or required and dropped).
+fn strict(to_disk: bool, magic: bool) -> Coder {
+    if to_disk {
+        let m = if magic {
+            EncodeMagic::Write
         } else {
-            let m = if magic {
-                DecodeMagic::Expect
-            } else {
-                DecodeMagic::Off
-            };
-            Codec::V(Decoder::strict().with_magic(m).with_simd_level(level))
-        }
-    }
-
-    fn convert(&mut self, src: &[u8], dst: &mut [u8], last: bool) -> (Status, usize, usize) {
-        match self {
-            Codec::W(e) => e.convert(src, dst, last),
-            Codec::V(d) => d.convert(src, dst, last),
-        }
+            EncodeMagic::Off
+        };
+        Coder::encoder(false, m)
+    } else {
+        let m = if magic {
+            DecodeMagic::Expect
+        } else {
+            DecodeMagic::Off
+        };
+        Coder::decoder(false, m)
     }
 }
 
@@ -215,7 +195,7 @@ impl Codec {
 /// `sink`. `Err(m)` when a unit is malformed: the bad unit ends at region
 /// offset `end - input.len() + consumed`, which is returned alongside.
 fn pump(
-    codec: &mut Codec,
+    codec: &mut Coder,
     input: &[u8],
     last: bool,
     out: &mut [u8],
@@ -246,7 +226,7 @@ pub fn convert(
     let Buffers { inp, out, .. } = bufs;
     let mut written = Count(0);
     let mut both = Tee(sink, &mut written);
-    let mut codec = Codec::strict(dir == Direction::Encode, true);
+    let mut codec = strict(dir == Direction::Encode, true);
     // Lines count in the text, after the magic number of a corrected file.
     let text_start = match dir {
         Direction::Encode => 0,
@@ -306,8 +286,8 @@ pub fn verify(
     // after its magic number (a corrected file of the magic number alone
     // holds the empty text).
     let (mut codec, mut conv_at, mut orig_at) = match dir {
-        Direction::Encode => (Codec::strict(false, true), 0, 0u64),
-        Direction::Decode => (Codec::strict(true, false), 0, MAGIC.len() as u64),
+        Direction::Encode => (strict(false, true), 0, 0u64),
+        Direction::Decode => (strict(true, false), 0, MAGIC.len() as u64),
     };
     loop {
         let n = converted.read(conv_at, inp).map_err(io_err)?;
@@ -394,7 +374,11 @@ mod tests {
         assert_eq!(to_cutf8(b"ab\0c"), Err(Reason::Binary));
         assert_eq!(to_cutf8(b"#!/bin/sh\necho \xC3\xA9\n"), Err(Reason::Script));
         assert!(to_cutf8(b"#![no_std]\n// \xC3\xA9\n").is_ok());
-        let p = |line, col, offset| Position { line, col, offset };
+        let p = |line, column, offset| Position {
+            line,
+            column,
+            offset,
+        };
         match to_cutf8("x\nyé\u{85}".as_bytes()) {
             Err(Reason::C1Control(0x85, pos)) => assert_eq!(pos, p(2, 3, 5)),
             other => panic!("{other:?}"),
