@@ -272,7 +272,7 @@ if has_case git-co; then
     # Files that begin with the magic number (this repository's sample/ holds
     # Corrected UTF-8 files as they are on disk) cannot be written through a
     # cutf8fs mount: a new file whose first write starts with the magic is
-    # refused (EILSEQ, SPEC section 3), so git would fail there. Unless
+    # refused (EILSEQ, docs/behaviour.md, "The mount"), so git would fail there. Unless
     # GIT_SKIP_MAGIC=0, a sparse checkout leaves them out, on every target.
     GIT_SKIPPED=0
     if [ "${GIT_SKIP_MAGIC:-1}" = 1 ]; then

@@ -60,7 +60,7 @@ for b in cutf8 cutf8fs; do
     "$bin/$b" --generate-completions zsh > "$prefix/share/zsh/site-functions/_$b"
     "$bin/$b" --generate-completions fish > "$prefix/share/fish/vendor_completions.d/$b.fish"
 done
-install -m 644 README.md docs/format.md docs/migrate.md docs/performance.md docs/install.md \
+install -m 644 README.md docs/format.md docs/behaviour.md docs/migrate.md docs/performance.md docs/install.md \
     "$prefix/share/doc/cutf8fs/"
 # The CORRECTED-UTF-8 iconv module and the file(1) magic entry
 # (PREFIX/lib/cutf8fs/gconv, PREFIX/share/cutf8fs/magic; docs/charset.md).

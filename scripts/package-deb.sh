@@ -92,7 +92,7 @@ done
 
 doc=$root/usr/share/doc/cutf8fs
 install -d "$doc" "$root/usr/share/cutf8fs"
-install -m 0644 README.md docs/format.md docs/migrate.md docs/charset.md docs/install.md \
+install -m 0644 README.md docs/format.md docs/behaviour.md docs/migrate.md docs/charset.md docs/install.md \
     docs/performance.md "$doc/"
 cat >"$doc/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/

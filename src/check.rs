@@ -1,4 +1,4 @@
-//! `cutf8 check`: lint Corrected UTF-8 files against SPEC §1's document
+//! `cutf8 check`: lint Corrected UTF-8 files against docs/format.md's document
 //! rules, one finding per line in the form compilers use.
 //!
 //! A file is read in fixed-size chunks through the strict [`Decoder`], which
@@ -44,7 +44,7 @@ use crate::convert::{
 };
 use cutf8::{has_magic, DecodeMagic, Decoder, Problem, Status, MIN_DST};
 
-/// One document rule of SPEC §1 (or a malformation of §1's format).
+/// One document rule of docs/format.md (or a malformation of its format).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Rule {
     /// The file does not begin with the magic number (default: warning).

@@ -32,7 +32,7 @@ fn args_with<'a>(args: &[&'a str], chunk: &'a str) -> Vec<&'a str> {
     v
 }
 
-/// SPEC §1's worked examples: (disk bytes, code point).
+/// docs/format.md's worked examples: (disk bytes, code point).
 const EXAMPLES: &[(&[u8], u32)] = &[
     (&[0x2F], 0x2F),
     (&[0xC0, 0xAF], 0xCF),
@@ -46,7 +46,7 @@ const EXAMPLES: &[(&[u8], u32)] = &[
     (&[0xFD, 0xBF, 0xBF, 0xBF, 0xBF, 0xBF], 0x8421109F),
 ];
 
-/// View (UTF-8, or SPEC §2's extended form) of `cp`, written out by hand.
+/// View (UTF-8, or docs/format.md's extended form) of `cp`, written out by hand.
 fn view(cp: u32) -> Vec<u8> {
     if let Some(c) = char::from_u32(cp) {
         return c.to_string().into_bytes();
@@ -936,7 +936,7 @@ fn encode_reference(data: &[u8]) -> (Option<usize>, String) {
     (err, text)
 }
 
-/// Where strict decode must stop, straight from SPEC §1's table; with the
+/// Where strict decode must stop, straight from docs/format.md's table; with the
 /// code points before.
 fn decode_reference(d: &[u8]) -> (Option<usize>, Vec<u32>) {
     let mut chars = Vec::new();

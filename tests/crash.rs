@@ -1,4 +1,4 @@
-//! Crash safety (issue 4, "Reliability tests"; SPEC §3 "Whatever is killed
+//! Crash safety (issue 4, "Reliability tests"; docs/behaviour.md, "The mount" "Whatever is killed
 //! when"): a child process storms a mount with appends, shifting in-place
 //! rewrites (journaled), encoding switches (corrected → raw → emptied →
 //! corrected), a hard-linked file and write-then-rename replacements; the

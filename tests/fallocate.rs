@@ -9,7 +9,7 @@
 //! those bytes, report that size and that result, while the backing file
 //! stays the magic number plus lossless W of exactly those bytes. A range
 //! boundary that cuts a character leaves the cut bytes as a native file
-//! does; the lossless view (SPEC §2) keeps them as they are.
+//! does; the lossless view (docs/format.md) keeps them as they are.
 //!
 //! Collapse-range and insert-range never reach the daemon (the kernel's
 //! FUSE client refuses them with EOPNOTSUPP); the tests pin that down so

@@ -533,47 +533,53 @@ fn cutf8_man_page_is_a_real_page() {
 #[test]
 fn ctrl_c_during_migrate_says_how_to_resume_and_a_rerun_finishes() {
     use std::io::BufRead;
-    let d = Dir::new();
-    for k in 0..4000 {
-        d.write(&format!("f{k:04}.txt"), format!("file {k} é\n").as_bytes());
-    }
-    let mut child = std::process::Command::new(crate::support::cli::BIN)
-        .args(["migrate", "--verbose", "--jobs", "1", "."])
-        .current_dir(d.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Once a file is reported converted, the run is under way.
-    let mut first = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(0) {
-        eprintln!("migrate finished before SIGINT arrived; nothing to check");
+    // A run that finishes before SIGINT arrives checks nothing: try again
+    // on a larger tree, and fail if even the largest is too quick.
+    for n in [4000, 16_000, 64_000] {
+        let d = Dir::new();
+        for k in 0..n {
+            d.write(&format!("f{k:05}.txt"), format!("file {k} é\n").as_bytes());
+        }
+        let mut child = std::process::Command::new(crate::support::cli::BIN)
+            .args(["migrate", "--verbose", "--jobs", "1", "."])
+            .current_dir(d.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Once a file is reported converted, the run is under way.
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(0) {
+            eprintln!("migrate of {n} files finished before SIGINT arrived; a larger tree");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(130), "{err}");
+        assert!(
+            err.contains("interrupted") && err.contains("run the same command again"),
+            "{err}"
+        );
+        d.run(&["migrate", "--no-progress", "-q", "."], b"").ok();
+        for k in (0..n).step_by(397) {
+            let name = format!("f{k:05}.txt");
+            assert!(d.read(&name).starts_with(&MAGIC), "{name} converted");
+            d.run(&["decode", &name], b"")
+                .ok()
+                .stdout_is(format!("file {k} é\n").as_bytes(), &name);
+        }
+        assert!(
+            d.names().iter().all(|n| n.ends_with(".txt")),
+            "no leftovers"
+        );
         return;
     }
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(
-        err.contains("interrupted") && err.contains("run the same command again"),
-        "{err}"
-    );
-    d.run(&["migrate", "--no-progress", "-q", "."], b"").ok();
-    for k in (0..4000).step_by(397) {
-        let name = format!("f{k:04}.txt");
-        assert!(d.read(&name).starts_with(&MAGIC), "{name} converted");
-        d.run(&["decode", &name], b"")
-            .ok()
-            .stdout_is(format!("file {k} é\n").as_bytes(), &name);
-    }
-    assert!(
-        d.names().iter().all(|n| n.ends_with(".txt")),
-        "no leftovers"
-    );
+    panic!("every migrate finished before SIGINT arrived: the interruption was never tested");
 }
 
 // ---- finding 9: colour only on a terminal ----

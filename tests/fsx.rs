@@ -6,8 +6,8 @@
 //! test fails if fsx does.
 //!
 //! fsx opens its file with O_TRUNC and writes random bytes, so the file that
-//! starts corrected is emptied at once and mostly lives raw afterwards (SPEC
-//! §3: an emptied file takes the encoding of what is written, and a file
+//! starts corrected is emptied at once and mostly lives raw afterwards
+//! (docs/behaviour.md, "The mount": an emptied file takes the encoding of what is written, and a file
 //! whose content W cannot store turns raw). It still checks that path: a
 //! corrected file emptied by O_TRUNC, then short text writes at offset 0
 //! (after truncations to zero) that make it corrected again and the next

@@ -1,4 +1,4 @@
-//! Full disk (issue 4, "Reliability tests"; SPEC §3 "Errors in the backing
+//! Full disk (issue 4, "Reliability tests"; docs/behaviour.md, "The mount" "Errors in the backing
 //! filesystem … reach the caller as the same errno; the original file is
 //! left intact"): BACKING is a 2 MiB tmpfs (the tests run as root). Corrected
 //! files are created in it, the disk is filled through the mount until

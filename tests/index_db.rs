@@ -22,10 +22,22 @@ use crate::support::users::{sh_as, user};
 const DB_DIR: &str = ".cutf8fs-index";
 const DB_FILE: &str = ".cutf8fs-index/index.redb";
 
-/// Longer than the daemon's racy margin (2.1 s): a scan after this stores
-/// its result.
+/// The racy margin the daemons and `cutf8 migrate` of these tests use
+/// (`CUTF8FS_RACY_MARGIN_MS`; 2.1 s by default), far above any timestamp
+/// tick of the filesystems the tests run on.
+const MARGIN_MS: u64 = 300;
+
+/// Waits out [`MARGIN_MS`] since whatever the test changed last: a scan
+/// after this stores its result.
 fn settle() {
-    std::thread::sleep(Duration::from_millis(2400));
+    std::thread::sleep(Duration::from_millis(MARGIN_MS + 50));
+}
+
+/// `cutf8` with this file's racy margin.
+fn cutf8_cmd() -> Command {
+    let mut c = Command::new(crate::support::cli::BIN);
+    c.env("CUTF8FS_RACY_MARGIN_MS", MARGIN_MS.to_string());
+    c
 }
 
 /// `n` units that grow in the view (2 disk bytes, 3 view bytes each).
@@ -95,7 +107,9 @@ impl Env {
         let mnt = self.dir.path().join(format!("mnt{}", self.n.get()));
         fs::create_dir(&mnt).unwrap();
         let log = mnt.with_extension("log");
-        Mount::with(opts).on(backing, &mnt, &log)
+        Mount::with(opts)
+            .env("CUTF8FS_RACY_MARGIN_MS", &MARGIN_MS.to_string())
+            .on(backing, &mnt, &log)
     }
 }
 
@@ -512,7 +526,7 @@ fn the_first_mount_after_cutf8_migrate_is_already_warm() {
         let text = "ࠀ𐀀 text\n".repeat(20_000 + i);
         fs::write(env.b(n), text).unwrap();
     }
-    let out = Command::new(crate::support::cli::BIN)
+    let out = cutf8_cmd()
         .args(["migrate", "--no-progress"])
         .arg(&env.backing)
         .output()
@@ -532,7 +546,7 @@ fn the_first_mount_after_cutf8_migrate_is_already_warm() {
     // Small files only: nothing recorded, nothing created.
     let small = Env::new();
     fs::write(small.b("s.txt"), "ࠀ small\n").unwrap();
-    let out = Command::new(crate::support::cli::BIN)
+    let out = cutf8_cmd()
         .args(["migrate", "--no-progress"])
         .arg(&small.backing)
         .output()
@@ -555,7 +569,7 @@ fn migrate_of_a_subdirectory_records_into_the_archives_database() {
     fs::write(env.b("top.txt"), "ࠀ top\n".repeat(20_000)).unwrap();
     fs::create_dir(env.b("sub")).unwrap();
     let run = |dir: &Path| {
-        let out = Command::new(crate::support::cli::BIN)
+        let out = cutf8_cmd()
             .args(["migrate", "--no-progress"])
             .arg(dir)
             .output()
@@ -617,7 +631,7 @@ fn a_read_only_mount_says_why_the_database_is_kept_elsewhere() {
 #[test]
 fn migrate_back_to_utf8_removes_the_archives_index_database() {
     let migrate = |args: &[&str], root: &Path| {
-        let out = Command::new(crate::support::cli::BIN)
+        let out = cutf8_cmd()
             .args(["migrate", "--no-progress"])
             .args(args)
             .arg(root)

@@ -1,4 +1,4 @@
-//! No user can flood the daemon's log (SPEC §3; `src/ratelog.rs`): a
+//! No user can flood the daemon's log (docs/behaviour.md, "The mount"; `src/ratelog.rs`): a
 //! message a request can cause again and again is written a few times per
 //! window, then counted, and one line says how many were held back.
 //!

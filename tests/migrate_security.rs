@@ -1,5 +1,5 @@
 //! `cutf8 migrate` run by root over a tree a user owns lends no rights
-//! (SPEC §4; man/cutf8.1 SECURITY; the argument is `src/trust.rs`).
+//! (docs/behaviour.md, "The converter"; man/cutf8.1 SECURITY; the argument is `src/trust.rs`).
 //!
 //! The user is the real unprivileged `cutf8t-a`, who owns the tree; root
 //! keeps files outside it (`outside/`, searchable, so the user can `stat`

@@ -228,10 +228,10 @@ fn change_in_backing_is_seen_on_next_open() {
     // Different length: content on next open, size once attributes expire.
     let v3 = corrected(&random_disk(70_000, 5));
     write(&m.b("t.txt"), &v3);
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    assert_eq!(
-        fs::metadata(m.m("t.txt")).unwrap().len(),
-        expected_view(&v3).len() as u64
+    let len = expected_view(&v3).len() as u64;
+    assert!(
+        wait_for(0.4, || fs::metadata(m.m("t.txt")).unwrap().len() == len),
+        "new size not seen within 0.4 s"
     );
     assert!(
         fs::read(m.m("t.txt")).unwrap() == expected_view(&v3),
@@ -255,8 +255,10 @@ fn change_in_backing_is_seen_on_next_open() {
     assert_eq!(names(&m), ["t.txt"]);
     // Corrected → raw behind the mount's back.
     write(&m.b("t.txt"), b"now raw\n");
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    assert_eq!(fs::read(m.m("t.txt")).unwrap(), b"now raw\n");
+    assert!(
+        wait_for(0.4, || fs::read(m.m("t.txt")).unwrap() == b"now raw\n"),
+        "raw content not seen within 0.4 s"
+    );
 }
 
 #[test]

@@ -3,11 +3,11 @@
 //! `sed -i`, `perl -pi`, shell `>` and `>>`, `cp`, `mv`, `rsync -a`,
 //! `tar -x`, `git clone` and `git checkout`, Python's open modes.
 //!
-//! After each tool, two things must hold (SPEC §3): the mount reads back
+//! After each tool, two things must hold (docs/behaviour.md, "The mount"): the mount reads back
 //! exactly what the tool wrote, and the backing file is the magic number
 //! plus the *strict* Corrected UTF-8 of exactly that (checked by decoding
 //! and encoding with the codec's strict converters, never by comparing the
-//! mount with itself) — or, where SPEC says raw (binary content, U+0000,
+//! mount with itself) — or, where docs/behaviour.md says raw (binary content, U+0000,
 //! C1 controls, `-o newfiles=raw`), exactly the written bytes.
 //!
 //! Expected results are computed in Rust from the test's own inputs, never
@@ -435,7 +435,7 @@ fn make_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// Each file of `files` reads back through `mnt_dir` as its content, with
 /// the source's mode and mtime, and its backing file is corrected or raw as
-/// SPEC §3 says for a new file.
+/// docs/behaviour.md, "The mount" says for a new file.
 fn check_tree(
     src: &Path,
     mnt_dir: &Path,
@@ -955,7 +955,7 @@ fn hard_links_inode_mode_owner_xattrs_survive_in_place_rewrites() {
     want_raw.splice(2..4, *b"\xc2\x85");
     check(&want_raw, false, "C1 turns raw");
     // sed -i replaces the file by a rename: the tool itself breaks the
-    // link, as on any filesystem (SPEC promises the inode for in-place
+    // link, as on any filesystem (docs/behaviour.md promises the inode for in-place
     // writes only). a.txt gets sed's output, b.txt keeps the old content.
     run(Command::new("sed")
         .args(["-i", "s/ö/o/g"])
@@ -1136,7 +1136,7 @@ fn empty_files_take_the_encoding_of_their_first_write() {
     assert_corrected(&m.b("new"), "é\n".as_bytes(), "text into a touched file");
 }
 
-/// SPEC §2 invariant 1's one exception: a corrected file holding FE plus six
+/// docs/format.md's one exception to lossless reading: a corrected file holding FE plus six
 /// continuation bytes whose value reads as an extended form cannot be
 /// written back unchanged, so it is shown (byte for byte, as V says) but
 /// opens for writing with EROFS, and is never damaged.

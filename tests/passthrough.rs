@@ -254,7 +254,7 @@ fn writer_while_read_through_passthrough() {
     assert_eq!(read_all(&reader, 100).unwrap(), b"");
     drop(reader);
     // Readers closed: the empty file takes the encoding of its first write
-    // (SPEC §3): text makes it corrected.
+    // (docs/behaviour.md, "The mount"): text makes it corrected.
     fs::write(m.m("raw.bin"), "naïve text\n").unwrap();
     let disk = fs::read(m.b("raw.bin")).unwrap();
     assert_eq!(&disk[..8], &MAGIC, "the emptied file became corrected");
@@ -268,7 +268,7 @@ fn magic_at_the_start_of_a_raw_file_after_passthrough_reads() {
     let reader = File::open(m.m("raw.bin")).unwrap();
     assert_eq!(read_all(&reader, data.len()).unwrap(), data);
     drop(reader);
-    // The writer (served by the daemon) still gets SPEC §3's EILSEQ.
+    // The writer (served by the daemon) still gets the EILSEQ of docs/behaviour.md ("The mount").
     let w = OpenOptions::new().write(true).open(m.m("raw.bin")).unwrap();
     let e = w
         .write_at(&MAGIC, 0)

@@ -174,7 +174,9 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
     let chunk_view = expected_view(&corrected(&chunk)).len() as u64;
     let n_chunks = 2048u64;
     let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
-    let m = Mount::new(&[], |d| {
+    // No attribute or entry caching: the `ls -l` below reaches the daemon
+    // for every entry without waiting out a timeout.
+    let m = Mount::new(&["attr_timeout=0", "entry_timeout=0"], |d| {
         write_big(d, &chunk, n_chunks);
         fs::write(d.join("small.txt"), &small).unwrap();
         // A large raw file: told raw by its head, never queued for a scan.
@@ -213,7 +215,6 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
         let st = Command::new("touch").arg(m.b(name)).status().unwrap();
         assert!(st.success());
     }
-    std::thread::sleep(std::time::Duration::from_millis(1200)); // attr_timeout
     let dir = m.m("");
     let ls = std::thread::spawn(move || {
         let t = Instant::now();

@@ -463,9 +463,14 @@ fn a_change_through_a_shared_mapping_that_keeps_ctime_is_noticed_on_read() {
     // stamp is settled (so the index database keeps it).
     map[8 + 100] = b'b';
     let stamped = ctime(&f);
-    std::thread::sleep(Duration::from_millis(2300));
+    // The daemon's racy margin, set short (`CUTF8FS_RACY_MARGIN_MS`), and
+    // waited out.
+    const MARGIN_MS: u64 = 300;
+    std::thread::sleep(Duration::from_millis(MARGIN_MS + 50));
     let log = dir.path().join("daemon.log");
-    let mut m = Mount::with(&["attr_timeout=0"]).on(&backing, &mnt, &log);
+    let mut m = Mount::with(&["attr_timeout=0"])
+        .env("CUTF8FS_RACY_MARGIN_MS", &MARGIN_MS.to_string())
+        .on(&backing, &mnt, &log);
     assert_eq!(fs::metadata(m.m("f.txt")).unwrap().len(), 20_001);
     // U+089F: two bytes on disk, three in the view — the view grows by one,
     // and nothing about the file's stat changes.

@@ -1,5 +1,5 @@
 //! Issue 8, part A: the journal trusts only what the daemon wrote, and a
-//! read-only mount writes nothing (SPEC §3).
+//! read-only mount writes nothing (docs/behaviour.md, "The mount").
 //!
 //! Every test plays the owner of BACKING (the real unprivileged user
 //! `cutf8t-a`, through `setpriv`) against a daemon running as root: planted

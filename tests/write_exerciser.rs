@@ -7,7 +7,7 @@
 //! mount), and after every close the backing file against the model's
 //! encoding with the codec's strict converters.
 //!
-//! The model follows SPEC §3: an empty file takes the encoding of its first
+//! The model follows docs/behaviour.md, "The mount": an empty file takes the encoding of its first
 //! write (text → corrected); a corrected file stays corrected unless W cannot
 //! store its new content (the codec's lossless encoder refuses it), then it
 //! is raw for good — until emptied.

@@ -8,7 +8,7 @@
 //!
 //! The mount holds such a lead back and joins it with the next request
 //! (`Held` in src/fs/write.rs); what is not continued is written as it is
-//! before anything else reads or changes the file, with SPEC §3's effect.
+//! before anything else reads or changes the file, with the effect docs/behaviour.md ("The mount") gives it.
 //! An append cut the same way is held too (found by the crash test, seed
 //! 1795727095209325659: a daemon killed between the two pieces left a
 //! corrected file ending in half a character).
@@ -69,7 +69,7 @@ fn a_lead_nothing_continues_is_written_as_it_is_before_a_read() {
     let m = mount_with(&view);
     // The writer's own write ends at 4096 inside a character: what it
     // leaves (E0 then the old 90 90 80) is what the file holds, and W
-    // cannot store it, so the file turns raw (SPEC §3) — but only once
+    // cannot store it, so the file turns raw (docs/behaviour.md, "The mount") — but only once
     // something looks, and with every byte as written.
     let f = OpenOptions::new()
         .read(true)

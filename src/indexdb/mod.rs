@@ -137,6 +137,9 @@ pub use trees::{record_written, remove_unused, Removal};
 /// its result to be stored: more than any filesystem's timestamp tick
 /// (FAT's 2 s is the coarsest in use).
 pub const RACY_MARGIN: Duration = Duration::from_millis(2100);
+/// The environment variable that sets the margin in milliseconds instead
+/// (for tests: a margin they set is one they can wait out exactly).
+pub const RACY_MARGIN_ENV: &str = "CUTF8FS_RACY_MARGIN_MS";
 /// Records unused for this long are collected at unmount.
 pub const MAX_AGE_DAYS: u32 = 90;
 /// At most this many records; beyond, the least recently used go.
@@ -223,11 +226,23 @@ fn day_of(t: (i64, i64)) -> u32 {
     u32::try_from(t.0.max(0) / 86_400).unwrap_or(u32::MAX)
 }
 
+/// The process's margin: [`RACY_MARGIN_ENV`] if set to a number of
+/// milliseconds, else [`RACY_MARGIN`]. Read once.
+pub fn racy_margin() -> Duration {
+    static MARGIN: OnceLock<Duration> = OnceLock::new();
+    *MARGIN.get_or_init(|| {
+        std::env::var(RACY_MARGIN_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(RACY_MARGIN, Duration::from_millis)
+    })
+}
+
 /// Whether a scan that started at `started` may be stored for a file whose
 /// ctime is `ctime` (see "Never stale").
 pub fn settled(ctime: (i64, i64), started: (i64, i64)) -> bool {
     let to_ns = |t: (i64, i64)| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
-    to_ns(started) - to_ns(ctime) > RACY_MARGIN.as_nanos() as i128
+    to_ns(started) - to_ns(ctime) > racy_margin().as_nanos() as i128
 }
 
 thread_local! {

@@ -45,7 +45,7 @@ fn archive_root(dir: BorrowedFd<'_>) -> Option<OwnedFd> {
 /// already has a database (it was mounted, or migrated, before) records
 /// into that one; otherwise, unless `existing_only`, a database is made at
 /// `root`. Each file is scanned once more after its ctime has settled
-/// ([`RACY_MARGIN`]; at most one wait for the whole list): what migrate
+/// ([`racy_margin`](super::racy_margin); at most one wait for the whole list): what migrate
 /// wrote may have been changed since by someone else within the same
 /// timestamp tick, so only a scan made after the tick is trusted —
 /// just-written files are usually still in the page cache. Files under

@@ -17,7 +17,7 @@
 //!   next mount replays the journal, the new.
 //!
 //! Every change happens in one syscall or under the journal, so a killed
-//! daemon never leaves a file half-converted (SPEC §3). The inode is always
+//! daemon never leaves a file half-converted (docs/behaviour.md, "The mount"). The inode is always
 //! the same one: hard links, owner, mode and xattrs survive. After each
 //! change the index is brought up to date (`super::rescan`).
 //!

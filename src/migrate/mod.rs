@@ -1,5 +1,5 @@
 //! `cutf8 migrate`: convert whole trees in place to Corrected UTF-8 and
-//! back (SPEC §4), safely, in parallel, resumably.
+//! back (docs/behaviour.md, "The converter"), safely, in parallel, resumably.
 //!
 //! The flow of one run:
 //!

@@ -17,7 +17,7 @@ pub fn is_root() -> bool {
 }
 
 /// The calling thread's filesystem identity, for creating files as the
-/// caller (owner and group of new files, SPEC §3: a root daemon never lends
+/// caller (owner and group of new files, docs/behaviour.md, "The mount": a root daemon never lends
 /// its rights). Linux keeps fsuid, fsgid and the group list per thread when
 /// set by the raw system calls (glibc's wrappers would change every thread).
 pub struct Identity {

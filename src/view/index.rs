@@ -58,7 +58,7 @@ pub struct OffsetIndex {
     disk_len: u64,
     /// Growing units in the whole file: view length − disk length.
     growth: u64,
-    /// SPEC §2's exempt units (W would not give them back unchanged).
+    /// docs/format.md's exempt units (W would not give them back unchanged).
     exempt: u64,
     /// `(k, g)`: growing units that start before disk offset `k * BLOCK` is
     /// `g`, for every block `k` from this entry up to the next one. An
@@ -170,7 +170,7 @@ impl OffsetIndex {
     }
 
     /// False when the file holds a unit W would not write back unchanged
-    /// (SPEC §2 invariant 1's exception): serve it read-only.
+    /// (docs/format.md's exception to lossless reading): serve it read-only.
     pub fn lossless(&self) -> bool {
         self.exempt == 0
     }

@@ -1,5 +1,5 @@
 //! The one guard against a raw file that would begin with the magic number
-//! (SPEC §3: it would read back as something else, so such a change fails).
+//! (docs/behaviour.md, "The mount": it would read back as something else, so such a change fails).
 
 use cutf8::MAGIC;
 

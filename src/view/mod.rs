@@ -40,9 +40,9 @@ pub enum Error {
     /// offset: a write turns the file raw instead; other changes fail.
     Unstorable { problem: Problem, offset: u64 },
     /// The change would make a raw file begin with the magic number, so it
-    /// would read back as something else (SPEC §3).
+    /// would read back as something else (docs/behaviour.md, "The mount").
     MagicOnRaw,
-    /// The view holds a unit W would not give back unchanged (SPEC §2,
+    /// The view holds a unit W would not give back unchanged (docs/format.md,
     /// invariant 1's exception): it is read-only.
     ReadOnly,
     /// An offset plus a length past what a file can hold.

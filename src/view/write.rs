@@ -4,7 +4,7 @@
 //! spans it asks for and carries the plan out.
 //!
 //! A change of view bytes `[o, e)` changes the disk bytes of only a small
-//! window: W (SPEC §2) restarts at every byte that is not a continuation
+//! window: W (docs/format.md) restarts at every byte that is not a continuation
 //! byte, so the window runs from the last such byte before `o` (when the
 //! change could extend the unit it starts) to the first such byte at or
 //! after `e` (at most [`REACH`] bytes on each side). The window's new disk

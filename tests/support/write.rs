@@ -192,7 +192,7 @@ pub fn sh_in(script: &str, args: &[&OsStr], input: &[u8]) -> Output {
     out
 }
 
-/// What SPEC §3 says an empty file becomes when `bytes` are written into
+/// What docs/behaviour.md, "The mount" says an empty file becomes when `bytes` are written into
 /// it in one go: corrected for UTF-8 text without U+0000 that W can store
 /// (no C1 controls), raw otherwise.
 pub fn becomes_corrected(bytes: &[u8]) -> bool {
@@ -219,7 +219,7 @@ pub fn assert_written(path: &Path, bytes: &[u8], what: &str) {
 }
 
 /// A file emptied through the mount (O_TRUNC, truncation to 0) holds no
-/// content. SPEC §3 does not say how BACKING stores "no content"; we accept
+/// content. docs/behaviour.md, "The mount" does not say how BACKING stores "no content"; we accept
 /// an empty file or a lone magic number (both read back as nothing), since
 /// the next write decides the encoding either way.
 pub fn assert_empty(path: &Path, what: &str) {

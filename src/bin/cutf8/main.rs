@@ -77,14 +77,22 @@ const EXAMPLES: &[(&str, &str)] = &[
 ];
 
 /// The environment, for --help and the man page: (variable, meaning).
-const ENVIRONMENT: &[(&str, &str)] = &[(
-    "CUTF8FS_SIMD=avx512|avx2|sse2|portable",
-    "Run the codec's vector code at most at this level (for measurements; the best \
-     the CPU has is chosen by default, and cutf8 --version names it).",
-)];
+const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "CUTF8FS_RACY_MARGIN_MS=MS",
+        "How long after a file's last change migrate waits before it records the file \
+         in the index database, in milliseconds; 2100 by default (for tests).",
+    ),
+    (
+        "CUTF8FS_SIMD=avx512|avx2|sse2|portable",
+        "Run the codec's vector code at most at this level (for measurements; the best \
+         the CPU has is chosen by default, and cutf8 --version names it).",
+    ),
+];
 
 const SEE_ALSO: &str = "cutf8fs(1), cutf8-gconv(7), iconv(1), utf-8(7). The format: \
-     docs/format.md (installed in /usr/share/doc/cutf8fs by the package, \
+     docs/format.md; what the programs promise: docs/behaviour.md (installed in \
+     /usr/share/doc/cutf8fs by the package, \
      PREFIX/share/doc/cutf8fs from source); converting trees: docs/migrate.md.";
 
 const ABOUT: &str = "Convert between UTF-8 and Corrected UTF-8, and check Corrected UTF-8 files";
