@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark `cutf8 migrate` against `cp -a` on the same tree (issue 5).
+# Benchmark `cutf8 migrate` against `cp -a` on the same tree.
 #
 # Generates an archive of mixed-script UTF-8 text (default: 10 500 files,
 # about 1.1 GiB) in a temporary directory outside the repository, then, for

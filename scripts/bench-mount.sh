@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the cutf8fs read path (issue 3). Reports, never asserts.
+# Benchmark of the cutf8fs read path. Reports, never asserts.
 #
 # The same text is stored twice: as Corrected UTF-8 (served by cutf8fs, which
 # converts it on the fly) and as plain UTF-8 (served by bindfs, a plain FUSE
@@ -21,7 +21,7 @@
 #          after timing (same archive size as native, diff -r equal; a wrong
 #          tree shows as "fail").
 # and prints a table with the cutf8fs/bindfs time ratios (< 1: cutf8fs is
-# faster). Then the index database part (issue 11), on BENCH_INDEX_FILES
+# faster). Then the index database part, on BENCH_INDEX_FILES
 # (10000) files of ~BENCH_INDEX_MB (1024) MiB in all plus one file of that
 # size, medians of 3 cold runs (caches dropped, all remounted):
 #   lsR    ls -lR of the tree          statall  stat of every file (find)
@@ -372,7 +372,7 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
 } | tee "$W/results.md"
 fi
 
-# --- index database (issue 11) ---------------------------------------------
+# --- index database --------------------------------------------------------
 [[ " $PARTS " == *" index "* ]] || exit 0
 umount_all
 IFILES=${BENCH_INDEX_FILES:-10000}

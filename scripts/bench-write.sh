@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the cutf8fs write path (issue 4). Reports, never asserts.
+# Benchmark of the cutf8fs write path. Reports, never asserts.
 #
 # In one run, on the same machine and the same generated text (mostly
 # Latin/ASCII, with Greek, Cyrillic, CJK and emoji), writes go to four
@@ -29,7 +29,7 @@
 #            footer gives time per MiB at the large size over the small one
 #            (1.0: linear in the size; the write path once copied the whole
 #            index per write, which made this 3.5 at 512 MiB)
-# and the metadata-heavy cases of issue 12, on real data:
+# and the metadata-heavy cases, on real data:
 #   tar-src  tar -x of a real source tree: whole crate directories of the Rust
 #            dependency sources (${CARGO_HOME:-~/.cargo}/registry/src/*/,
 #            every machine that built this project has them), taken in

@@ -1,4 +1,4 @@
-//! Access-time options (issue 10): `noatime`, `nodiratime`, `relatime` and
+//! Access-time options: `noatime`, `nodiratime`, `relatime` and
 //! `strictatime` are either honoured — reads through the mount change access
 //! times exactly as reads on a native mount with that option do — or
 //! refused at mount time with a message saying why. Never accepted and

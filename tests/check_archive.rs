@@ -6,7 +6,7 @@
 
 use std::fs;
 
-use crate::support::cli::Dir;
+use crate::support::cli::{with_magic, Dir};
 use crate::support::mount::{corrected, Mount};
 
 fn tabs(lines: usize) -> Vec<u8> {
@@ -118,4 +118,75 @@ fn a_path_on_a_mount_is_reported_as_such() {
         "the file in BACKING is not named:\n{}",
         r.stderr
     );
+}
+
+// ---- directories, binaries, JSON ----
+
+#[test]
+fn check_walks_directories_skips_vcs_and_binaries() {
+    let d = Dir::new();
+    let p = d.path();
+    for sub in ["docs/deep", ".git/objects", ".hg", ".svn"] {
+        std::fs::create_dir_all(p.join(sub)).unwrap();
+    }
+    d.write("docs/a.cu8", &with_magic(b"tab\there\n"));
+    d.write("docs/deep/b.cu8", &with_magic(b"fine\n"));
+    d.write("docs/image.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
+    d.write(".git/HEAD", &with_magic(b"\t\t\t\n"));
+    d.write(".git/objects/x", b"\t\n");
+    d.write(".hg/x", b"\t\n");
+    d.write(".svn/x", b"\t\n");
+    std::os::unix::fs::symlink("docs/a.cu8", p.join("link")).unwrap();
+    let r = d.run(&["check", "."], b"").exits(0);
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert_eq!(
+        out,
+        "./docs/a.cu8:1:4: warning: tab (U+0009) [tab]\n\
+         ./docs/image.png: note: binary (a NUL byte in the first 8000 bytes and no magic number): not checked\n",
+        "one finding, one note; nothing from .git, .hg, .svn or the symlink"
+    );
+    assert!(
+        r.stderr
+            .contains("checked 2 files: 0 errors, 1 warning, 1 file skipped as binary"),
+        "{}",
+        r.stderr
+    );
+    // A corrected file holding NULs is not binary: it is checked.
+    d.write("nul.cu8", &with_magic(b"a\0b\n"));
+    d.run(&["check", "nul.cu8"], b"").exits(1).stdout_is(
+        b"nul.cu8:1:2: error: U+0000 (NUL) outside the magic number [nul]\n",
+        "nul",
+    );
+}
+
+#[test]
+fn check_emits_json_lines() {
+    let d = Dir::new();
+    d.write("a.cu8", &with_magic(b"x\r\n\"q\"\t"));
+    d.write("bin", b"\0\x01");
+    let r = d.run(&["check", "--format", "json", "a.cu8", "bin"], b"");
+    let r = r.exits(0);
+    let lines: Vec<serde_json::Value> = String::from_utf8(r.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    let rules: Vec<&str> = lines
+        .iter()
+        .map(|v| v["rule"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(
+        rules,
+        ["carriage-return", "tab", "no-final-newline", "-"],
+        "{lines:?}"
+    );
+    assert_eq!(lines[0]["file"], "a.cu8");
+    assert_eq!(lines[0]["line"], 1);
+    assert_eq!(lines[0]["column"], 2);
+    assert_eq!(lines[0]["level"], "warning");
+    assert_eq!(lines[3]["level"], "note");
+    assert_eq!(lines[3]["file"], "bin");
+    d.run(&["check", "--format", "yaml", "a.cu8"], b"")
+        .exits(2)
+        .stderr_has("json");
 }

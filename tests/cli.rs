@@ -8,19 +8,13 @@
 //! (the hidden `--buffer-size`), so every unit also lands across a chunk
 //! edge.
 
-use crate::support::cli::{cutf8, Dir};
+use crate::support::cli::{cutf8, with_magic, Dir};
 use rand::{Rng, SeedableRng};
 
-const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
+use cutf8::MAGIC;
 
 /// Chunk sizes every conversion test runs with ("" = the default).
 const CHUNKS: [&str; 3] = ["1", "7", ""];
-
-fn with_magic(b: &[u8]) -> Vec<u8> {
-    let mut v = MAGIC.to_vec();
-    v.extend_from_slice(b);
-    v
-}
 
 /// `args` plus `--buffer-size N` unless `chunk` is empty.
 fn args_with<'a>(args: &[&'a str], chunk: &'a str) -> Vec<&'a str> {

@@ -1,5 +1,4 @@
-//! Crash safety (issue 4, "Reliability tests"; docs/behaviour.md, "The mount" "Whatever is killed
-//! when"): a child process storms a mount with appends, shifting in-place
+//! Crash safety (docs/behaviour.md, "The mount", "Crash safety"): a child process storms a mount with appends, shifting in-place
 //! rewrites (journaled), encoding switches (corrected → raw → emptied →
 //! corrected), a hard-linked file and write-then-rename replacements; the
 //! daemon gets SIGKILL at a random moment; the dead mount is detached

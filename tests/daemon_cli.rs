@@ -43,7 +43,7 @@ fn ignored_options_are_said_on_the_terminal() {
         .unwrap();
     let mounted = is_mounted(&m);
     unmount(&m);
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     assert!(mounted);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

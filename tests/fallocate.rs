@@ -1,5 +1,5 @@
-//! fallocate(2) through a real `cutf8fs` mount (issue 10, "every fallocate
-//! mode"): on a corrected file every mode the kernel passes to FUSE —
+//! fallocate(2) through a real `cutf8fs` mount: on a corrected file every
+//! mode the kernel passes to FUSE —
 //! allocate (mode 0), KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE with and
 //! without KEEP_SIZE — acts on the view exactly as it acts natively on a
 //! plain file holding the view's bytes.
@@ -302,11 +302,9 @@ fn util_linux_fallocate_on_corrected_files() {
                 .arg(&target)
                 .output()
                 .unwrap();
-            assert!(
-                out.status.success(),
-                "fallocate {args:?} {}: {}",
-                target.display(),
-                String::from_utf8_lossy(&out.stderr)
+            crate::support::run::succeeded(
+                &out,
+                format_args!("fallocate {args:?} {}", target.display()),
             );
         }
         let want = fs::read(&nat).unwrap();
@@ -331,11 +329,7 @@ fn util_linux_fallocate_on_corrected_files() {
         .arg(m.m(name))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, "command failed");
     assert!(fs::read(m.m(name)).unwrap() == text.as_bytes());
 }
 
@@ -377,11 +371,9 @@ fn suid_and_sgid_are_dropped_as_natively() {
                 &format!("fallocate {opt} \"$1\""),
                 &[OsStr::new(&target)],
             );
-            assert!(
-                out.status.success(),
-                "fallocate {opt} {} as cutf8t-a: {}",
-                target.display(),
-                String::from_utf8_lossy(&out.stderr)
+            crate::support::run::succeeded(
+                &out,
+                format_args!("fallocate {opt} {} as cutf8t-a", target.display()),
             );
         }
         let want = fs::metadata(&nat).unwrap().mode() & 0o7777;

@@ -143,7 +143,7 @@ fn fsx_on_a_raw_file() {
     });
 }
 
-/// The same with passthrough asked for on a read-write mount (issue 12),
+/// The same with passthrough asked for on a read-write mount,
 /// on a raw file past the passthrough threshold: fsx opens read-write, so
 /// the daemon keeps serving it, and its reopens, mmaps, truncates and
 /// fallocates must behave exactly as with passthrough off.

@@ -1,6 +1,6 @@
-//! Full disk (issue 4, "Reliability tests"; docs/behaviour.md, "The mount" "Errors in the backing
-//! filesystem … reach the caller as the same errno; the original file is
-//! left intact"): BACKING is a 2 MiB tmpfs (the tests run as root). Corrected
+//! Full disk (docs/behaviour.md, "The mount": errors of the backing
+//! filesystem reach the caller as the same errno, and the original file is
+//! left intact): BACKING is a 2 MiB tmpfs (the tests run as root). Corrected
 //! files are created in it, the disk is filled through the mount until
 //! ENOSPC, and then the existing files are modified in every way that needs
 //! space: a shifting in-place rewrite (journaled), a C1 control (the file

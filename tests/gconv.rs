@@ -44,11 +44,7 @@ fn gconv_dir() -> &'static Path {
             .env("CUTF8_GCONV_SO", &so)
             .output()
             .expect("run scripts/install-gconv.sh");
-        assert!(
-            out.status.success(),
-            "install-gconv.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, "install-gconv.sh");
         let dir = prefix.join("lib/cutf8fs/gconv");
         assert!(dir.join("CORRECTED-UTF-8.so").is_file());
         assert!(dir.join("gconv-modules").is_file());
@@ -988,11 +984,7 @@ fn iconv1_reports_a_second_magic_number_where_cutf8_does() {
         .env("GCONV_PATH", gconv_dir())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, "command failed");
     let want = Command::new(CUTF8)
         .arg("decode")
         .args(&files)
@@ -1066,11 +1058,7 @@ fn iconv1_converts_100_mib_like_cutf8() {
     let t = std::time::Instant::now();
     let enc = iconv1(&["-f", "UTF-8", "-t", "CORRECTED-UTF-8"], &plain);
     println!("iconv(1) encode 100 MiB: {:?}", t.elapsed());
-    assert!(
-        enc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&enc.stderr)
-    );
+    crate::support::run::succeeded(&enc, "command failed");
     assert!(
         enc.stdout == std::fs::read(&coded).unwrap(),
         "encode differs from cutf8"
@@ -1078,11 +1066,7 @@ fn iconv1_converts_100_mib_like_cutf8() {
     let t = std::time::Instant::now();
     let dec = iconv1(&["-f", "CORRECTED-UTF-8", "-t", "UTF-8"], &coded);
     println!("iconv(1) decode 100 MiB: {:?}", t.elapsed());
-    assert!(
-        dec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dec.stderr)
-    );
+    crate::support::run::succeeded(&dec, "command failed");
     assert!(dec.stdout == text, "decode is not the original text");
     // Through INTERNAL and glibc's UTF-16 module and back.
     let u16 = iconv1(&["-f", "CORRECTED-UTF-8", "-t", "UTF-16"], &coded);
@@ -1127,13 +1111,7 @@ fn file_names_corrected_files() {
 // ---------------------------------------------------------------- recipes
 
 fn run(cmd: &mut Command) -> Vec<u8> {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    crate::support::run::run(cmd).stdout
 }
 
 fn git(dir: &Path, module: bool) -> impl Fn(&[&str]) -> Vec<u8> + '_ {
@@ -1249,11 +1227,7 @@ fn vim_reads_and_writes_corrected_utf8() {
             .args(["-c", "%s/line two/line 2 ࠁ/", "-c", "w", "-c", "q"])
             .output()
             .expect("vim (scripts/setup.sh installs it)");
-        assert!(
-            out.status.success(),
-            "vim on {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, format_args!("vim on {name}"));
         assert_eq!(
             std::fs::read(dir.path().join(name)).unwrap(),
             want,
@@ -1437,11 +1411,7 @@ fn system_install_works_without_gconv_path() {
         .env_remove("GCONV_PATH")
         .output()
         .expect("unshare (util-linux; the tests run as root)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, "command failed");
     let (want, _, _) = cutf8(&["encode"], "héllo\n".as_bytes());
     assert_eq!(std::fs::read(tmp.path().join("coded")).unwrap(), want);
     assert_eq!(

@@ -459,11 +459,7 @@ fn a_hostile_backing_owner_cannot_plant_or_redirect_the_database() {
                 victim.as_os_str(),
             ],
         );
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, format_args!("{script}"));
     };
     settle();
     let cases = [
@@ -531,11 +527,7 @@ fn the_first_mount_after_cutf8_migrate_is_already_warm() {
         .arg(&env.backing)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, "command failed");
     for n in names {
         assert!(
             cutf8::has_magic(&fs::read(env.b(n)).unwrap()),
@@ -574,11 +566,7 @@ fn migrate_of_a_subdirectory_records_into_the_archives_database() {
             .arg(dir)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, "command failed");
     };
     run(&env.backing);
     assert!(env.b(DB_FILE).exists());
@@ -637,11 +625,7 @@ fn migrate_back_to_utf8_removes_the_archives_index_database() {
             .arg(root)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "migrate {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, format_args!("migrate {args:?}"));
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
     let env = Env::new();

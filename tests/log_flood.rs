@@ -59,7 +59,7 @@ fn an_untrusted_journal_kept_in_place_does_not_flood_the_log() {
     // The owner of BACKING takes the journal's name, while mounted.
     let out =
         crate::support::users::sh_as(a, "mkdir \"$1\"/.cutf8fs-journal", &[m.backing.as_os_str()]);
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     let f = fs::OpenOptions::new()
         .write(true)
         .open(m.m("notes.txt"))

@@ -109,3 +109,45 @@ fn every_accepted_mount_option_is_in_the_man_page() {
          {missing:?}; document them (or stop accepting them)"
     );
 }
+
+// ---- every option in --help and in the man page ----
+
+#[test]
+fn every_mount_option_is_in_help_and_in_the_man_page() {
+    let out = std::process::Command::new(crate::support::mount::BIN)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let man = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/cutf8fs.1"))
+        .unwrap()
+        .replace("\\-", "-");
+    for (form, default, ..) in cutf8fs::fs::options::OPTIONS {
+        let key = form.split('=').next().unwrap();
+        assert!(help.contains(form), "--help lists {form}:\n{help}");
+        if !default.is_empty() {
+            assert!(
+                help.contains(&format!("[{default}]")),
+                "--help gives {form}'s default"
+            );
+        }
+        let documented = man.lines().any(|l| {
+            (l.starts_with(".B") || l.starts_with(".TP"))
+                && l.split([' ', '=', '"']).any(|w| w == key)
+        });
+        assert!(documented, "man/cutf8fs.1 documents {key}");
+    }
+    for (opt, want) in [
+        ("newfiles=utf8", "allowed: auto, raw"),
+        ("threads=0", "from 1 to 256"),
+        ("nwefiles=raw", "did you mean 'newfiles'"),
+    ] {
+        let out = std::process::Command::new(crate::support::mount::BIN)
+            .args(["-o", opt, "/nonexistent-b", "/nonexistent-m"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opt}: {err}");
+        assert!(err.contains(want), "{opt}: {err}");
+    }
+}

@@ -1,4 +1,5 @@
-//! `cutf8 migrate` end to end (issue 5, docs/behaviour.md, "The converter"): the real binary on a
+//! `cutf8 migrate` end to end (docs/behaviour.md, "The converter"): the
+//! real binary on a
 //! generated archive with text in many scripts, every skip reason, hard
 //! links, symlinks, fifos, odd names, a read-only directory and deep
 //! nesting. Each test builds its own trees in a fresh temporary directory.
@@ -137,7 +138,7 @@ fn snapshot(root: &Path) -> Snapshot {
         } else if t.is_dir() {
             for e in fs::read_dir(&p).unwrap() {
                 let e = e.unwrap();
-                // The index database migrate records into (issue 11) is
+                // The index database migrate records into is
                 // the mount's, not part of the archive.
                 if !e.file_name().as_bytes().starts_with(b".cutf8fs-") {
                     stack.push(e.path());

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::support::cli::BIN;
+use crate::support::cli::{cutf8, with_magic, Dir, BIN};
 
 fn migrate(args: &[&str], paths: &[&Path]) -> Output {
     let out = Command::new(BIN)
@@ -168,11 +168,224 @@ fn the_progress_bar_does_not_start_full_and_empty() {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("script (util-linux)");
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     let drawn = String::from_utf8_lossy(&fs::read(&typescript).unwrap()).into_owned();
     assert!(drawn.contains("converted: 5000 files"), "{drawn}");
     assert!(
         !drawn.contains("0 B/0 B"),
         "the bar was drawn over 0 B/0 B:\n{drawn}"
     );
+}
+
+use cutf8::MAGIC;
+
+// ---- words and exit statuses ----
+
+#[test]
+fn migrate_counts_in_words_and_one_unit() {
+    let d = Dir::new();
+    d.write("one.txt", b"one\n");
+    let r = d.run(&["migrate", "--no-progress", "."], b"").ok();
+    assert_eq!(d.read("one.txt"), with_magic(b"one\n"));
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(out.contains("converted: 1 file\n"), "{out}");
+    assert!(out.contains("failed:    0 files\n"), "{out}");
+    assert!(out.contains("size:      4 B before, 12 B after\n"), "{out}");
+    assert!(
+        !out.contains(" files\n") || out.contains("0 files"),
+        "{out}"
+    );
+    let r = d.run(&["migrate", "--dry-run", "."], b"").ok();
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(out.contains("dry run: 0 files would be converted"), "{out}");
+    assert!(out.contains("skipped:   1 path\n"), "{out}");
+    assert!(
+        !out.contains("1 paths") && !out.contains("1 files"),
+        "{out}"
+    );
+}
+
+/// migrate's exit 1: a file that cannot be replaced (immutable, so not even
+/// root may) fails, is named, and is left as it was; the others convert.
+#[test]
+fn migrate_exits_1_when_a_file_fails_and_leaves_it_unchanged() {
+    let d = Dir::new();
+    d.write("ok.txt", b"fine\n");
+    d.write("locked.txt", "caf\u{e9}\n".as_bytes());
+    let chattr = |flag: &str| {
+        let st = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(d.path().join("locked.txt"))
+            .status()
+            .expect("chattr (e2fsprogs)");
+        assert!(st.success(), "chattr {flag}: needs root on ext4-like /tmp");
+    };
+    chattr("+i");
+    let r = d.run(&["migrate", "--no-progress", "."], b"");
+    chattr("-i");
+    let r = r.exits(1).stderr_has("locked.txt");
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(out.contains("failed:    1 file\n"), "{out}");
+    assert_eq!(d.read("locked.txt"), "caf\u{e9}\n".as_bytes(), "unchanged");
+    assert_eq!(d.read("ok.txt"), with_magic(b"fine\n"));
+}
+
+/// Every exit status `cutf8 --help` documents, produced by the command it
+/// names.
+#[test]
+fn each_documented_exit_status_happens() {
+    let help = String::from_utf8(cutf8(&["--help"], b"").ok().stdout).unwrap();
+    let d = Dir::new();
+    d.write("good.txt", b"good\n");
+    d.write("bad.txt", b"\xC0\xAF\n");
+    d.write("good.cu8", &with_magic(b"good\n"));
+    d.write("tab.cu8", &with_magic(b"a\tb\n"));
+    let cases: &[(&str, &[&str], i32)] = &[
+        ("0", &["encode", "good.txt"], 0),
+        ("0", &["decode", "good.cu8"], 0),
+        ("0", &["check", "good.cu8"], 0),
+        ("1", &["encode", "bad.txt"], 1),
+        ("1", &["decode", "good.txt"], 1),
+        ("1", &["check", "--error", "tab", "tab.cu8"], 1),
+        ("2", &["encode", "--bogus"], 2),
+        ("2", &["encode", "nosuch.txt"], 2),
+        ("2", &["decode", "nosuch.cu8"], 2),
+        ("2", &["check", "nosuch.cu8"], 2),
+        ("2", &["migrate", "nosuch"], 2),
+        ("2", &["decode", "good.cu8", "-o", "no/such/dir/out"], 2),
+        // Last: it converts good.txt.
+        ("0", &["migrate", "--no-progress", "good.txt"], 0),
+    ];
+    for (code, args, want) in cases {
+        assert!(
+            help.contains(&format!("  {code}  ")),
+            "--help documents {code}:\n{help}"
+        );
+        d.run(args, b"").exits(*want);
+    }
+}
+
+// ---- version-control metadata is left alone ----
+
+#[test]
+fn migrate_leaves_a_git_repository_working() {
+    let d = Dir::new();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=N", "-c", "user.email=n@example.org"])
+            .args(args)
+            .current_dir(d.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", d.path())
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    d.write("a.txt", "café\n".as_bytes());
+    git(&["add", "a.txt"]);
+    git(&["commit", "-q", "-m", "one"]);
+    std::fs::create_dir_all(d.path().join(".hg")).unwrap();
+    d.write(".hg/requires", b"store\n");
+    // One warning: converting a tracked file changes it for git outside a
+    // mount (tests/migrate_feedback.rs).
+    let r = d
+        .run(&["migrate", "--no-progress", "."], b"")
+        .exits(0)
+        .stderr_has("git work tree");
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("converted: 1 file\n"),
+        "only a.txt: {}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    assert_eq!(d.read(".git/HEAD"), b"ref: refs/heads/main\n");
+    assert_eq!(d.read(".hg/requires"), b"store\n");
+    assert_eq!(git(&["log", "--format=%s"]), "one\n");
+    // --include-vcs goes in (and breaks the repository, as documented).
+    d.run(&["migrate", "--no-progress", "--include-vcs", "."], b"")
+        .exits(0);
+    assert!(d.read(".git/HEAD").starts_with(&MAGIC));
+}
+
+// ---- Ctrl-C ----
+
+#[test]
+fn ctrl_c_during_migrate_says_how_to_resume_and_a_rerun_finishes() {
+    use std::io::BufRead;
+    // A run that finishes before SIGINT arrives checks nothing: try again
+    // on a larger tree, and fail if even the largest is too quick.
+    for n in [4000, 16_000, 64_000] {
+        let d = Dir::new();
+        for k in 0..n {
+            d.write(&format!("f{k:05}.txt"), format!("file {k} é\n").as_bytes());
+        }
+        let mut child = std::process::Command::new(crate::support::cli::BIN)
+            .args(["migrate", "--verbose", "--jobs", "1", "."])
+            .current_dir(d.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Once a file is reported converted, the run is under way.
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(0) {
+            eprintln!("migrate of {n} files finished before SIGINT arrived; a larger tree");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(130), "{err}");
+        assert!(
+            err.contains("interrupted") && err.contains("run the same command again"),
+            "{err}"
+        );
+        d.run(&["migrate", "--no-progress", "-q", "."], b"").ok();
+        for k in (0..n).step_by(397) {
+            let name = format!("f{k:05}.txt");
+            assert!(d.read(&name).starts_with(&MAGIC), "{name} converted");
+            d.run(&["decode", &name], b"")
+                .ok()
+                .stdout_is(format!("file {k} é\n").as_bytes(), &name);
+        }
+        assert!(
+            d.names().iter().all(|n| n.ends_with(".txt")),
+            "no leftovers"
+        );
+        return;
+    }
+    panic!("every migrate finished before SIGINT arrived: the interruption was never tested");
+}
+
+// ---- a path on a mount ----
+
+#[test]
+fn migrate_refuses_a_path_on_a_mount() {
+    let m = crate::support::mount::Mount::new(&[], |b| {
+        fs::write(b.join("a.txt"), "a\n").unwrap();
+    });
+    let out = Command::new(crate::support::cli::BIN)
+        .arg("migrate")
+        .arg(m.m("a.txt"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is on a cutf8fs mount") && err.contains(&*m.backing.to_string_lossy()),
+        "names the mount and BACKING: {err}"
+    );
+    assert_eq!(fs::read(m.b("a.txt")).unwrap(), b"a\n", "nothing converted");
+    // The same file, named in BACKING, converts.
+    let out = Command::new(crate::support::cli::BIN)
+        .args(["migrate", "-q"])
+        .arg(m.b("a.txt"))
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&out, "command failed");
 }

@@ -129,11 +129,7 @@ impl Fixture {
         let mut all: Vec<&OsStr> = vec![self.tree.as_os_str()];
         all.extend_from_slice(args);
         let out = sh_as(self.a, &full, &all);
-        assert!(
-            out.status.success(),
-            "as the user: {script}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, format_args!("as the user: {script}"));
     }
 
     /// The user writes `bytes` to `rel` in the tree (a file of theirs).

@@ -1,4 +1,4 @@
-//! Real-mount tests of `cutf8fs` (issue 3): the mirror and the read path.
+//! Real-mount tests of `cutf8fs`: the mirror and the read path.
 //!
 //! Each test mounts a fresh temporary BACKING with the built daemon (see
 //! `crate::support::mount::Mount`), checks what the mount shows against what the
@@ -412,7 +412,7 @@ fn regular_files_show_a_1_mib_blksize_unless_asked_for_backings() {
 
 #[test]
 fn magic_at_the_start_of_a_raw_file_is_refused() {
-    // (Writes to corrected files are issue 4's, tested with the write path.)
+    // (Writes to corrected files are tested with the write path, mount_write.)
     let text = corrected(&every_kind());
     let m = Mount::new(&[], |b| {
         write(&b.join("c.txt"), &text);
@@ -476,7 +476,7 @@ fn other_users_get_exactly_what_the_modes_allow() {
         "{out:?}"
     );
     let out = as_nobody(&["cat", &s("public")]);
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     assert_eq!(out.stdout, b"for all\n");
     let out = as_nobody(&["sh", "-c", &format!("echo hi > {}", s("public"))]);
     assert!(!out.status.success(), "nobody wrote a 0644 root file");
@@ -487,7 +487,7 @@ fn other_users_get_exactly_what_the_modes_allow() {
         "-c",
         &format!("echo mine > {}/n && mkdir {}/d", s("shared"), s("shared")),
     ]);
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     for name in ["shared/n", "shared/d"] {
         let meta = fs::metadata(m.b(name)).unwrap();
         assert_eq!(

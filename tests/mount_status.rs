@@ -58,7 +58,7 @@ fn any_reader_can_ask_how_a_file_is_stored_and_copies_do_not_carry_it() {
         "getfattr --only-values -n cutf8fs.encoding \"$1\"",
         &[m.m("c.txt").as_os_str()],
     );
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "corrected");
 
     // Never listed, never set, never removed.
@@ -96,7 +96,7 @@ fn any_reader_can_ask_how_a_file_is_stored_and_copies_do_not_carry_it() {
         .args(["sh", m.mnt.to_str().unwrap(), m.dir().to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     for copy in ["cp.txt", "t/c.txt", "rs.txt"] {
         let names = Command::new("getfattr")
             .args(["-d", "-m", "-"])
@@ -128,7 +128,7 @@ fn cutf8fs_stats_reports_what_the_daemon_does() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     for part in [
         "lookup",
         "read",
@@ -161,7 +161,7 @@ fn cutf8fs_stats_reports_what_the_daemon_does() {
         "\"$1\" --stats \"$2\"",
         &[OsStr::new(BIN), m.mnt.as_os_str()],
     );
-    assert!(out.status.success(), "{out:?}");
+    crate::support::run::succeeded(&out, "command failed");
     // Not a cutf8fs mount: a clear error.
     let out = Command::new(BIN)
         .arg("--stats")

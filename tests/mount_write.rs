@@ -1,5 +1,4 @@
-//! Real tools writing through a real `cutf8fs` mount (issue 4, "Real tools,
-//! in `cargo test` against a real mount"): vim with every `backupcopy`,
+//! Real tools writing through a real `cutf8fs` mount, in `cargo test`: vim with every `backupcopy`,
 //! `sed -i`, `perl -pi`, shell `>` and `>>`, `cp`, `mv`, `rsync -a`,
 //! `tar -x`, `git clone` and `git checkout`, Python's open modes.
 //!

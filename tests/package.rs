@@ -43,11 +43,7 @@ fn build_deb(out: &Path) -> PathBuf {
         .env("CUTF8_GCONV_SO", gconv_so())
         .output()
         .unwrap();
-    assert!(
-        run.status.success(),
-        "package-deb.sh failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    crate::support::run::succeeded(&run, "package-deb.sh");
     let deb = PathBuf::from(String::from_utf8_lossy(&run.stdout).trim().to_string());
     let version = env!("CARGO_PKG_VERSION");
     let name = deb.file_name().unwrap().to_string_lossy().into_owned();

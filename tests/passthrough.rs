@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::support::mount::{enc, random_disk, wait_for, Mount};
 use crate::support::users::{sh_as, user};
 
-const MAGIC: [u8; 8] = [0xEF, 0xB7, 0x9D, 0xED, 0xB2, 0xAE, 0x00, 0x0A];
+use cutf8::MAGIC;
 
 /// Raw bytes that do not begin with the magic number.
 fn raw_bytes(len: usize, seed: u64) -> Vec<u8> {

@@ -1,4 +1,4 @@
-//! Issue 12: fewer round trips per file, same behaviour. The daemon
+//! Fewer round trips per file, same behaviour. The daemon
 //! answers FLUSH with ENOSYS (it buffers nothing), so the kernel stops
 //! sending it; close(2) must still write a shared mapping's dirty pages
 //! back before it returns, as it did when FLUSH was answered.

@@ -22,11 +22,7 @@ fn migrate(args: &[&str], root: &Path) -> std::process::Output {
         .arg(root)
         .output()
         .expect("run cutf8");
-    assert!(
-        out.status.success(),
-        "cutf8 migrate {args:?}: {out:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, format_args!("cutf8 migrate {args:?}"));
     out
 }
 
@@ -66,7 +62,7 @@ fn migrate_leaves_scripts_raw_and_they_still_run() {
         );
     }
     let run = Command::new(root.join("run.sh")).output().unwrap();
-    assert!(run.status.success(), "{run:?}");
+    crate::support::run::succeeded(&run, "command failed");
     assert!(String::from_utf8_lossy(&run.stdout).starts_with("grüße aus"));
     let text = fs::read_to_string(&report).unwrap();
     let codes: Vec<(String, String)> = text
@@ -125,7 +121,7 @@ fn the_mount_corrects_rust_inner_attributes_and_keeps_scripts_raw() {
     executable(&m.m("run.sh"), sh);
     assert_eq!(fs::read(m.b("run.sh")).unwrap(), sh.as_bytes());
     let run = Command::new(m.b("run.sh")).output().unwrap();
-    assert!(run.status.success(), "{run:?}");
+    crate::support::run::succeeded(&run, "command failed");
 
     // The same rule as migrate: a tree written through the mount and then
     // migrated is left as it is.

@@ -1,4 +1,4 @@
-//! Issue 8 (part B): permissions through the mount are exactly those of
+//! Permissions through the mount are exactly those of
 //! BACKING — POSIX ACLs (deny and grant, user/group/mask, default ACLs),
 //! the identities new files get, and which extended attribute names a
 //! caller may see.
@@ -42,12 +42,7 @@ fn root_sh(script: &str, dir: &Path) {
         .arg(dir)
         .output()
         .expect("sh");
-    assert!(
-        out.status.success(),
-        "set-up `{script}` in {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, format_args!("set-up `{script}` in {}", dir.display()));
 }
 
 /// "ok", or the error text a command printed (its last `: ` field, which

@@ -1,4 +1,4 @@
-//! Issue 8, part A: the journal trusts only what the daemon wrote, and a
+//! The redo journal trusts only what the daemon wrote, and a
 //! read-only mount writes nothing (docs/behaviour.md, "The mount").
 //!
 //! Every test plays the owner of BACKING (the real unprivileged user
@@ -94,11 +94,7 @@ impl Fixture {
                 self.dir.path().as_os_str(),
             ],
         );
-        assert!(
-            out.status.success(),
-            "as user A: {script}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::support::run::succeeded(&out, format_args!("as user A: {script}"));
     }
 
     /// A file owned by A in BACKING.
@@ -487,11 +483,7 @@ fn a_journal_swapped_while_mounted_misdirects_nothing() {
         }
     }
     let out = attacker.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::run::succeeded(&out, "command failed");
     let moved = fs::read_dir(&f.backing)
         .unwrap()
         .filter(|e| {

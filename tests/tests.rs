@@ -1,6 +1,17 @@
 //! The integration tests: one test binary, as ripgrep has, with one module
-//! per area. Each module was once a binary of its own; one binary links the
-//! support code once and runs everything in one process.
+//! per area, named for what it tests: the converter (`cli`,
+//! `cli_conventions`, `encode_remedies`, `check_archive`),
+//! migrate (`migrate*`, `scripts`), the mount's reads and metadata (`mount`,
+//! `mount_scans`, `mount_backing_changes`, `atime`, `passthrough`), its
+//! writes (`mount_write`, `write_*`, `round_trips`, `fallocate`, `fsx`), permissions and
+//! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
+//! disk (`crash`, `full_disk`), resources (`robust_fds`, `log_flood`), the
+//! daemon's life and words (`daemon_cli`, `mount_lifecycle`,
+//! `mount_status`, `logging`, `mount_outside_tools`), the index database
+//! (`index_db`), the charset (`gconv`), docs and packaging (`docs`,
+//! `man_page`, `package`, `sample_archive`) and the system-call
+//! layer (`sys`). One binary links the support code once and runs
+//! everything in one process.
 //!
 //! * [`support`]: the one mount guard (`support::mount::Mount`: fresh or
 //!   given BACKING, kill -9 and remount, the daemon's log on failure), the
@@ -24,14 +35,14 @@ mod support;
 mod atime;
 mod check_archive;
 mod cli;
+mod cli_conventions;
 mod close;
 mod crash;
 mod daemon_cli;
+mod docs;
 mod encode_remedies;
 mod export;
 mod fallocate;
-mod first_hour;
-mod first_hour_mount;
 mod fsx;
 mod full_disk;
 mod gconv;
@@ -45,6 +56,10 @@ mod migrate;
 mod migrate_feedback;
 mod migrate_security;
 mod mount;
+mod mount_backing_changes;
+mod mount_lifecycle;
+mod mount_outside_tools;
+mod mount_scans;
 mod mount_status;
 mod mount_write;
 mod package;
@@ -52,8 +67,6 @@ mod passthrough;
 mod pjdfstest;
 mod resources;
 mod robust_fds;
-mod robust_scan;
-mod robust_underneath;
 mod round_trips;
 mod sample_archive;
 mod scripts;

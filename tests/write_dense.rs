@@ -1,4 +1,4 @@
-//! Issue 12: large files of text dense in the units whose length differs
+//! Large files of text dense in the units whose length differs
 //! between disk and view (U+0800–U+089F, U+10000–U+1109F), written through
 //! the mount as `cp` writes them, in 128 KiB pieces that cut characters.
 //!

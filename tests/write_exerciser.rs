@@ -1,4 +1,4 @@
-//! The text exerciser (issue 4, "Reliability tests"): thousands of random
+//! The text exerciser: thousands of random
 //! operations on one file through a real mount — writes of random text at
 //! random character-aligned offsets (some cut in two mid-character), appends
 //! (O_APPEND too), writes past the end, truncations, fsync, close and reopen

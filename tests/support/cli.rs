@@ -10,6 +10,13 @@ use std::process::{Command, Stdio};
 /// The built `cutf8`.
 pub const BIN: &str = env!("CARGO_BIN_EXE_cutf8");
 
+/// `b` after the magic number: a corrected file's bytes.
+pub fn with_magic(b: &[u8]) -> Vec<u8> {
+    let mut v = cutf8::MAGIC.to_vec();
+    v.extend_from_slice(b);
+    v
+}
+
 /// What one run of `cutf8` did.
 pub struct Run {
     pub cmd: String,

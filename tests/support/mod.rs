@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod disk;
 pub mod mount;
+pub mod run;
 pub mod servers;
 pub mod users;
 pub mod write;

@@ -51,12 +51,7 @@ fn group_id(name: &str) -> Option<u32> {
 }
 
 fn must(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::run::run(cmd);
 }
 
 /// Creates (once) and returns the test user `name` (one of [`NAMES`]).

@@ -101,24 +101,7 @@ pub fn corrected_file(text: &str) -> Vec<u8> {
     v
 }
 
-/// Runs `cmd`; on failure panics with the command line, cwd, status,
-/// stdout and stderr.
-pub fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    if !out.status.success() {
-        panic!(
-            "command failed: {cmd:?}\ncwd: {:?}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            cmd.get_current_dir(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out
-}
+pub use super::run::run;
 
 /// `sh -c script` with `$1`… set to `args`.
 pub fn sh(script: &str, args: &[&OsStr]) -> Output {

@@ -1,4 +1,4 @@
-//! Scans never block other users (issue 10): index building skips holes, so
+//! Scans never block other users: index building skips holes, so
 //! a sparse 20 GiB corrected file is classified in milliseconds; scans of
 //! large dense files run off the FUSE workers, so a small `cat` by another
 //! process completes while two 2 GiB files are first stat'ed (or opened

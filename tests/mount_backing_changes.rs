@@ -1,4 +1,4 @@
-//! Files changed in BACKING behind the mount's back (issue 10): a corrected
+//! Files changed in BACKING behind the mount's back: a corrected
 //! file truncated, grown, rewritten in place with the same size, replaced by
 //! a rename, or deleted, while a handle of it is open through the mount for
 //! reading, for writing, or mmapped.
@@ -7,7 +7,7 @@
 //! (the old one, or the new one once the change is visible), or EOF; never
 //! bytes of both, never a crash; the mount stays up and the daemon logs no
 //! panic. Writes through an old handle follow "last writer wins" without
-//! corrupting the encoding. Also: finding 1's exact repro, and isatty() on a
+//! corrupting the encoding. Also: a pread far past a truncation, and isatty() on a
 //! mount file answered quietly.
 
 use std::fs;
@@ -357,7 +357,7 @@ fn mmap_reads_after_a_change_see_one_version_or_sigbus_past_the_end() {
 /// Finding 1 as reported: read a little, truncate to 50 bytes in BACKING,
 /// pread 4096 bytes at 300 000 on the same handle. It killed the mount.
 #[test]
-fn finding_1_pread_far_past_a_truncation_in_backing() {
+fn pread_far_past_a_truncation_in_backing() {
     let old = corrected(&random_disk(400_000, 11));
     let m = Mount::new(&[], |b| fs::write(b.join("f.txt"), &old).unwrap());
     let f = fs::File::open(m.m("f.txt")).unwrap();
@@ -375,7 +375,7 @@ fn finding_1_pread_far_past_a_truncation_in_backing() {
         Ok(n) => one_version("pread at 300000", &buf[..n], 300_000, 4096, &vs),
         Err(e) => panic!("pread at 300000 after truncation in BACKING: {e}"),
     }
-    mount_alive(&m, "finding 1");
+    mount_alive(&m, "pread far past a truncation");
     assert!(fs::read(m.m("f.txt")).is_ok(), "a fresh open reads");
 }
 
