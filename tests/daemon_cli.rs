@@ -14,14 +14,7 @@ use crate::support::mount::{is_mounted, wait_for, BIN};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    let b = d.path().join("b");
-    let m = d.path().join("m");
-    fs::create_dir(&b).unwrap();
-    fs::create_dir(&m).unwrap();
-    (d, b, m)
-}
+use crate::support::run::dirs;
 
 fn unmount(m: &Path) {
     let _ = Command::new("fusermount3").arg("-u").arg(m).status();

@@ -1026,7 +1026,6 @@ fn permission_denied_is_a_reported_skip() {
 /// directory after the walk has long moved on.
 #[test]
 fn a_tree_of_many_directories_converts_within_a_small_descriptor_limit() {
-    use std::os::unix::process::CommandExt;
     let t = tmpdir();
     let root = t.path().join("tree");
     for i in 0..1000 {
@@ -1034,23 +1033,9 @@ fn a_tree_of_many_directories_converts_within_a_small_descriptor_limit() {
         write(&root, format!("{rel}/x.txt").as_bytes(), b"x\n");
         write(&root, format!("{rel}/y.txt").as_bytes(), b"y\n");
     }
-    let lim = libc::rlimit {
-        rlim_cur: 512,
-        rlim_max: 512,
-    };
     let mut cmd = Command::new(BIN);
     cmd.args([os("migrate"), os("--jobs"), os("2"), root.as_os_str()]);
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls setrlimit(2), which is async-signal-safe, on a struct it owns.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
+    crate::support::run::limit_nofile(&mut cmd, 512);
     let out = cmd.stdin(Stdio::null()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(

@@ -565,14 +565,7 @@ fn fusermount_u_ends_the_daemon() {
     assert!(status.unwrap().success());
 }
 
-fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    let b = d.path().join("b");
-    let m = d.path().join("m");
-    fs::create_dir(&b).unwrap();
-    fs::create_dir(&m).unwrap();
-    (d, b, m)
-}
+use crate::support::run::dirs;
 
 #[test]
 fn daemonizes_and_exits_zero_only_once_mounted() {

@@ -8,7 +8,7 @@
 //! the kernel resolves to the inode the descriptor holds, not by a path
 //! walk, and so is rename-safe too.
 
-use std::ffi::{CStr, CString, OsString};
+use std::ffi::{CStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -19,18 +19,12 @@ use nix::fcntl::{self, AtFlags, FallocateFlags, FcntlArg, OFlag, RenameFlags};
 use nix::sys::stat::{self, FchmodatFlags, Mode, SFlag};
 use nix::unistd::{self, Gid, Uid, UnlinkatFlags, Whence};
 
-use super::{from_nix, Name};
+use super::{from_nix, proc_path, Name};
 
 const EMPTY: &CStr = c"";
 
 fn oflag(flags: libc::c_int) -> OFlag {
     OFlag::from_bits_retain(flags)
-}
-
-/// `/proc/self/fd/N` for a descriptor.
-pub fn proc_path(fd: BorrowedFd<'_>) -> CString {
-    // A decimal number never holds NUL.
-    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
 }
 
 /// `openat(dir, name, flags | O_CLOEXEC, mode)`.

@@ -1,10 +1,16 @@
-//! The one syscall layer: every Linux system call the two programs make
-//! that `std` does not offer, as a safe function. Built on `nix`; raw
-//! `libc` only where `nix` has no wrapper (xattrs on a path, file handles,
-//! `utimensat` with `AT_EMPTY_PATH`, the per-thread `setgroups`, `fork`,
-//! a signal handler, a descriptor received over a socket), each such
-//! `unsafe` block with its `// SAFETY:` reason. Nothing here knows what
-//! the callers are for.
+//! The system calls that need more than one `nix` call: `*at` operations
+//! that never follow a symlink, descriptors reopened through
+//! `/proc/self/fd/N`, xattrs, file handles, acting as another user,
+//! daemonizing — and every call that needs raw `libc` because `nix` has no
+//! wrapper (xattrs on a path, file handles, `utimensat` with
+//! `AT_EMPTY_PATH`, the per-thread `setgroups`, `fork`, a signal handler, a
+//! descriptor received over a socket), each such `unsafe` block with its
+//! `// SAFETY:` reason: the crate's only `unsafe` outside the codec. A
+//! single `nix` call with a safe signature (an `fstat`, an `openat` with
+//! `O_NOFOLLOW`, a `fallocate`) is made where it is needed, with nix's own
+//! `Errno` → `io::Error` conversion. Nothing here knows what the callers
+//! are for, except the set-id and capability kill of `file` (`privs`,
+//! `kill`: what a write by an unprivileged caller removes natively).
 //!
 //! * [`file`](mod@file): `*at` calls relative to a directory descriptor that never
 //!   follow a symlink, `O_PATH` descriptors reopened through
@@ -33,6 +39,7 @@ pub mod xattr;
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 
 pub use file::*;
@@ -40,6 +47,12 @@ pub use handle::{name_to_handle, open_by_handle, open_by_handle_parts, BackingHa
 pub use ident::{has_fsetid, has_sys_admin, is_root, ActAs, Identity, Umask};
 pub use process::fd_limit;
 pub use xattr::{getxattr, listxattr, removexattr, setxattr};
+
+/// `/proc/self/fd/N` for a descriptor.
+pub fn proc_path(fd: BorrowedFd<'_>) -> CString {
+    // A decimal number never holds NUL.
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
+}
 
 /// A `nix` error as the `io::Error` every caller speaks.
 fn from_nix(e: nix::Error) -> io::Error {

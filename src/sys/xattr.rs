@@ -8,7 +8,7 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use super::file::proc_path;
+use super::proc_path;
 
 fn size(r: libc::ssize_t) -> io::Result<usize> {
     usize::try_from(r).map_err(|_| io::Error::last_os_error())

@@ -14,7 +14,6 @@
 //! peer suites' tools.
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -181,22 +180,7 @@ impl Mount {
             cmd.env(k, v);
         }
         if let Some(n) = self.start.nofile {
-            let lim = libc::rlimit {
-                rlim_cur: n,
-                rlim_max: n,
-            };
-            // SAFETY: the closure runs in the forked child before exec and
-            // only calls setrlimit(2), which is async-signal-safe, on a
-            // struct it owns.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                });
-            }
+            super::run::limit_nofile(&mut cmd, n);
         }
         let child = cmd
             .stdin(Stdio::null())

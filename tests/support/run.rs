@@ -4,6 +4,7 @@
 //! bare `assertion failed`.
 
 use std::fmt::Display;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 
 /// Panics unless the finished command `out` succeeded, naming `what` (the
@@ -34,4 +35,35 @@ pub fn run(cmd: &mut Command) -> Output {
         format_args!("command failed: {cmd:?} (in {:?})", cmd.get_current_dir()),
     );
     out
+}
+
+/// Gives the process `cmd` starts a descriptor limit of `n` (soft and hard),
+/// leaving this process's own alone (the tests share it).
+pub fn limit_nofile(cmd: &mut Command, n: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: n,
+    };
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls setrlimit(2), which is async-signal-safe, on a struct it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// A fresh temporary directory holding the empty directories `b` and `m`
+/// (a BACKING and a mount point): the directory's guard and both paths.
+pub fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let b = d.path().join("b");
+    let m = d.path().join("m");
+    std::fs::create_dir(&b).unwrap();
+    std::fs::create_dir(&m).unwrap();
+    (d, b, m)
 }
