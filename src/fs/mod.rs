@@ -64,6 +64,7 @@ mod mount;
 mod ops;
 pub mod options;
 mod passthrough;
+mod privs;
 mod progress;
 mod rawnew;
 mod share;

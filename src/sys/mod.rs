@@ -9,8 +9,7 @@
 //! single `nix` call with a safe signature (an `fstat`, an `openat` with
 //! `O_NOFOLLOW`, a `fallocate`) is made where it is needed, with nix's own
 //! `Errno` → `io::Error` conversion. Nothing here knows what the callers
-//! are for, except the set-id and capability kill of `file` (`privs`,
-//! `kill`: what a write by an unprivileged caller removes natively).
+//! are for.
 //!
 //! * [`file`](mod@file): `*at` calls relative to a directory descriptor that never
 //!   follow a symlink, `O_PATH` descriptors reopened through

@@ -3,6 +3,7 @@
 //! not cost a rescan.
 
 use super::*;
+use crate::fs::privs;
 
 impl CutFs {
     #[allow(clippy::too_many_arguments)]
@@ -141,7 +142,7 @@ impl CutFs {
     }
 
     /// Removes from `file` what a write, truncate or fallocate by a caller
-    /// without CAP_FSETID removes natively (`sys::privs`): the kernel leaves
+    /// without CAP_FSETID removes natively (`privs::privs`): the kernel leaves
     /// this to the daemon (`FUSE_HANDLE_KILLPRIV_V2`, see `init`), whose own
     /// calls as root would keep them. `unprivileged`: the kernel already
     /// said the caller lacks CAP_FSETID (a write's flag); otherwise the
@@ -160,14 +161,14 @@ impl CutFs {
         unprivileged: bool,
     ) -> Result<()> {
         let in_group = |gid| caller(req).has_group(gid);
-        if sys::privs(file.as_fd(), in_group).map_err(io)?.is_none()
+        if privs::privs(file.as_fd(), in_group).map_err(io)?.is_none()
             || !unprivileged && sys::has_fsetid(req.pid(), req.uid())
         {
             return Ok(());
         }
         let killed = self.keeping_content_stat(inode, state, || {
-            match sys::privs(file.as_fd(), in_group).map_err(io)? {
-                Some(p) => sys::kill(file.as_fd(), p).map(|()| true).map_err(io),
+            match privs::privs(file.as_fd(), in_group).map_err(io)? {
+                Some(p) => privs::kill(file.as_fd(), p).map(|()| true).map_err(io),
                 None => Ok(false),
             }
         });
