@@ -1,8 +1,9 @@
 //! Backing `stat` → FUSE attributes, and FUSE times → `timespec`.
 //!
 //! The size is passed in by the caller: for a corrected file it is the
-//! view's length (`CutFs::attr` is the one function that decides it, for
-//! every reply that carries attributes). Nothing else is translated.
+//! view's length plus the bytes held back at its end (`ops::attr_with`
+//! decides it, for every reply that carries attributes: `CutFs::attr`'s,
+//! the scan threads' and readdirplus's). Nothing else is translated.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -2,8 +2,8 @@
 //!
 //! Every helper in `fs` returns [`Result`]; every FUSE method ends in one
 //! `match` that sends `Ok` as a reply and `Err` through [`Errno`]. Backing
-//! filesystem errors keep their errno unchanged (SPEC §3: EACCES, ENOSPC,
-//! EIO, … reach the caller as they are); errors without an OS code (bad
+//! filesystem errors keep their errno unchanged (docs/behaviour.md, "The
+//! mount": EACCES, ENOSPC, EIO, … reach the caller as they are); errors without an OS code (bad
 //! bytes on disk, a bug) become EIO and are logged here, never a panic.
 //! The view's domain errors (`crate::view::Error`: content that cannot be
 //! stored, a raw file that would begin with the magic number, a read-only
@@ -47,7 +47,8 @@ pub fn io(e: io::Error) -> Errno {
     errno(&e)
 }
 
-/// The errno of each reason a change of a view fails (SPEC §3).
+/// The errno of each reason a change of a view fails (docs/behaviour.md,
+/// "The mount").
 pub fn view_errno(e: ViewError) -> Errno {
     match e {
         // W cannot store it / it would read back as something else.

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 /// What content a file that holds none (new, or emptied) takes on its first
-/// write (SPEC §3; used by the write path, `write`).
+/// write (docs/behaviour.md, "The mount"; used by the write path, `write`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NewFiles {
     /// Corrected when what is written is UTF-8 text W can store.

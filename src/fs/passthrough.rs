@@ -5,9 +5,9 @@
 //! backing-file ids. It knows nothing of the view; `mod.rs` asks it at
 //! every open, create and release.
 //!
-//! **What is served by the kernel, and why only that.** SPEC §3 keeps
-//! promises about *writes* that the daemon can only keep by seeing every
-//! write: a raw file must never gain the magic number at offset 0 (the
+//! **What is served by the kernel, and why only that.** The mount keeps
+//! promises about *writes* (docs/behaviour.md, "The mount") that the
+//! daemon can only keep by seeing every write: a raw file must never gain the magic number at offset 0 (the
 //! write fails with EILSEQ), an empty file takes the encoding of its first
 //! write (text becomes corrected), and a file whose content W cannot store
 //! turns raw. A passthrough write reaches BACKING without the daemon, so

@@ -2,7 +2,7 @@
 //! file's path below BACKING: `Inode::path`).
 //!
 //! A file that holds no content takes the encoding of its first write
-//! (SPEC §3), except, by default, where tools outside the mount read the
+//! (docs/behaviour.md, "The mount"), except, by default, where tools outside the mount read the
 //! same bytes:
 //!
 //! * files under version-control metadata (`.git`, `.hg`, `.svn`; the list
