@@ -237,7 +237,7 @@ fn chown_takes_setid_bits_and_caps_as_natively() {
     );
 }
 
-/// The finding this guards against, as written: a user who may write a
+/// What this guards against: a user who may write a
 /// set-user-ID root program must not be able to keep the bit while
 /// changing the program. Checked on the BACKING file, which is what
 /// executes outside the mount.

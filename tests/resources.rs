@@ -56,7 +56,7 @@ fn write_until(path: &Path, n: usize) -> std::io::Result<usize> {
     Ok(done)
 }
 
-/// The finding: 10 files of 5 MiB on a 64 MiB ext4, listed and read
+/// What it guards against: 10 files of 5 MiB on a 64 MiB ext4, listed and read
 /// through the mount, deleted in BACKING: their space must come back at
 /// once and BACKING must remount read-only, while the mount is up and the
 /// kernel still remembers the inodes; then the disk, full before, takes a
@@ -176,7 +176,7 @@ fn holder(u: User, dir: &Path, first: usize, n: usize) -> (Child, usize, String)
     (c, line.trim().parse().unwrap_or(0), err)
 }
 
-/// The finding: one user's processes holding thousands of files open
+/// What it guards against: one user's processes holding thousands of files open
 /// through the mount brought the daemon to its descriptor limit, and every
 /// other user's `ls`, `cat`, `stat` and new files failed. Now that user
 /// gets EMFILE past its share (and the log says why), and the others carry
@@ -292,7 +292,7 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The finding: after `ls -l` of a million files and the kernel forgetting
+/// What it guards against: after `ls -l` of a million files and the kernel forgetting
 /// them, 698 MB stayed resident. Here, 100 000: after the kernel forgot
 /// them, the daemon is back within a few MB of where it started (the
 /// benchmark, scripts/bench-inodes.sh, measures per inode).

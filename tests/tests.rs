@@ -3,9 +3,9 @@
 //! `cli_conventions`, `encode_remedies`, `check_archive`),
 //! migrate (`migrate*`, `scripts`), the mount's reads and metadata (`mount`,
 //! `mount_scans`, `mount_backing_changes`, `atime`, `passthrough`), its
-//! writes (`mount_write`, `write_*`, `round_trips`, `fallocate`, `fsx`), permissions and
+//! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
-//! disk (`crash`, `full_disk`), resources (`robust_fds`, `log_flood`), the
+//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), the
 //! daemon's life and words (`daemon_cli`, `mount_lifecycle`,
 //! `mount_status`, `logging`, `mount_outside_tools`), the index database
 //! (`index_db`), the charset (`gconv`), docs and packaging (`docs`,
@@ -18,7 +18,7 @@
 //!   write checks, the test users and the `cutf8` runner.
 //! * Select by module: `cargo test --test tests -- mount_write::` runs one
 //!   area; the slow peer suites are `fsx::`, `pjdfstest::` and
-//!   `robust_fds::` (`--skip fsx:: --skip pjdfstest::` leaves them out).
+//!   `descriptors::` (`--skip fsx:: --skip pjdfstest::` leaves them out).
 //!
 //! The tests run on the default test threads in this one process, so
 //! nothing process-wide may change under a test: a daemon's environment or
@@ -39,6 +39,7 @@ mod cli_conventions;
 mod close;
 mod crash;
 mod daemon_cli;
+mod descriptors;
 mod docs;
 mod encode_remedies;
 mod export;
@@ -66,7 +67,6 @@ mod package;
 mod passthrough;
 mod pjdfstest;
 mod resources;
-mod robust_fds;
 mod round_trips;
 mod sample_archive;
 mod scripts;

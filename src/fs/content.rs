@@ -1,5 +1,5 @@
 //! What a regular file holds, as the mount shows it: raw bytes, or the view
-//! (V, SPEC §2) of a corrected file, served through an offset index.
+//! (V, docs/format.md) of a corrected file, served through an offset index.
 //!
 //! * [`Stamp`] (`crate::io`'s) names one state of a backing file (device,
 //!   inode, size, mtime, ctime). Anything the mount knows about a file's content is kept
@@ -10,16 +10,16 @@
 //!   remembers it, in 32 bytes: the class (raw, or corrected with its view
 //!   length) under the stamp it was learned at, and whether the kernel's
 //!   page cache was filled at that stamp. It lives in the inode entry.
-//! * [`FileState`] exists only while the file is open (or changed by the
+//! * [`OpenFile`] exists only while the file is open (or changed by the
 //!   mount), shared by every handle: the content lock (readers share it;
 //!   writers take it alone), the offset index, bytes held back.
-//! * [`FileState::current`] is how every read and lseek sees the file: a
+//! * [`OpenFile::current`] is how every read and lseek sees the file: a
 //!   fresh `fstat` under the content lock, and the index of exactly that
 //!   stamp (learned under the lock held alone when BACKING changed the file
 //!   behind the mount's back), so an index is never applied to bytes it was
 //!   not built from. The read itself (`ops`) checks the stamp again after
 //!   reading and reads again if it moved.
-//! * [`FileState::classify`] learns raw or corrected for `stat`: a file
+//! * [`OpenFile::classify`] learns raw or corrected for `stat`: a file
 //!   whose first data is not at offset 0 (a hole, unwritten extents) is raw
 //!   unread; otherwise one page is read (no readahead, which would pull
 //!   unwritten extents into the page cache and change SEEK_HOLE's answer);
@@ -63,7 +63,7 @@ pub enum Class {
     /// Magic number: shown as V of the bytes after it.
     Corrected {
         view_len: u64,
-        /// False for SPEC invariant 1's exempt class: the view cannot be
+        /// False for the exception to lossless reading (docs/format.md): the view cannot be
         /// written back, so the file is read-only through the mount.
         lossless: bool,
     },
@@ -76,8 +76,36 @@ pub struct Content {
     pub view: Option<(Stamp, Arc<OffsetIndex>)>,
     /// Open handles of the file.
     pub open: usize,
-    /// Bytes a write held back to join with the next (`super::write::Held`).
-    pub held: Option<super::write::Held>,
+    /// Bytes a write held back to join with the next ([`Held`]).
+    pub held: Option<Held>,
+}
+
+/// The kernel cuts a write into pieces at page boundaries when the page it
+/// starts in is not cached, so one write(2) of whole text can reach the
+/// mount as two requests, the first ending inside a character. When the
+/// first piece's last character is incomplete and the old bytes after it
+/// (continuation bytes of the character it overwrites) make with it
+/// something W cannot store, writing the piece as it is would turn the
+/// file raw for good, though the writer never wrote anything W cannot
+/// store. So that piece is written without its incomplete last character,
+/// whose bytes (at most six) are held here, reported written, and joined
+/// with the next write if that continues it; anything else that reads or
+/// changes the file first (a read, a write elsewhere, a size change,
+/// fallocate, fsync, a close) writes them as they are, with the effect
+/// docs/behaviour.md ("The mount") gives them. The kernel's page cache holds them meanwhile, so
+/// cached reads see them too.
+///
+/// An append cut the same way is held too: written as it is, the file
+/// would end in half a character until the next piece came, and a crash
+/// of the daemon between the two pieces would leave it so (a corrected
+/// file that strict decoding refuses). Held at the file's end, the bytes
+/// count in the size the mount reports, as they do in the kernel's.
+pub struct Held {
+    /// The view offset of the held bytes.
+    pub at: u64,
+    pub bytes: Vec<u8>,
+    /// A read-write descriptor of the file they go to (the handle's own).
+    pub file: Arc<File>,
 }
 
 /// What is known of one inode's content, under the stamp it was learned
@@ -219,15 +247,15 @@ pub fn scan_lock(ino: u64) -> parking_lot::MutexGuard<'static, ()> {
 /// lock are leaves. The inode table's locks (`inodes`) may be taken under
 /// `content`, never the other way round.
 #[derive(Default)]
-pub struct FileState {
+pub struct OpenFile {
     /// The content lock. Reads hold it shared; anything that changes the
     /// content or the index (a write, a rebuild) holds it alone.
     pub content: RwLock<Content>,
 }
 
-impl FileState {
-    pub fn new() -> FileState {
-        FileState::default()
+impl OpenFile {
+    pub fn new() -> OpenFile {
+        OpenFile::default()
     }
 
     /// After a change of metadata only (owner, mode, times, links, xattrs)
@@ -783,7 +811,7 @@ mod tests {
     #[test]
     fn carrying_an_index_to_a_new_stamp_moves_it() {
         let cache = IndexCache::new(1 << 30);
-        let st = FileState::new();
+        let st = OpenFile::new();
         let seen = Mutex::new(Seen::default());
         let mut content = Content::default();
         let index = dense_index(8);

@@ -5,7 +5,7 @@
 //! only miss (EBADF), never reach another file. A handle is attached to
 //! its inode (`inodes::Attached`): its descriptor serves as the inode's
 //! while it is open, and a file handle shares the per-file state
-//! (`content::FileState`) with the other handles of the same file. It
+//! (`content::OpenFile`) with the other handles of the same file. It
 //! holds one descriptor, counted against its user's share (`share::Ticket`).
 //!
 //! This module only stores handles; what they mean is decided in `mod.rs`.
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::content::FileState;
+use super::content::OpenFile;
 use super::error::{Errno, Result};
 use super::inodes::{Attached, Fd, Inode};
 use super::share::Ticket;
@@ -29,7 +29,7 @@ pub struct FileHandle {
     /// Open for writing (O_WRONLY/O_RDWR from the caller).
     pub write: bool,
     /// The file's state, shared with its other handles.
-    pub state: Arc<FileState>,
+    pub state: Arc<OpenFile>,
     /// Attached to the inode: keeps `state`, and `file` as its descriptor.
     pub _attached: Attached,
     /// The descriptor counted against the opener's share.

@@ -62,7 +62,7 @@
 //! Per-file state for regular files lives here too, in two parts: what is
 //! known of the content under a stamp (`content::Seen`, 32 bytes, kept
 //! while the kernel remembers the inode), and, only while the file is open
-//! or being changed by the mount, `content::FileState` (the content lock,
+//! or being changed by the mount, `content::OpenFile` (the content lock,
 //! the offset index, held bytes), shared by every handle.
 //!
 //! **Memory.** An entry is one allocation (152 bytes, 176 with its `Arc`
@@ -86,7 +86,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::content::{FileState, Seen};
+use super::content::{OpenFile, Seen};
 use super::error::{io, Errno, Result};
 use super::sys::{self, BackingHandle};
 
@@ -201,7 +201,7 @@ struct Open {
     /// the first serves as the inode's.
     fds: Vec<Fd>,
     /// A regular file's shared state.
-    state: Option<Arc<FileState>>,
+    state: Option<Arc<OpenFile>>,
 }
 
 struct Inner {
@@ -235,12 +235,12 @@ pub struct Inode {
 pub struct Attached {
     inode: Arc<Inode>,
     fd: Option<Fd>,
-    state: Option<Arc<FileState>>,
+    state: Option<Arc<OpenFile>>,
 }
 
 impl Attached {
     /// The shared state of the regular file (None for a directory).
-    pub fn state(&self) -> Option<&Arc<FileState>> {
+    pub fn state(&self) -> Option<&Arc<OpenFile>> {
         self.state.as_ref()
     }
 }
@@ -402,7 +402,7 @@ impl Inode {
             open.fds.push(fd.clone());
         }
         if self.is_reg() && open.state.is_none() {
-            open.state = Some(Arc::new(FileState::new()));
+            open.state = Some(Arc::new(OpenFile::new()));
         }
         let state = open.state.clone();
         drop(i);
@@ -415,7 +415,7 @@ impl Inode {
 
     /// The shared state of a regular file while it is open or being
     /// changed (None otherwise: then nothing is held back for it).
-    pub fn open_state(&self) -> Option<Arc<FileState>> {
+    pub fn open_state(&self) -> Option<Arc<OpenFile>> {
         self.inner.lock().open.as_ref()?.state.clone()
     }
 

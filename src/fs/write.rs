@@ -6,7 +6,7 @@
 //! * Empty files (new, O_TRUNC, truncated to 0) take the encoding of what is
 //!   written into them first: corrected when it is UTF-8 text without U+0000
 //!   that W can store (and `-o newfiles=raw` is not set), raw otherwise. From
-//!   then on the file holds content and keeps its encoding (SPEC §3).
+//!   then on the file holds content and keeps its encoding (docs/behaviour.md, "The mount").
 //! * Corrected files go through `crate::io::write`, which carries out the
 //!   plans of `crate::view::write` (in-place patches, appends or journaled
 //!   rewrites). Content W cannot store turns the
@@ -36,7 +36,7 @@ use crate::io::{self as backing, Zeroing};
 use crate::view::{self, sniff, OffsetIndex};
 use cutf8::MAGIC;
 
-use super::content::{self, Class, Content, FileState, Stamp};
+use super::content::{self, Class, Content, Held, OpenFile, Stamp};
 use super::error::{io, Result};
 use super::handles::FileHandle;
 use super::inodes::Fd;
@@ -180,7 +180,7 @@ impl CutFs {
     /// Writes a lead held back by an earlier write, if any: before
     /// anything else reads or changes the file (a read, a size change,
     /// fallocate, fsync, a close).
-    pub(super) fn settle(&self, inode: &Inode, state: &FileState) -> Result<()> {
+    pub(super) fn settle(&self, inode: &Inode, state: &OpenFile) -> Result<()> {
         if state.content.read().held.is_none() {
             return Ok(());
         }
@@ -422,7 +422,7 @@ impl CutFs {
     pub(super) fn set_size(
         &self,
         inode: &Inode,
-        file_state: &FileState,
+        file_state: &OpenFile,
         file: &File,
         size: u64,
     ) -> Result<()> {
@@ -452,34 +452,6 @@ impl CutFs {
             }
         }
     }
-}
-
-/// The kernel cuts a write into pieces at page boundaries when the page it
-/// starts in is not cached, so one write(2) of whole text can reach the
-/// mount as two requests, the first ending inside a character. When the
-/// first piece's last character is incomplete and the old bytes after it
-/// (continuation bytes of the character it overwrites) make with it
-/// something W cannot store, writing the piece as it is would turn the
-/// file raw for good, though the writer never wrote anything W cannot
-/// store. So that piece is written without its incomplete last character,
-/// whose bytes (at most six) are held here, reported written, and joined
-/// with the next write if that continues it; anything else that reads or
-/// changes the file first (a read, a write elsewhere, a size change,
-/// fallocate, fsync, a close) writes them as they are, with the effect
-/// SPEC §3 gives them. The kernel's page cache holds them meanwhile, so
-/// cached reads see them too.
-///
-/// An append cut the same way is held too: written as it is, the file
-/// would end in half a character until the next piece came, and a crash
-/// of the daemon between the two pieces would leave it so (a corrected
-/// file that strict decoding refuses). Held at the file's end, the bytes
-/// count in the size the mount reports, as they do in the kernel's.
-pub struct Held {
-    /// The view offset of the held bytes.
-    pub at: u64,
-    pub bytes: Vec<u8>,
-    /// A read-write descriptor of the file they go to (the handle's own).
-    pub file: Fd,
 }
 
 /// Where the last character of `data`, written at `offset`, begins, when

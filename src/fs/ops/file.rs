@@ -227,7 +227,7 @@ impl CutFs {
         Err(Refused::KeepsChanging.into())
     }
 
-    /// The file's current state through handle `h` (see `FileState::current`).
+    /// The file's current state through handle `h` (see `OpenFile::current`).
     pub(in crate::fs) fn current<'a>(
         &self,
         h: &'a FileHandle,
@@ -358,7 +358,7 @@ pub(in crate::fs) enum Opened {
 pub(in crate::fs) struct Later {
     pub inode: Arc<Inode>,
     pub file: crate::fs::inodes::Fd,
-    state: Arc<content::FileState>,
+    state: Arc<content::OpenFile>,
     attached: crate::fs::inodes::Attached,
     ticket: Ticket,
 }
@@ -439,7 +439,7 @@ impl Opener {
                 );
                 content.view = Some((stamp, index));
             }
-            // SPEC invariant 1's exempt class: the view cannot be written
+            // The exception to lossless reading (docs/format.md): the view cannot be written
             // back unchanged, so the file opens for writing with an error.
             if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
                 crate::fs::explain::read_only_view(&inode.path());

@@ -78,7 +78,7 @@ impl CutFs {
         }
         let handle = fh.and_then(|fh| self.handles.file(fh).ok());
         let (opened, attached);
-        let (file, state): (&std::fs::File, &content::FileState) = match handle.as_deref() {
+        let (file, state): (&std::fs::File, &content::OpenFile) = match handle.as_deref() {
             Some(Handle::File(h)) if h.write => (&h.file, &h.state),
             _ => {
                 opened = inode.open_quiet(libc::O_RDWR)?;
@@ -114,7 +114,7 @@ impl CutFs {
     fn keeping_content_stat<T>(
         &self,
         inode: &Arc<Inode>,
-        state: Option<&content::FileState>,
+        state: Option<&content::OpenFile>,
         change: impl FnOnce() -> Result<T>,
     ) -> Result<(T, Option<libc::stat>)> {
         if !inode.is_reg() {
@@ -155,7 +155,7 @@ impl CutFs {
     pub(in crate::fs) fn kill_privs(
         &self,
         inode: &Arc<Inode>,
-        state: Option<&content::FileState>,
+        state: Option<&content::OpenFile>,
         file: &std::fs::File,
         req: &Request,
         unprivileged: bool,

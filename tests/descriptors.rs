@@ -1,4 +1,4 @@
-//! Real-mount tests of issue 10's descriptor findings: the daemon's open
+//! The daemon's descriptors on real mounts: its open
 //! descriptors stay bounded whatever the number of inodes the kernel
 //! remembers, and running out of descriptors reaches the caller as an errno
 //! (and the log), never as a silently shortened listing.
