@@ -5,8 +5,9 @@
 //! `mount_scans`, `mount_backing_changes`, `atime`, `passthrough`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
-//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), the
-//! daemon's life and words (`daemon_cli`, `mount_lifecycle`,
+//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
+//! export (`locks`, `export`), the daemon's life and words (`daemon_cli`,
+//! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), the index database
 //! (`index_db`), the charset (`gconv`), docs and packaging (`docs`,
 //! `man_page`, `package`, `sample_archive`) and the system-call
