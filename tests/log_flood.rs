@@ -162,8 +162,13 @@ fn running_out_of_descriptors_does_not_flood_the_log() {
     let _ = h.kill();
     let _ = h.wait();
     let log = m.log_text();
-    let lines = lines_with(&log, "out of file descriptors");
-    let summaries = lines_with(&log, "more messages like this (out-of-descriptors)");
+    // One user's opens stop at its share of the daemon's descriptors
+    // (man cutf8fs, RESOURCES) before the process runs out: either refusal
+    // is a line a user can repeat at will, and each is rate-limited.
+    let lines = lines_with(&log, "out of file descriptors")
+        + lines_with(&log, "see man cutf8fs, RESOURCES");
+    let summaries = lines_with(&log, "more messages like this (out-of-descriptors)")
+        + lines_with(&log, "more messages like this (descriptor-share)");
     println!(
         "{opens} opens, {failed} failed with EMFILE; {lines} lines and {summaries} counts logged"
     );
@@ -171,7 +176,7 @@ fn running_out_of_descriptors_does_not_flood_the_log() {
         failed > 100,
         "{opens} opens, {failed} failed: the daemon did not run out"
     );
-    assert!(lines >= 1 && lines <= bound(4), "{lines} lines:\n{log}");
+    assert!(lines >= 1 && lines <= 2 * bound(4), "{lines} lines:\n{log}");
     assert!(summaries >= 1, "no count of what was held back:\n{log}");
     // Once the files are closed, opens work again.
     assert_eq!(fs::read(m.m("f0")).unwrap(), b"y");
