@@ -39,7 +39,20 @@
 # only layer is the native directory ("overlay": the same backing-file read
 # path passthrough uses, without FUSE; the floor for any stacked file);
 # BENCH_TESTS picks
-# the read part's tests. BENCH_PARTS="read index" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
+# the read part's tests. Then the freshness part ("fresh", issue 24), on
+# BENCH_FRESH_FILES (10000) small text files in 100 directories, for native,
+# bindfs, cutf8fs (default options: BACKING watched, long caches) and cutf8fs
+# -o watch=off (1 s caches), medians of 3: cold (caches dropped, remounted)
+# and warm (after one warm-up) runs of
+#   lsR    ls -lR        find   find -size +1k | wc -l
+#   stat   stat of every file (find -printf with size, mode, owner, mtime)
+#   grep   grep -r over every file
+# and "busy" warm runs: before each, a native writer changes BACKING (appends
+# a token to BENCH_FRESH_CHANGES (100) files, creates as many, deletes as
+# many, renames as many), and after each the change is checked through the
+# mount (every appended token found by grep -r, created names present,
+# deleted and renamed-away ones absent; a miss shows as "stale N").
+# BENCH_PARTS="read index fresh" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
 # apt-get if missing), cc and python3. Usage:
 #   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
 # WORKDIR must be on a disk filesystem (not tmpfs) for cold numbers to mean
@@ -53,7 +66,7 @@ SIZE_MB=${BENCH_SIZE_MB:-256}
 FILES=${BENCH_FILES:-2000}
 PREADS=${BENCH_PREADS:-20000}
 RAW_PREADS=${BENCH_RAW_PREADS:-200000}
-PARTS=${BENCH_PARTS:-read index}
+PARTS=${BENCH_PARTS:-read index fresh}
 RAW_MB=${BENCH_RAW_MB:-1024}
 MIXED_RAW_MB=${BENCH_MIXED_RAW_MB:-192}
 TESTS=${BENCH_TESTS:-seq rand grep stat tarc rawseq rawrand rawmmap}
@@ -373,7 +386,7 @@ view_mb=$(( $(stat -c %s "$MC/big.txt") >> 20 ))
 fi
 
 # --- index database --------------------------------------------------------
-[[ " $PARTS " == *" index "* ]] || exit 0
+if [[ " $PARTS " == *" index "* ]]; then
 umount_all
 IFILES=${BENCH_INDEX_FILES:-10000}
 IMB=${BENCH_INDEX_MB:-1024}
@@ -469,3 +482,139 @@ tree_mb=$(( $(du -sm "$INAT/tree" | cut -f1) ))
     echo
     echo "ls -lR right after cutf8 migrate of the tree (cold, one run): $after_migrate s"
 } | tee "$W/results-index.md"
+fi
+
+# --- freshness and round trips (issue 24) -----------------------------------
+[[ " $PARTS " == *" fresh "* ]] || exit 0
+umount_all
+FFILES=${BENCH_FRESH_FILES:-10000}
+FCHANGES=${BENCH_FRESH_CHANGES:-100}
+FNAT=$W/fresh-native FCORR=$W/fresh-corrected MW=$W/mnt-nowatch
+mkdir -p "$MW"
+FSTAMP="$FFILES-v1"
+if [ "$(cat "$W/.fresh-data" 2>/dev/null)" != "$FSTAMP" ]; then
+    echo "bench-mount: generating $FFILES files in $FNAT ..." >&2
+    rm -rf "$FNAT" "$FCORR"
+    python3 - "$FNAT" "$FFILES" <<'PY'
+import os, random, sys
+nat, files = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(4)
+words = ["the", "archive", "letter", "Straße", "naïve", "café", "λόγος", "привет",
+         "日本語", "漢字", "한국어", "emoji😀", "données", "über", "año"]
+for i in range(files):
+    d = os.path.join(nat, "tree", "d%02d" % (i % 100))
+    os.makedirs(d, exist_ok=True)
+    n = rnd.randint(20, 120)
+    text = "".join(" ".join(rnd.choice(words) for _ in range(rnd.randint(4, 12))) + "\n"
+                   for _ in range(n))
+    with open(os.path.join(d, "f%05d.txt" % i), "w") as f:
+        f.write(text)
+PY
+    cp -a "$FNAT" "$FCORR"
+    "$CUTF8" migrate --no-progress -q "$FCORR" >/dev/null
+    echo "$FSTAMP" > "$W/.fresh-data"
+fi
+fmount() {
+    "$CUTF8FS" "$FCORR" "$MC"
+    "$CUTF8FS" -o watch=off "$FCORR" "$MW"
+    bindfs "$FNAT" "$MB"
+}
+fumount() {
+    for m in "$MC" "$MW" "$MB"; do
+        if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
+    done
+}
+trap fumount EXIT
+fcold() { fumount; sync; echo 3 > /proc/sys/vm/drop_caches; fmount; }
+median3() { sort -g | sed -n 2p; }
+f_lsR() { ls -lR "$1/tree"; }
+f_find() { find "$1/tree" -size +1k | wc -l; }
+f_stat() { find "$1/tree" -type f -printf '%s %m %u %T@\n'; }
+f_grep() { grep -rc "no such words here" "$1/tree" || true; } # exit 1: no match
+# change BACKING ROUND: natively, in the BACKING behind a target.
+change() {
+    local b=$1 r=$2 i
+    for ((i = 0; i < FCHANGES; i++)); do
+        local k=$((i * 37 % FFILES))
+        printf 'token-%s-%s\n' "$r" "$i" >> "$b/tree/d$(printf %02d $((k % 100)))/f$(printf %05d "$k").txt"
+        printf 'new %s\n' "$i" > "$b/tree/d$(printf %02d $((i % 100)))/new-$r-$i.txt"
+        rm -f "$b/tree/d$(printf %02d $((i % 100)))/new-$((r - 1))-$i.txt"
+        [ -e "$b/tree/d$(printf %02d $((i % 100)))/mv-$((r - 1))-$i.txt" ] &&
+            mv "$b/tree/d$(printf %02d $((i % 100)))/mv-$((r - 1))-$i.txt" "$b/tree/d$(printf %02d $((i % 100)))/mv-$r-$i.txt"
+        [ -e "$b/tree/d$(printf %02d $((i % 100)))/mv-$r-$i.txt" ] ||
+            printf 'moved\n' > "$b/tree/d$(printf %02d $((i % 100)))/mv-$r-$i.txt"
+    done
+}
+# stale DIR ROUND: how many of round ROUND's changes the mount does not show.
+stale() {
+    local d=$1 r=$2 n=0 i
+    n=$((FCHANGES - $(grep -rl "token-$r-" "$d/tree" 2>/dev/null | wc -l)))
+    for ((i = 0; i < FCHANGES; i++)); do
+        local dd="$d/tree/d$(printf %02d $((i % 100)))"
+        [ -e "$dd/new-$r-$i.txt" ] || n=$((n + 1))
+        [ -e "$dd/new-$((r - 1))-$i.txt" ] && n=$((n + 1))
+        [ -e "$dd/mv-$((r - 1))-$i.txt" ] && n=$((n + 1))
+        [ -e "$dd/mv-$r-$i.txt" ] || n=$((n + 1))
+    done
+    echo "$n"
+}
+declare -A F
+round=0
+FTESTS=${BENCH_FRESH_TESTS:-lsR find stat grep}
+for test in $FTESTS; do
+    for target in native bindfs cutf8fs nowatch; do
+        case $target in
+            native) dir=$FNAT back=$FNAT ;; bindfs) dir=$MB back=$FNAT ;;
+            cutf8fs) dir=$MC back=$FCORR ;; nowatch) dir=$MW back=$FCORR ;;
+        esac
+        F[$test,$target,cold]=$(for _ in 1 2 3; do fcold >&2; secs "f_$test" "$dir"; echo; done | median3)
+        secs "f_$test" "$dir" >/dev/null
+        F[$test,$target,warm]=$(for _ in 1 2 3; do secs "f_$test" "$dir"; echo; done | median3)
+        missed=0
+        F[$test,$target,busy]=$(for _ in 1 2 3; do
+            round=$((round + 1)); change "$back" "$round"
+            secs "f_$test" "$dir"; echo
+            s=$(stale "$dir" "$round"); [ "$s" = 0 ] || echo "bench-mount: $target: round $round: $s changes not visible" >&2
+            echo "$s" >> "$W/.fresh-stale-$target"
+        done | median3)
+        echo "bench-mount: fresh $test $target cold ${F[$test,$target,cold]} warm ${F[$test,$target,warm]} busy ${F[$test,$target,busy]} s" >&2
+    done
+done
+for target in native bindfs cutf8fs nowatch; do
+    F[stale,$target]=$(awk '{ s += $1 } END { print s + 0 }' "$W/.fresh-stale-$target" 2>/dev/null || echo 0)
+    rm -f "$W/.fresh-stale-$target"
+done
+# Requests per entry: a cold ls -lR through cutf8fs, counted by the daemon.
+fcold >&2
+reqs() { "$CUTF8FS" --stats "$MC" 2>/dev/null | awk '/^requests/ { on = 1; next } on && /^  [a-z]/ { print $1, $2; next } { on = 0 }'; }
+before=$(reqs)
+ls -lR "$MC/tree" >/dev/null
+after=$(reqs)
+spent=$(awk 'NR == FNR { b[$1] = $2; next } { d = $2 - b[$1]; if (d > 0) printf "%s %d (%.2f per file); ", $1, d, d / n }' n="$FFILES" <(echo "$before") <(echo "$after"))
+fumount
+{
+    echo "cutf8fs freshness benchmark ($(date -u +%Y-%m-%d), $(git -C "$REPO" rev-parse --short HEAD), $(uname -r), $(nproc) CPUs)"
+    echo "tree: $FFILES files in 100 directories; medians of 3 (s); busy = warm runs, each after a native"
+    echo "writer changed $((4 * FCHANGES)) names or files in BACKING; cutf8fs: default options (watched);"
+    echo "nowatch: cutf8fs -o watch=off (1 s caches); ratios = time / native time"
+    echo
+    echo "| test | native cold | native warm | native busy | bindfs cold | bindfs warm | bindfs busy | cutf8fs cold | cutf8fs warm | cutf8fs busy | nowatch cold | nowatch warm | nowatch busy | cutf8fs/native cold | cutf8fs/native warm | cutf8fs/native busy | cutf8fs/bindfs cold | cutf8fs/bindfs warm | nowatch/native warm |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    for test in $FTESTS; do
+        printf '| %s |' "$test"
+        for target in native bindfs cutf8fs nowatch; do
+            printf ' %s | %s | %s |' "${F[$test,$target,cold]}" "${F[$test,$target,warm]}" "${F[$test,$target,busy]}"
+        done
+        printf ' %s | %s | %s | %s | %s | %s |\n' \
+            "$(ratio "${F[$test,cutf8fs,cold]}" "${F[$test,native,cold]}")" \
+            "$(ratio "${F[$test,cutf8fs,warm]}" "${F[$test,native,warm]}")" \
+            "$(ratio "${F[$test,cutf8fs,busy]}" "${F[$test,native,busy]}")" \
+            "$(ratio "${F[$test,cutf8fs,cold]}" "${F[$test,bindfs,cold]}")" \
+            "$(ratio "${F[$test,cutf8fs,warm]}" "${F[$test,bindfs,warm]}")" \
+            "$(ratio "${F[$test,nowatch,warm]}" "${F[$test,native,warm]}")"
+    done
+    echo
+    echo "changes not visible right after a busy run (of $((4 * FCHANGES)) per run, 12 runs): native ${F[stale,native]}, bindfs ${F[stale,bindfs]}, cutf8fs ${F[stale,cutf8fs]}, nowatch ${F[stale,nowatch]}"
+    echo
+    echo "requests of one cold ls -lR through cutf8fs (the daemon's counters): $spent"
+} | tee "$W/results-fresh.md"

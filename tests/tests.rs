@@ -45,6 +45,7 @@ mod docs;
 mod encode_remedies;
 mod export;
 mod fallocate;
+mod freshness;
 mod fsx;
 mod full_disk;
 mod gconv;

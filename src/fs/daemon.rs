@@ -422,7 +422,10 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
             return Err(Failure::mount(format!("FUSE handshake failed: {e}")));
         }
     };
-    kernel.connect(session.notifier());
+    // The device's duplicate carries the notifications fuser has no
+    // sender for (`invalidate`).
+    let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned().ok();
+    kernel.connect(session.notifier(), dev);
     let own = m.own.clone();
     spawn_signal_thread(signals, m.own.clone());
     log::info!(

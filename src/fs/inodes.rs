@@ -1124,6 +1124,51 @@ impl InodeTable {
         self.tables.lock().by_ino.len()
     }
 
+    /// The FUSE number of the backing inode in state `st`, if the kernel
+    /// holds it now (for the watch of BACKING, which learns of changes by
+    /// backing inode).
+    pub fn number(&self, st: &libc::stat) -> Option<u64> {
+        let key = Key::of(st);
+        if key == self.root_key {
+            return Some(ROOT);
+        }
+        let t = self.tables.lock();
+        let ino = self.number_of(&t, key)?;
+        t.by_ino
+            .get(&ino)
+            .filter(|e| e.0.key == key)
+            .map(|e| e.0.ino)
+    }
+
+    /// The FUSE number of the inode of BACKING's own filesystem whose
+    /// backing number is `ino` and whose file handle is (`ty`, `bytes`),
+    /// told by the handle alone (no descriptor opened): Some(None) if the
+    /// kernel holds no such inode, None if the table cannot tell (entries
+    /// not reached by handle).
+    pub fn number_by_handle(&self, ino: u64, ty: i32, bytes: &[u8]) -> Option<Option<u64>> {
+        if !self.shared.by_handle {
+            return None;
+        }
+        let entry = self.tables.lock().by_ino.get(&ino).map(|e| e.0.clone());
+        let Some(e) = entry else {
+            return Some(None);
+        };
+        let inner = e.inner.lock();
+        let (t, b, _) = inner.anchor.parts()?;
+        Some((t == ty && b == bytes).then_some(e.ino))
+    }
+
+    /// The FUSE numbers the kernel holds now.
+    pub fn numbers(&self) -> Vec<u64> {
+        self.tables.lock().by_ino.iter().map(|e| e.0.ino).collect()
+    }
+
+    /// Whether `ino` is the number of an inode on another filesystem than
+    /// BACKING's own (one mounted inside BACKING).
+    pub fn is_foreign(ino: u64) -> bool {
+        ino >= FOREIGN_BASE
+    }
+
     /// Returns freed memory to the system, once the kernel's current round
     /// of forgetting (thousands of entries within milliseconds) is over.
     fn give_back_memory(&self) {

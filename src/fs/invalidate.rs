@@ -17,11 +17,18 @@
 //!   and that read needs a FUSE worker: the notice is sent by a thread of
 //!   its own and waited for at most [`PAGES_WAIT`], so a worker never
 //!   waits for it unbounded.
+//! * The watch of BACKING (`watch`), on its own thread, for what others
+//!   changed in BACKING: a name ([`Invalidator::entry`]), an inode's
+//!   contents ([`Invalidator::contents`]: attributes, ACLs and pages; it
+//!   may wait on a read in flight, so never from a request handler), and
+//!   everything at once after lost events ([`Invalidator::everything`]).
 //!
 //! The notifier exists only once the session has made the FUSE handshake;
 //! the daemon connects it then (`daemon`), and before that (and in unit
 //! tests) there is nothing the kernel could have cached.
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
@@ -34,20 +41,32 @@ pub const PAGES_WAIT: Duration = Duration::from_millis(500);
 /// is done.
 type DropPages = (u64, mpsc::SyncSender<()>);
 
+/// `FUSE_NOTIFY_INC_EPOCH` (protocol 7.44, Linux 6.16): every name the
+/// kernel caches is looked up again before its next use. fuser has no
+/// sender for it; it carries no payload.
+const NOTIFY_INC_EPOCH: i32 = 8;
+
 /// The session's way to the kernel, once connected.
 #[derive(Default)]
 pub struct Invalidator {
     notifier: OnceLock<fuser::Notifier>,
     /// To the thread that drops pages (started at connect).
     pages: OnceLock<Mutex<mpsc::Sender<DropPages>>>,
+    /// A duplicate of the session's `/dev/fuse` descriptor, for the
+    /// notifications fuser cannot send.
+    dev: OnceLock<OwnedFd>,
 }
 
 impl Invalidator {
-    /// Connects the session's notifier (once; later calls are ignored) and
-    /// starts the thread that drops pages.
-    pub fn connect(&self, notifier: fuser::Notifier) {
+    /// Connects the session's notifier and a duplicate of its device
+    /// descriptor (once; later calls are ignored) and starts the thread
+    /// that drops pages.
+    pub fn connect(&self, notifier: fuser::Notifier, dev: Option<OwnedFd>) {
         if self.notifier.set(notifier.clone()).is_err() {
             return;
+        }
+        if let Some(d) = dev {
+            let _ = self.dev.set(d);
         }
         let (tx, rx) = mpsc::channel::<DropPages>();
         let spawned = std::thread::Builder::new()
@@ -97,6 +116,51 @@ impl Invalidator {
         let (tx, rx) = mpsc::sync_channel(1);
         if sender.lock().send((ino, tx)).is_ok() && rx.recv_timeout(PAGES_WAIT).is_err() {
             log::debug!("inode {ino}: the kernel did not drop its pages within {PAGES_WAIT:?}");
+        }
+    }
+
+    /// The contents of `ino` changed in BACKING: the kernel drops its
+    /// attributes, its ACLs and its cached pages (for a directory, its
+    /// cached listing). May wait for reads in flight on the inode: only
+    /// from a thread that serves no request (the watch's).
+    pub fn contents(&self, ino: u64) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        if let Err(e) = n.inval_inode(fuser::INodeNo(ino), 0, 0) {
+            log::debug!("inode {ino}: the kernel did not drop its contents: {e}");
+        }
+    }
+
+    /// The entry `name` of directory `parent` changed in BACKING (created,
+    /// removed, renamed, replaced): the kernel drops the name, and the
+    /// directory's attributes and cached listing.
+    pub fn entry(&self, parent: u64, name: &OsStr) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        if let Err(e) = n.inval_entry(fuser::INodeNo(parent), name) {
+            log::debug!("inode {parent}: the kernel did not take an entry invalidation: {e}");
+        }
+    }
+
+    /// Every name the kernel caches is to be looked up again before its
+    /// next use. False if this kernel does not know the notification (or
+    /// no session is connected).
+    pub fn everything(&self) -> bool {
+        let Some(dev) = self.dev.get() else {
+            return false;
+        };
+        // struct fuse_out_header { len: u32, error: i32 (the code), unique: u64 (0) }
+        let mut h = [0u8; 16];
+        h[..4].copy_from_slice(&16u32.to_ne_bytes());
+        h[4..8].copy_from_slice(&NOTIFY_INC_EPOCH.to_ne_bytes());
+        match nix::unistd::write(dev.as_fd(), &h) {
+            Ok(_) => true,
+            Err(e) => {
+                log::debug!("the kernel did not take FUSE_NOTIFY_INC_EPOCH: {e}");
+                false
+            }
         }
     }
 }

@@ -13,7 +13,9 @@
 //!   counts), `handles` (fh ↔ open descriptor, one per handle, counted in
 //!   its user's share by `share`) and `crate::sys` (symlink-safe `*at`
 //!   system calls). `invalidate` tells the kernel what the daemon changed
-//!   behind its caches (set-id bits it removed, say).
+//!   behind its caches (set-id bits it removed, say), and `watch` what
+//!   others changed in BACKING; while the watch runs, the kernel caches
+//!   names and attributes for minutes (`watch::Timeouts`).
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
@@ -66,6 +68,7 @@ mod requests;
 mod share;
 pub mod stats;
 use crate::sys;
+mod watch;
 mod write;
 
 use std::ffi::OsStr;
@@ -106,8 +109,11 @@ pub struct CutFs {
     blksize: Option<u32>,
     /// New files that stay raw, and file names for the log.
     raw: rawnew::RawPolicy,
-    attr_ttl: Duration,
-    entry_ttl: Duration,
+    /// How long the kernel may cache each inode's attributes and names.
+    ttl: watch::Timeouts,
+    /// Reads in flight, which the watch lets finish before it drops an
+    /// inode's pages.
+    reads: Arc<watch::Reads>,
     /// `-o noatime`: file handles read with O_NOATIME.
     noatime: bool,
     /// `-o noatime`/`nodiratime`: directory listings too.
@@ -201,9 +207,29 @@ impl CutFs {
             opts.read_only() || backing_ro,
             std::os::fd::AsFd::as_fd(&root),
         ));
+        // Armed before the inode table takes the root: from here on every
+        // change in BACKING is queued for the watch's thread.
+        let watch = watch::arm(std::os::fd::AsFd::as_fd(&root), opts.watch);
         let inodes = Arc::new(InodeTable::new(root)?);
         let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
         let kernel = Arc::<invalidate::Invalidator>::default();
+        let ttl = watch::Timeouts::new(opts.attr_timeout, opts.entry_timeout);
+        let reads = Arc::<watch::Reads>::default();
+        match watch {
+            Ok(w) => {
+                w.spawn(inodes.clone(), kernel.clone(), &ttl, reads.clone())?;
+                log::info!(
+                    "watching BACKING's filesystem: changes made beside the mount show at \
+                     once; names and attributes are cached for {} s by default",
+                    options::LONG_TIMEOUT.as_secs()
+                );
+            }
+            Err(why) => log::info!(
+                "no watch of BACKING ({why}): changes made beside the mount show within \
+                 the timeouts, {} s by default",
+                options::SHORT_TIMEOUT.as_secs()
+            ),
+        }
         let locks = locks::Locks::new(kernel.clone(), shares.clone());
         Ok(CutFs {
             locks,
@@ -221,8 +247,8 @@ impl CutFs {
             handles: Arc::new(HandleTable::default()),
             cache: Arc::new(IndexCache::with_db(opts.index_cache, db)),
             scans: content::ScanPool::new(SCAN_THREADS)?,
-            attr_ttl: opts.attr_timeout,
-            entry_ttl: opts.entry_timeout,
+            ttl,
+            reads,
         })
     }
 
@@ -244,7 +270,10 @@ impl CutFs {
 
     fn reply_entry(&self, r: Result<fuser::FileAttr>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry_with_ttls(&self.attr_ttl, &self.entry_ttl, &a, GEN),
+            Ok(a) => {
+                let ino = a.ino.0;
+                reply.entry_with_ttls(&self.ttl.attr(ino), &self.ttl.entry(ino), &a, GEN)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -307,8 +336,8 @@ impl CutFs {
     /// Finishes a lookup whose file needs a long scan on the scan threads.
     fn entry_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyEntry) {
         let inodes = self.inodes.clone();
-        let (attr_ttl, entry_ttl) = (self.attr_ttl, self.entry_ttl);
         let ino = inode.ino;
+        let (attr_ttl, entry_ttl) = (self.ttl.attr(ino), self.ttl.entry(ino));
         self.attr_on_scan_threads("lookup", inode, st, move |r| match r {
             Ok(a) => reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GEN),
             Err(e) => {
@@ -320,7 +349,7 @@ impl CutFs {
 
     /// Finishes a getattr whose file needs a long scan on the scan threads.
     fn attr_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyAttr) {
-        let ttl = self.attr_ttl;
+        let ttl = self.ttl.attr(inode.ino);
         self.attr_on_scan_threads("getattr", inode, st, move |r| match r {
             Ok(a) => reply.attr(&ttl, &a),
             Err(e) => reply.error(e),

@@ -3,8 +3,8 @@
 //! Parsing only validates; nothing here touches the system. The result says
 //! what to pass to the kernel (mount flags, `allow_other`, `max_read`), how
 //! the mount shows in the mount table (`fsname`), and how the daemon serves
-//! (`index_cache=`, `index_db=`, `attr_timeout=`, `entry_timeout=`, `newfiles=`,
-//! `threads=`). Options that only mean something to mount(8), fstab or
+//! (`index_cache=`, `index_db=`, `attr_timeout=`, `entry_timeout=`, `watch=`,
+//! `newfiles=`, `threads=`). Options that only mean something to mount(8), fstab or
 //! libfuse-based programs (`defaults`, `nofail`, `_netdev`, `auto`,
 //! `user`, `x-*`, `kernel_cache`, …) are accepted and ignored, so an fstab
 //! line written for bindfs or sshfs works. Anything else is an error, named.
@@ -20,6 +20,13 @@ pub enum NewFiles {
     /// Always raw.
     Raw,
 }
+
+/// The kernel's caches of names and attributes while the watch of
+/// BACKING runs (`fs::watch` tells it of every change at once).
+pub const LONG_TIMEOUT: Duration = Duration::from_secs(300);
+/// ... and where no watch runs: a change made beside the mount shows
+/// within this.
+pub const SHORT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Parsed options, with their defaults.
 #[derive(Clone, Debug)]
@@ -40,10 +47,15 @@ pub struct Options {
     pub index_cache: usize,
     /// Where the persistent index database is (`index_db=PATH|none`).
     pub index_db: crate::indexdb::Location,
-    /// How long the kernel may cache attributes (default 1 s).
-    pub attr_timeout: Duration,
-    /// How long the kernel may cache names (default 1 s).
-    pub entry_timeout: Duration,
+    /// How long the kernel may cache attributes; None (the default):
+    /// [`LONG_TIMEOUT`] while the watch of BACKING runs, else
+    /// [`SHORT_TIMEOUT`] (`CutFs::ttl`).
+    pub attr_timeout: Option<Duration>,
+    /// How long the kernel may cache names; None as for `attr_timeout`.
+    pub entry_timeout: Option<Duration>,
+    /// `watch=auto|off`: watch BACKING for changes made beside the mount
+    /// (`fs::watch`); off keeps the short timeouts.
+    pub watch: bool,
     pub newfiles: NewFiles,
     /// Directory names under which new files stay raw (`rawdirs=`,
     /// default `.git:.hg:.svn`).
@@ -89,8 +101,9 @@ impl Default for Options {
             max_read: None,
             index_cache: 64 << 20,
             index_db: crate::indexdb::Location::Default,
-            attr_timeout: Duration::from_secs(1),
-            entry_timeout: Duration::from_secs(1),
+            attr_timeout: None,
+            entry_timeout: None,
+            watch: true,
             newfiles: NewFiles::Auto,
             rawdirs: super::rawnew::parse_rawdirs(super::rawnew::DEFAULT_RAWDIRS)
                 .unwrap_or_default(),
@@ -216,15 +229,21 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "attr_timeout=SECS",
-        "1",
+        "300 watched, else 1",
         "how long the kernel caches attributes",
         "seconds, such as 0.5",
     ),
     (
         "entry_timeout=SECS",
-        "1",
+        "300 watched, else 1",
         "how long the kernel caches names",
         "seconds, such as 0.5",
+    ),
+    (
+        "watch=auto|off",
+        "auto",
+        "watch BACKING for changes made beside the mount, so the kernel may cache for minutes (auto: where the daemon can; off: 1 s caches)",
+        "auto, off",
     ),
     (
         "newfiles=auto|raw",
@@ -475,8 +494,10 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("max_read", Some(v)) => o.max_read = Some(v.parse().map_err(|_| bad())?),
         ("index_cache", Some(v)) => o.index_cache = parse_size(v).ok_or_else(bad)?,
         ("index_db", Some(v)) => o.index_db = crate::indexdb::Location::parse(v).ok_or_else(bad)?,
-        ("attr_timeout", Some(v)) => o.attr_timeout = parse_secs(v).ok_or_else(bad)?,
-        ("entry_timeout", Some(v)) => o.entry_timeout = parse_secs(v).ok_or_else(bad)?,
+        ("attr_timeout", Some(v)) => o.attr_timeout = Some(parse_secs(v).ok_or_else(bad)?),
+        ("entry_timeout", Some(v)) => o.entry_timeout = Some(parse_secs(v).ok_or_else(bad)?),
+        ("watch", Some("auto")) => o.watch = true,
+        ("watch", Some("off")) => o.watch = false,
         ("newfiles", Some("raw")) => o.newfiles = NewFiles::Raw,
         ("newfiles", Some("auto")) => o.newfiles = NewFiles::Auto,
         ("passthrough", Some("on" | "yes")) => o.passthrough = Some(true),
@@ -531,7 +552,8 @@ mod tests {
     fn defaults() {
         let o = parse::<&str>(&[]).unwrap();
         assert_eq!(o.index_cache, 64 << 20);
-        assert_eq!(o.attr_timeout, Duration::from_secs(1));
+        assert_eq!(o.attr_timeout, None);
+        assert!(o.watch);
         assert_eq!(o.flags, libc::MS_NOSUID | libc::MS_NODEV);
         assert_eq!(o.allow_other, None);
         assert!(!o.read_only());
@@ -559,7 +581,9 @@ mod tests {
         assert!(parse(&["index_db=rel.redb"])
             .unwrap_err()
             .contains("index_db=rel.redb"));
-        assert_eq!(o.attr_timeout, Duration::from_millis(500));
+        assert_eq!(o.attr_timeout, Some(Duration::from_millis(500)));
+        assert!(!parse(&["watch=off"]).unwrap().watch);
+        assert!(parse(&["watch=maybe"]).unwrap_err().contains("auto, off"));
         assert_eq!(o.newfiles, NewFiles::Raw);
         assert_eq!(o.fsname.as_deref(), Some("/srv/a"));
         let o = parse(&["ro,rw,dev,suid"]).unwrap();

@@ -91,7 +91,7 @@ impl Filesystem for CutFs {
         });
         match r {
             Ok(Err((inode, st))) => self.attr_later(inode, st, reply),
-            Ok(Ok(a)) => reply.attr(&self.attr_ttl, &a),
+            Ok(Ok(a)) => reply.attr(&self.ttl.attr(ino.0), &a),
             Err(e) => reply.error(e),
         }
     }
@@ -120,7 +120,7 @@ impl Filesystem for CutFs {
         match self.guard("setattr", ino.0, || {
             CutFs::set_attr(self, ino.0, mode, uid, gid, size, atime, mtime, fh, req)
         }) {
-            Ok(a) => reply.attr(&self.attr_ttl, &a),
+            Ok(a) => reply.attr(&self.ttl.attr(ino.0), &a),
             Err(e) => reply.error(e),
         }
     }
@@ -274,6 +274,8 @@ impl Filesystem for CutFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        // In flight until the reply is sent (`watch::Reads`).
+        let _reading = self.reads.enter(ino.0);
         match self.guard("read", ino.0, || {
             CutFs::read_handle(self, fh.0, offset, size)
         }) {
@@ -414,7 +416,7 @@ impl Filesystem for CutFs {
                     INodeNo(dir.ino),
                     next,
                     e.name,
-                    &self.attr_ttl,
+                    &self.ttl.attr(dir.ino),
                     &dir_attr,
                     GEN,
                 ),
@@ -422,7 +424,7 @@ impl Filesystem for CutFs {
                     let ttl = if p.provisional {
                         Duration::ZERO
                     } else {
-                        self.entry_ttl
+                        self.ttl.entry(p.attr.ino.0)
                     };
                     reply.add(p.attr.ino, next, e.name, &ttl, &p.attr, GEN)
                 }
@@ -554,7 +556,7 @@ impl Filesystem for CutFs {
                 .inspect_err(|_| CutFs::close_handle(self, fh))?;
             Ok((a, fh, fl))
         }) {
-            Ok((a, fh, fl)) => reply.created(&self.entry_ttl, &a, GEN, FileHandle(fh), fl),
+            Ok((a, fh, fl)) => reply.created(&self.ttl.entry(a.ino.0), &a, GEN, FileHandle(fh), fl),
             Err(e) => reply.error(e),
         }
     }

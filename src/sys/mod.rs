@@ -16,6 +16,8 @@
 //!   `/proc/self/fd/N`, stat, times, owners, directory listings, locks.
 //! * [`xattr`]: extended attributes of the inode behind a descriptor.
 //! * [`handle`]: `name_to_handle_at` / `open_by_handle_at`.
+//! * [`fanotify`]: a whole filesystem's changes, reported by file handle
+//!   and name.
 //! * [`ident`]: acting as a request's caller (fsuid, fsgid, groups,
 //!   umask), checked to have taken effect; capabilities of a process.
 //! * [`lock`]: open file description locks and `flock(2)` on a
@@ -28,6 +30,7 @@
 //! Errors are `std::io::Error`s carrying the errno, so callers decide what
 //! to tell the user (and the FUSE side which errno to answer).
 
+pub mod fanotify;
 pub mod file;
 pub mod handle;
 pub mod ident;
