@@ -164,34 +164,6 @@ fn ls_l_complete_or_loud(m: &Mount, when: &str) -> bool {
     false
 }
 
-/// A process holding up to `n` files open through the mount (each its own
-/// open, so its own descriptor in the daemon) until killed. Returns it and
-/// how many it opened, with its stderr so far.
-fn holder(file: &Path, n: usize) -> (std::process::Child, usize, String) {
-    use std::io::{BufRead, Read};
-    let script = "n=0; while [ $n -lt $2 ]; do exec {fd}<\"$1\" || break; n=$((n+1)); done; \
-                  echo $n; exec 2>&-; read x";
-    let mut c = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg("bash")
-        .arg(file)
-        .arg(n.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut err = String::new();
-    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let opened = line.trim().parse().unwrap_or(0);
-    (c, opened, err)
-}
-
 /// While a user holds its whole share of the daemon's descriptors (files
 /// open through the mount), its next open fails with EMFILE and a log line
 /// naming the file, and its listings list every entry or fail with the
@@ -205,8 +177,8 @@ fn exhausted_descriptors_fail_loudly_never_shorten_a_listing() {
         fs::write(b.join("held"), b"x").unwrap();
     });
     // Two processes (each may hold 1024): the daemon refuses first.
-    let (mut a, na, err_a) = holder(&m.m("held"), 900);
-    let (mut b, nb, err_b) = holder(&m.m("held"), 900);
+    let (mut a, na, err_a) = crate::support::run::holder(&m.m("held"), 900);
+    let (mut b, nb, err_b) = crate::support::run::holder(&m.m("held"), 900);
     println!(
         "opened {na} + {nb} files through the mount ({}); the daemon holds {}",
         (err_a + &err_b).trim(),

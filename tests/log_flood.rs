@@ -17,8 +17,6 @@
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::mount::{corrected, Mount};
@@ -110,30 +108,6 @@ fn an_untrusted_journal_kept_in_place_does_not_flood_the_log() {
     assert_eq!(fs::read(m.m("notes.txt")).unwrap().len(), 9000);
 }
 
-/// A process holding `n` opens of `file` (through the mount) until killed;
-/// returns it once the opens are made.
-fn holder(file: &Path, n: usize) -> Child {
-    use std::io::BufRead;
-    let script = "n=0; while [ $n -lt $2 ]; do exec {fd}<\"$1\" || break; n=$((n+1)); done; \
-                  echo $n; exec 2>&-; read x";
-    let mut c = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg("bash")
-        .arg(file)
-        .arg(n.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    c
-}
-
 #[test]
 fn running_out_of_descriptors_does_not_flood_the_log() {
     let m = Mount::with(&[])
@@ -145,7 +119,7 @@ fn running_out_of_descriptors_does_not_flood_the_log() {
                 fs::write(b.join(format!("f{i}")), b"y").unwrap();
             }
         });
-    let mut h = holder(&m.m("held"), 400);
+    let (mut h, _, _) = crate::support::run::holder(&m.m("held"), 400);
     let (mut opens, mut failed) = (0u64, 0u64);
     let start = Instant::now();
     while start.elapsed() < ATTACK {

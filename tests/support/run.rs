@@ -67,3 +67,31 @@ pub fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     std::fs::create_dir(&m).unwrap();
     (d, b, m)
 }
+
+/// A process holding up to `n` files open through the mount (each its own
+/// open, so its own descriptor in the daemon) until killed. Returns it and
+/// how many it opened, with its stderr so far.
+pub fn holder(file: &std::path::Path, n: usize) -> (std::process::Child, usize, String) {
+    use std::io::{BufRead, Read};
+    let script = "n=0; while [ $n -lt $2 ]; do exec {fd}<\"$1\" || break; n=$((n+1)); done; \
+                  echo $n; exec 2>&-; read x";
+    let mut c = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg("bash")
+        .arg(file)
+        .arg(n.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let opened = line.trim().parse().unwrap_or(0);
+    (c, opened, err)
+}
