@@ -14,6 +14,7 @@ use std::os::fd::IntoRawFd;
 
 use crate::support::disk::Tmpfs;
 use crate::support::mount::Mount;
+use crate::support::write::corrected_file;
 
 /// Fills `disk` natively until nothing is left (returns the filler's path).
 fn fill(disk: &Tmpfs) -> std::path::PathBuf {
@@ -46,15 +47,22 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let m = Mount::with(&["index_db=none"]).on(&backing, &mnt, &tmp.path().join("log"));
-    // A corrected file (text written through the mount) whose seven
-    // characters of U+0800-U+089F take two bytes on disk and three in the
-    // view: with the magic number, the backing file then ends on a page
-    // boundary exactly where the view does.
+    // A corrected file whose seven characters of U+0800-U+089F take two
+    // bytes on disk and three in the view: with the magic number, the
+    // backing file then ends on a page boundary exactly where the view
+    // does. Written in BACKING, not through the mount: the append below
+    // must be the file's only handle, or the release of an earlier one
+    // (which the kernel sends after close(2) returned, late on a busy
+    // machine) could write the held byte while the disk still has room.
     let mut view = "\u{800}".repeat(7).into_bytes();
     view.extend_from_slice(&b"x".repeat(3000));
     view.push(b'\n');
-    fs::write(m.m("t.txt"), &view).unwrap();
+    fs::write(
+        backing.join("t.txt"),
+        corrected_file(std::str::from_utf8(&view).unwrap()),
+    )
+    .unwrap();
+    let m = Mount::with(&["index_db=none"]).on(&backing, &mnt, &tmp.path().join("log"));
     // An append ending at view offset 8192 with the lead byte of "é": the
     // daemon writes all but that byte (the backing file is then 8192
     // bytes, two full pages) and holds it for the next write.
