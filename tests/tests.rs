@@ -2,7 +2,7 @@
 //! per area, named for what it tests: the converter (`cli`,
 //! `cli_conventions`, `encode_remedies`, `check_archive`),
 //! migrate (`migrate*`, `scripts`), the mount's reads and metadata (`mount`,
-//! `mount_scans`, `mount_backing_changes`, `atime`, `passthrough`), its
+//! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
@@ -45,6 +45,7 @@ mod docs;
 mod encode_remedies;
 mod export;
 mod fallocate;
+mod first_read;
 mod freshness;
 mod fsx;
 mod full_disk;

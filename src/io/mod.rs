@@ -81,6 +81,21 @@ pub fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usi
     Ok(n)
 }
 
+/// Asks the kernel to read `file[off..off + len)` into the page cache in
+/// the background (`POSIX_FADV_WILLNEED`): only a hint, so a filesystem
+/// that takes none is no error.
+pub fn prefetch(file: &File, off: u64, len: u64) {
+    let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
+        return;
+    };
+    let _ = nix::fcntl::posix_fadvise(
+        file,
+        off,
+        len,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_WILLNEED,
+    );
+}
+
 /// Up to `size` raw bytes at `offset`; short only at end of file.
 pub fn read_raw(file: &File, offset: u64, size: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; size];

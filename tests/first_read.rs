@@ -1,0 +1,261 @@
+//! The first reads of a corrected file the daemon has never indexed, and
+//! cold sequential reads of one it has: the first `cat` shows exactly what
+//! `cutf8 decode` gives and leaves the file indexed (the next `stat` scans
+//! nothing), random reads before and during a sequential read agree with
+//! the decoded text, a kill -9 in the middle of a first read leaves the
+//! index database right, and a sequential reader finds the backing file's
+//! next bytes already asked from the disk (the daemon's read-ahead,
+//! `Ahead` in src/fs/content.rs), which the page cache of the backing file
+//! shows (mincore).
+
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::mount::{corrected, enc, wait_for, Mount, BIN};
+
+/// Disk bytes of text with length-changing units in most 4 KiB blocks (so
+/// view offsets drift from disk offsets), about `len` bytes.
+fn text(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 64);
+    let mut x = seed | 1;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        match x % 97 {
+            0 => out.extend_from_slice(&enc(0x0840)), // 2 on disk, 3 in view
+            1 => out.extend_from_slice(&enc(0x10330)), // 3 on disk, 4 in view
+            2 => out.extend_from_slice(&enc(0x00E9)),
+            3 => out.extend_from_slice(&enc(0x65E5)),
+            4..=9 => out.push(b'\n'),
+            n => out.push(b'a' + (n % 26) as u8),
+        }
+    }
+    out.push(b'\n');
+    out
+}
+
+/// What `cutf8 decode` makes of a backing file.
+fn decoded(file: &Path) -> Vec<u8> {
+    let out = Command::new(crate::support::cli::BIN)
+        .arg("decode")
+        .arg(file)
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&out, "cutf8 decode");
+    out.stdout
+}
+
+/// The daemon's count of index scans (`cutf8fs --stats`).
+fn scans(m: &Mount) -> u64 {
+    let out = Command::new(BIN)
+        .arg("--stats")
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&out, "cutf8fs --stats");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix("scans "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no scan count in:\n{text}"))
+}
+
+fn cat(path: &Path) -> Vec<u8> {
+    let out = Command::new("cat").arg(path).output().unwrap();
+    crate::support::run::succeeded(&out, format!("cat {}", path.display()));
+    out.stdout
+}
+
+/// 24 MiB: above the size whose scans run on the scan threads.
+const BIG: usize = 24 << 20;
+
+#[test]
+fn a_never_indexed_files_first_cat_is_its_decoding_and_leaves_it_indexed() {
+    let m = Mount::new(&["index_db=none"], |b| {
+        fs::write(b.join("big.txt"), corrected(&text(BIG, 7))).unwrap();
+    });
+    let want = decoded(&m.b("big.txt"));
+    assert_eq!(scans(&m), 0, "nothing read before the first cat");
+    let got = cat(&m.m("big.txt"));
+    assert!(got == want, "the first cat differs from cutf8 decode");
+    assert_eq!(scans(&m), 1, "one scan for the first cat");
+    // The index is complete: size, random reads and a second cat need
+    // no scan.
+    assert_eq!(
+        fs::metadata(m.m("big.txt")).unwrap().len(),
+        want.len() as u64
+    );
+    let f = File::open(m.m("big.txt")).unwrap();
+    let mut buf = vec![0u8; 1000];
+    for off in [want.len() - 1000, 12_345, 9 << 20] {
+        f.read_exact_at(&mut buf, off as u64).unwrap();
+        assert!(buf == want[off..off + 1000], "at {off}");
+    }
+    assert!(cat(&m.m("big.txt")) == want);
+    assert_eq!(scans(&m), 1, "the file was scanned again");
+}
+
+/// Random reads of a never-indexed file, from several threads, before and
+/// while one sequential reader goes through it, each compared with the
+/// decoded text.
+#[test]
+fn random_reads_of_a_never_indexed_file_agree_with_its_decoding() {
+    let m = Mount::new(&["index_db=none"], |b| {
+        fs::write(b.join("big.txt"), corrected(&text(BIG, 11))).unwrap();
+        fs::write(b.join("two.txt"), corrected(&text(BIG, 12))).unwrap();
+    });
+    for name in ["big.txt", "two.txt"] {
+        let want = decoded(&m.b(name));
+        let path = m.m(name);
+        std::thread::scope(|s| {
+            if name == "two.txt" {
+                // A sequential reader beside the random ones.
+                s.spawn(|| assert!(cat(&path) == want, "{name}: the cat differs"));
+            }
+            for t in 0..4u64 {
+                let (want, path) = (&want, &path);
+                s.spawn(move || {
+                    let f = File::open(path).unwrap();
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1);
+                    for _ in 0..200 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let off = (x % want.len() as u64) as usize;
+                        let len = 1 + (x >> 40) as usize % 9000;
+                        let mut buf = vec![0u8; len];
+                        let n = f.read_at(&mut buf, off as u64).unwrap();
+                        let end = (off + len).min(want.len());
+                        assert_eq!(n, end - off, "{name}: read of {len} at {off}");
+                        assert!(buf[..n] == want[off..end], "{name}: {len} bytes at {off}");
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// kill -9 while the first read of a never-indexed file is under way
+/// (the scan that sizes it, or the reads after it): the next mount serves
+/// the file right, sized from the database or by a scan, never from a
+/// half-built record.
+#[test]
+fn kill_9_during_a_first_read_leaves_the_index_database_right() {
+    let mut m = Mount::with(&[])
+        .env("CUTF8FS_RACY_MARGIN_MS", "300")
+        .fresh(|b| {
+            fs::write(b.join("big.txt"), corrected(&text(4 * BIG, 13))).unwrap();
+        });
+    // Old enough that its record is stored (the racy margin).
+    std::thread::sleep(Duration::from_millis(350));
+    let want = decoded(&m.b("big.txt"));
+    for round in 0..3 {
+        let path = m.m("big.txt");
+        let mut reader = Command::new("dd")
+            .arg(format!("if={}", path.display()))
+            .args(["of=/dev/null", "bs=64k"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Into the scan, then a little further each round.
+        std::thread::sleep(Duration::from_millis(30 + 60 * round));
+        m.kill9();
+        let _ = reader.wait();
+        m.remount();
+        assert_eq!(
+            fs::metadata(m.m("big.txt")).unwrap().len(),
+            want.len() as u64,
+            "round {round}: size after the kill"
+        );
+        assert!(
+            cat(&m.m("big.txt")) == want,
+            "round {round}: content after the kill"
+        );
+        m.unmount();
+        m.remount();
+        assert!(
+            cat(&m.m("big.txt")) == want,
+            "round {round}: content from the database"
+        );
+        assert_eq!(scans(&m), 0, "round {round}: not served from the database");
+    }
+}
+
+/// Whether the page of `file` at `off` is in the page cache.
+fn resident(file: &File, off: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let page = 4096usize;
+    let at = off / page as u64 * page as u64;
+    // SAFETY: a fresh shared read-only mapping of one page of an open
+    // file, never dereferenced, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            at as libc::off_t,
+        )
+    };
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut vec = [0u8; 1];
+    // SAFETY: `p` maps one page; `vec` holds one byte per page.
+    let rc = unsafe { libc::mincore(p, page, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, page) };
+    assert_eq!(rc, 0, "mincore: {err}");
+    vec[0] & 1 == 1
+}
+
+/// A cold sequential read through the mount asks the backing file for the
+/// bytes ahead of it before the kernel sends their requests: after the
+/// first MiB, the backing file's pages 6–7 MiB ahead are in its page cache
+/// (or on their way), where the backing file's own read-ahead for the
+/// daemon's reads reaches a few hundred KiB.
+#[test]
+fn a_sequential_read_has_the_backing_bytes_ahead_asked_for() {
+    let m = Mount::new(&[], |b| {
+        fs::write(b.join("big.txt"), corrected(&text(BIG, 17))).unwrap();
+    });
+    // Sized (and indexed) first; then the backing file's pages dropped.
+    let want_len = fs::metadata(m.m("big.txt")).unwrap().len();
+    let backing = File::open(m.b("big.txt")).unwrap();
+    backing.sync_all().unwrap();
+    let drop_pages = || {
+        nix::fcntl::posix_fadvise(
+            &backing,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+    };
+    drop_pages();
+    let ahead = [6u64 << 20, (6 << 20) + (512 << 10), 7 << 20];
+    assert!(
+        wait_for(5.0, || ahead.iter().all(|&o| !resident(&backing, o))),
+        "the backing file's pages stay cached after POSIX_FADV_DONTNEED"
+    );
+    let f = File::open(m.m("big.txt")).unwrap();
+    let mut buf = vec![0u8; 128 << 10];
+    let mut off = 0;
+    while off < 1 << 20 {
+        off += f.read_at(&mut buf, off).unwrap() as u64;
+    }
+    assert!(off < want_len);
+    assert!(
+        wait_for(5.0, || ahead.iter().all(|&o| resident(&backing, o))),
+        "after 1 MiB read in order, the backing file's bytes 6-7 MiB ahead were never asked for"
+    );
+}
