@@ -27,6 +27,20 @@
 //!   Files larger than [`SCAN_INLINE`] whose class is not known are
 //!   classified on the [`ScanPool`]'s threads, the FUSE reply going with the
 //!   job, so a long scan never holds a worker other requests need.
+//! * A never-indexed corrected file is sized by that one scan before its
+//!   first byte is served, not indexed block by block as a first read goes:
+//!   the kernel has the size before it sends the first READ (in the
+//!   lookup's reply, and again from the getattr of the permission check at
+//!   open, which `default_permissions` makes whenever the attributes are
+//!   not valid) and serves reads only up to it. A lower bound told first
+//!   and raised later (by `inval_inode` while reads go on) would be what a
+//!   `stat` sees meanwhile, and a getattr cannot tell a permission check
+//!   from a `stat`; an O_APPEND write lands at the kernel's size without
+//!   asking. The scan leaves the file's bytes in the backing file's page
+//!   cache, so the reads that follow do not go to the disk again: a cold
+//!   `cat` reads the disk once (docs/performance.md, "Mount, reads").
+//! * [`Ahead`]: reads in order ask the backing file for the bytes ahead
+//!   of them, so a cold sequential read keeps the disk busy.
 //! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
