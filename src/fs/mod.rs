@@ -64,6 +64,7 @@ mod passthrough;
 mod privs;
 mod progress;
 mod rawnew;
+mod recent;
 mod requests;
 mod share;
 pub mod stats;
@@ -129,6 +130,8 @@ pub struct CutFs {
     kernel: Arc<invalidate::Invalidator>,
     /// Every lock taken through the mount, on the backing files.
     locks: locks::Locks,
+    /// Descriptors xattr reads opened, kept for a moment.
+    recent: recent::Recent,
 }
 
 const GEN: Generation = Generation(0);
@@ -249,6 +252,7 @@ impl CutFs {
             scans: content::ScanPool::new(SCAN_THREADS)?,
             ttl,
             reads,
+            recent: recent::Recent::new(),
         })
     }
 

@@ -21,7 +21,27 @@
 //! after checking read permission on the file, so anyone who may read a
 //! file may ask how it is stored, as native tools could tell by reading
 //! its first bytes in BACKING.
+//!
+//! **Reading is cheap.** `ls -l` asks every file for two attributes
+//! (`security.selinux`, `system.posix_acl_access`: the kernel caches no
+//! `security.*` attribute, and drops an inode's cached ACLs whenever a
+//! readdirplus refreshes it), so reading is on the path of every listing.
+//! A regular file not open through the mount is opened read-only by its
+//! handle and read with `fgetxattr`; an `O_PATH` descriptor, which is all
+//! the inode table would give, can be read only through its
+//! `/proc/self/fd` path, a walk through procfs that costs more than the
+//! reopen itself (docs/performance.md). The descriptor is kept for a
+//! moment (`super::super::recent`), so the second request of the pair
+//! reads through it, and let go within half a second. `O_NONBLOCK`: a
+//! lease on the file in BACKING is never waited for (the `O_PATH` way is
+//! taken instead). Only regular files: opening a device or a FIFO would
+//! reach its driver or wait for a writer; directories (their descriptors
+//! are kept by the inode table anyway), symlinks and the rest are read
+//! through the `O_PATH` descriptor as before.
 
+use std::ffi::CStr;
+
+use super::super::inodes::Fd;
 use super::*;
 
 /// The namespace of the mount's virtual attributes.
@@ -93,8 +113,8 @@ impl CutFs {
         let inode = self.inodes.get(ino)?;
         let acl = is_acl_name(name.as_bytes());
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
-        let fd = inode.fd()?;
-        Self::xattr_reply(size, |buf| sys::getxattr(fd.as_fd(), &name, buf)).map_err(|e| {
+        let fd = self.xattr_source(&inode)?;
+        Self::xattr_reply(size, |buf| get_through(&fd, &name, buf)).map_err(|e| {
             if acl && e == Errno::EOPNOTSUPP {
                 Refused::NoAcl.into()
             } else {
@@ -113,15 +133,15 @@ impl CutFs {
         size: u32,
     ) -> Result<XattrReply> {
         let inode = self.inodes.get(ino)?;
-        let fd = inode.fd()?;
+        let fd = self.xattr_source(&inode)?;
         if sys::has_sys_admin(req.pid(), req.uid()) {
-            return Self::xattr_reply(size, |buf| sys::listxattr(fd.as_fd(), buf));
+            return Self::xattr_reply(size, |buf| list_through(&fd, buf));
         }
         let mut all = Vec::new();
         loop {
-            let n = sys::listxattr(fd.as_fd(), &mut []).map_err(io)?;
+            let n = list_through(&fd, &mut []).map_err(io)?;
             all.resize(n, 0);
-            match sys::listxattr(fd.as_fd(), &mut all) {
+            match list_through(&fd, &mut all) {
                 Ok(n) => {
                     all.truncate(n);
                     break;
@@ -143,6 +163,28 @@ impl CutFs {
             s if s < len => Err(Refused::BufferTooSmall.into()),
             _ => Ok(XattrReply::Data(shown)),
         }
+    }
+
+    /// A descriptor to read `inode`'s attributes through (see the module
+    /// doc): an open handle's, one kept from the last request for this
+    /// entry, a regular file opened read-only now (and kept), or else the
+    /// entry's `O_PATH` one.
+    fn xattr_source(&self, inode: &Arc<Inode>) -> Result<Fd> {
+        if !inode.is_reg() || inode.is_open() {
+            return inode.fd();
+        }
+        if let Some(fd) = self.recent.get(inode) {
+            return Ok(fd);
+        }
+        let fd = match inode.open(libc::O_RDONLY | libc::O_NONBLOCK) {
+            Ok(f) => Arc::new(f),
+            // A lease holder in BACKING (EWOULDBLOCK), or a daemon that
+            // may not read the file (reopening by name, without root).
+            Err(Errno::EWOULDBLOCK | Errno::EACCES | Errno::EPERM) => inode.fd()?,
+            Err(e) => return Err(e),
+        };
+        self.recent.put(inode, &fd);
+        Ok(fd)
     }
 
     /// The value of virtual attribute `name` of inode `ino` (see the
@@ -197,6 +239,33 @@ impl CutFs {
             let _as = act_as(req)?;
             sys::removexattr(fd.as_fd(), &name).map_err(io)
         })
+    }
+}
+
+/// getxattr through `fd`: `fgetxattr`, or for an `O_PATH` descriptor
+/// (EBADF) its `/proc/self/fd` path. An empty `buf` asks for the size.
+fn get_through(fd: &Fd, name: &CStr, buf: &mut [u8]) -> std::io::Result<usize> {
+    let r = if buf.is_empty() {
+        rustix::fs::fgetxattr_query(fd, name)
+    } else {
+        rustix::fs::fgetxattr(fd, name, &mut *buf)
+    };
+    match r {
+        Err(rustix::io::Errno::BADF) => sys::getxattr(fd.as_fd(), name, buf),
+        r => r.map_err(Into::into),
+    }
+}
+
+/// listxattr through `fd`, as [`get_through`].
+fn list_through(fd: &Fd, buf: &mut [u8]) -> std::io::Result<usize> {
+    let r = if buf.is_empty() {
+        rustix::fs::flistxattr_query(fd)
+    } else {
+        rustix::fs::flistxattr(fd, &mut *buf)
+    };
+    match r {
+        Err(rustix::io::Errno::BADF) => sys::listxattr(fd.as_fd(), buf),
+        r => r.map_err(Into::into),
     }
 }
 
