@@ -146,6 +146,78 @@ fn files_deleted_in_backing_are_released_at_once_by_name() {
     deleted_files_are_released(false);
 }
 
+/// What it guards against: the descriptors the daemon keeps for a moment
+/// after reading extended attributes (`ls -l` asks two of every file, and
+/// the second is read through the first's descriptor) must not pin a file
+/// deleted in BACKING. 12 files of 4 MiB on a 64 MiB ext4, listed with
+/// `ls -l` through the mount and deleted natively right after, while the
+/// kernel still remembers every inode: their space is back and BACKING
+/// remounts read-only within the same bound as any deleted file.
+fn deleted_right_after_ls_l(by_handle: bool) {
+    let disk = Ext4::new(64);
+    let backing = disk.path("b");
+    fs::create_dir(&backing).unwrap();
+    for i in 0..12 {
+        fs::write(backing.join(format!("f{i}")), vec![b'a'; 4 * MIB]).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let db = format!("index_db={}", tmp.path().join("index.redb").display());
+    let mut start = Mount::with(&[&db]);
+    if !by_handle {
+        start = start.env("CUTF8FS_NO_FILE_HANDLES", "1");
+    }
+    let m = start.on(&backing, &mnt, &tmp.path().join("log"));
+    let how = if by_handle { "by handle" } else { "by name" };
+    let free = disk.free();
+    for round in 0..3 {
+        let ls = Command::new("ls").arg("-l").arg(&mnt).output().unwrap();
+        assert!(ls.status.success(), "{how}: ls -l failed");
+        assert_eq!(
+            String::from_utf8_lossy(&ls.stdout).lines().count(),
+            13,
+            "{how}, round {round}: ls -l lists every file"
+        );
+    }
+    let listed_at = std::time::Instant::now();
+    for i in 0..12 {
+        fs::remove_file(backing.join(format!("f{i}"))).unwrap();
+    }
+    let freed = wait_for(2.0, || disk.free() > free + 40 * MIB as u64);
+    assert!(
+        freed,
+        "{how}: deleting 48 MiB natively right after ls -l freed {} bytes in {:?}; the daemon \
+         holds {:?}",
+        disk.free().saturating_sub(free),
+        listed_at.elapsed(),
+        deleted_fds(m.pid())
+    );
+    assert!(deleted_fds(m.pid()).is_empty());
+    let mut last = Err(String::new());
+    let ro = wait_for(2.0, || {
+        last = disk.remount("ro");
+        last.is_ok()
+    });
+    assert!(ro, "{how}: BACKING cannot be remounted read-only: {last:?}");
+    disk.remount("rw").unwrap();
+    // The mount still answers, and lists what is left (nothing).
+    assert_eq!(fs::read_dir(&mnt).unwrap().count(), 0, "{how}");
+    drop(m);
+}
+
+#[test]
+fn files_deleted_right_after_ls_l_are_released_by_handle() {
+    let _g = serial();
+    deleted_right_after_ls_l(true);
+}
+
+#[test]
+fn files_deleted_right_after_ls_l_are_released_by_name() {
+    let _g = serial();
+    deleted_right_after_ls_l(false);
+}
+
 /// A process of `u` holding open up to `n` different files of `dir`
 /// (`f{first}`, `f{first+1}`, …) until told to stop; returns it and how
 /// many it opened, with its complaint.

@@ -23,8 +23,9 @@
 //! (`SWEEP`), and at most `cap` are kept (an eighth of the open-file limit,
 //! between 16 and 4096; evicted by CLOCK: one used since the hand last
 //! passed gets a second chance). A directory removed in BACKING is thus let
-//! go within about a second, a file at once. The way back, as in virtiofsd
-//! and libfuse's passthrough_hp:
+//! go within about a second, a file at once (or, right after its extended
+//! attributes were read, within half a second: `super::recent`). The way
+//! back, as in virtiofsd and libfuse's passthrough_hp:
 //!
 //! * a **file handle** (`name_to_handle_at`), reopened with
 //!   `open_by_handle_at` against a descriptor of its filesystem (BACKING's

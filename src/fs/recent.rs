@@ -186,11 +186,13 @@ mod tests {
             .count()
     }
 
-    fn entries(dir: &std::path::Path, n: usize) -> (super::super::inodes::InodeTable, Vec<Arc<Inode>>) {
-        let table = super::super::inodes::InodeTable::new(
-            super::super::CutFs::open_backing(dir).unwrap(),
-        )
-        .unwrap();
+    fn entries(
+        dir: &std::path::Path,
+        n: usize,
+    ) -> (super::super::inodes::InodeTable, Vec<Arc<Inode>>) {
+        let table =
+            super::super::inodes::InodeTable::new(super::super::CutFs::open_backing(dir).unwrap())
+                .unwrap();
         let root = table.get(super::super::inodes::ROOT).unwrap();
         let mut all = Vec::new();
         for i in 0..n {
