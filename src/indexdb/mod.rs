@@ -108,6 +108,7 @@
 #![allow(clippy::result_large_err)]
 
 mod finder;
+mod nodes;
 mod place;
 mod record;
 mod store;
@@ -188,7 +189,10 @@ impl Location {
 }
 
 enum Op {
+    /// An index record.
     Put((u64, u64), Vec<u8>),
+    /// A node record (`nodes`).
+    Node(u64, Vec<u8>),
 }
 
 /// What lookups and the writer share.
@@ -418,6 +422,10 @@ impl IndexDb {
     }
 
     fn send(&self, key: (u64, u64), bytes: Vec<u8>) {
+        self.send_op(Op::Put(key, bytes));
+    }
+
+    fn send_op(&self, op: Op) {
         let Some(open) = self.inner.as_ref() else {
             return;
         };
@@ -425,7 +433,7 @@ impl IndexDb {
             return;
         }
         if let Some(tx) = open.tx.lock().as_ref() {
-            match tx.try_send(Op::Put(key, bytes)) {
+            match tx.try_send(op) {
                 Ok(()) | Err(TrySendError::Disconnected(_)) => {}
                 Err(TrySendError::Full(_)) => log::debug!("index database queue full"),
             }

@@ -181,6 +181,8 @@ fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), Failed> {
         let w = db.begin_write()?;
         w.delete_table(RECORDS)?;
         w.open_table(RECORDS)?;
+        w.delete_table(super::nodes::NODES)?;
+        w.open_table(super::nodes::NODES)?;
         w.open_table(META)?.insert(ROOT, root_id)?;
         w.commit()?;
         Ok(())

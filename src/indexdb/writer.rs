@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use super::finder::{Finder, Found};
 use super::store::start_db;
-use super::{day_of, now, record, Op, Shared, BATCH_WAIT, MAX_AGE_DAYS, MAX_RECORDS, RECORDS};
+use super::{
+    day_of, nodes, now, record, Op, Shared, BATCH_WAIT, MAX_AGE_DAYS, MAX_RECORDS, RECORDS,
+};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 /// The writer thread: opens (creates) the database when the first record
@@ -54,13 +56,28 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>
         };
         let r = (|| -> Result<(), redb::Error> {
             let w = db.begin_write()?;
+            let today = nodes::today();
+            let mut changed = false;
             {
                 let mut t = w.open_table(RECORDS)?;
-                for Op::Put(key, bytes) in batch.drain(..) {
-                    t.insert(key, bytes.as_slice())?;
+                let mut n = w.open_table(nodes::NODES)?;
+                for op in batch.drain(..) {
+                    match op {
+                        Op::Put(key, bytes) => {
+                            t.insert(key, bytes.as_slice())?;
+                            changed = true;
+                        }
+                        Op::Node(ino, record) => {
+                            changed |= nodes::write(&mut n, ino, &record, today)?;
+                        }
+                    }
                 }
             }
-            w.commit()?;
+            if changed {
+                w.commit()?;
+            } else {
+                w.abort()?;
+            }
             Ok(())
         })();
         batch.clear();
@@ -110,7 +127,8 @@ pub(super) fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error
         let extra = (live - MAX_RECORDS) as usize;
         old.extend(days.iter().take(extra).map(|&(k, _)| k));
     }
-    if old.is_empty() {
+    let old_nodes = old_nodes(&db.begin_read()?, today)?;
+    if old.is_empty() && old_nodes.is_empty() {
         return Ok(());
     }
     let w = db.begin_write()?;
@@ -119,11 +137,46 @@ pub(super) fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error
         for k in &old {
             t.remove(*k)?;
         }
+        let mut n = w.open_table(nodes::NODES)?;
+        for k in &old_nodes {
+            n.remove(*k)?;
+        }
     }
     w.commit()?;
     log::info!(
-        "index database: {} records of old or vanished files collected",
-        old.len()
+        "index database: {} records and {} node records of old or vanished files collected",
+        old.len(),
+        old_nodes.len()
     );
     Ok(())
+}
+
+/// The node records not written for [`MAX_AGE_DAYS`] (a live file's is
+/// written again weekly while the mount looks it up) and, beyond
+/// [`MAX_RECORDS`], the oldest.
+fn old_nodes(r: &redb::ReadTransaction, today: u32) -> Result<Vec<u64>, redb::Error> {
+    let t = match r.open_table(nodes::NODES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let count = t.len()?;
+    let mut old = Vec::new();
+    let mut days = Vec::new();
+    for item in t.iter()? {
+        let (k, v) = item?;
+        let day = nodes::day(v.value());
+        if day.saturating_add(MAX_AGE_DAYS) < today {
+            old.push(k.value());
+        } else if count > MAX_RECORDS {
+            days.push((k.value(), day));
+        }
+    }
+    let live = count - old.len() as u64;
+    if live > MAX_RECORDS {
+        days.sort_by_key(|&(_, d)| d);
+        let extra = (live - MAX_RECORDS) as usize;
+        old.extend(days.iter().take(extra).map(|&(k, _)| k));
+    }
+    Ok(old)
 }
