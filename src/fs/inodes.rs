@@ -36,7 +36,9 @@
 //!   is followed. This needs CAP_DAC_READ_SEARCH (a root daemon); it is
 //!   probed once at start.
 //! * otherwise (a daemon without that capability, a filesystem without
-//!   handles, or `CUTF8FS_NO_FILE_HANDLES=1` in the environment, for tests):
+//!   handles — a FUSE BACKING counts as one: bindfs or sshfs make handles
+//!   they refuse once their inode is evicted —, or
+//!   `CUTF8FS_NO_FILE_HANDLES=1` in the environment, for tests):
 //!   the **(parent entry, name)** the inode was last looked up, created or
 //!   renamed through the mount as, reopened with `openat(parent, name,
 //!   O_PATH | O_NOFOLLOW)` and accepted only if it is still the same
@@ -83,16 +85,20 @@ use std::fs::File;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
 use super::content::{OpenFile, Seen};
 use super::error::{io, Errno, Result};
+use super::export::{self, Nodes, Record};
 use super::sys::{self, BackingHandle};
 
 /// FUSE's number for the root directory.
 pub const ROOT: u64 = 1;
+
+/// `statfs`'s `f_type` of a FUSE filesystem.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// Numbers for files on other filesystems start here.
 const FOREIGN_BASE: u64 = 1 << 63;
@@ -190,6 +196,32 @@ impl Anchor {
 
     fn same_handle(&self, h: &BackingHandle, mnt: i32) -> bool {
         self.parts() == Some((h.ty(), h.bytes(), mnt))
+    }
+
+    /// The generation the kernel is given (`export::generation`; 0 for
+    /// the root and for inodes reopened by name).
+    fn generation(&self) -> u64 {
+        match self.parts() {
+            Some((ty, bytes, _)) => export::generation(ty, bytes),
+            None => 0,
+        }
+    }
+
+    /// How the inode is found again after the kernel forgot it
+    /// (`export`): None for the root, and for a name in a directory of
+    /// another filesystem.
+    fn record(&self) -> Option<Record> {
+        match self {
+            Anchor::Root => None,
+            Anchor::Name { parent, name } => (parent.ino < FOREIGN_BASE).then(|| Record::Name {
+                parent: parent.ino,
+                name: name.as_ref().into(),
+            }),
+            a => a.parts().map(|(ty, bytes, _)| Record::Handle {
+                ty,
+                bytes: bytes.to_vec(),
+            }),
+        }
     }
 }
 
@@ -559,15 +591,23 @@ impl Inode {
     }
 
     /// Records `name` in `parent` as where this inode was last seen (kept
-    /// only by entries reopened by name).
+    /// only by entries reopened by name; the node record follows).
     fn seen_as(&self, parent: &Arc<Inode>, name: &CStr) {
         let mut i = self.inner.lock();
         if let Anchor::Name { parent: p, name: n } = &mut i.anchor {
             if !Arc::ptr_eq(p, parent) || **n != *name {
                 *p = parent.clone();
                 *n = name.into();
+                let record = i.anchor.record();
+                drop(i);
+                self.shared.record(self.ino, record);
             }
         }
+    }
+
+    /// The generation the kernel is given for this inode (`export`).
+    pub fn generation(&self) -> u64 {
+        self.inner.lock().anchor.generation()
     }
 
     #[cfg(test)]
@@ -587,6 +627,11 @@ impl Inode {
 struct Shared {
     /// `open_by_handle_at` works here.
     by_handle: bool,
+    /// The mount id of BACKING's root, whose descriptor in `mounts` opens
+    /// the handles of node records (`export`).
+    root_mnt: Option<i32>,
+    /// Node records (`export`), once the filesystem has set them.
+    nodes: OnceLock<Arc<Nodes>>,
     /// BACKING's root.
     root: Fd,
     /// A descriptor on each filesystem seen, by mount id, for
@@ -606,6 +651,16 @@ struct Clock {
 }
 
 impl Shared {
+    /// Records how node `ino` is found again, if it has a number of
+    /// BACKING's own filesystem.
+    fn record(&self, ino: u64, record: Option<Record>) {
+        if let (Some(nodes), Some(r)) = (self.nodes.get(), record) {
+            if ino > ROOT && ino < FOREIGN_BASE {
+                nodes.record(ino, &r);
+            }
+        }
+    }
+
     /// Enters an inode that just got its cached descriptor; evicts another
     /// (whose descriptor closes when no request uses it any more) if the
     /// cache is full. Recently used inodes are passed over; if all are, the
@@ -815,10 +870,21 @@ impl InodeTable {
             sys::open_by_handle(dir.as_fd(), &h, libc::O_PATH)?;
             Ok((mnt, dir))
         });
+        // A FUSE filesystem encodes handles of whatever its kernel side
+        // remembers, but may refuse them once that is evicted (bindfs,
+        // sshfs: no export support), which a probe of the root cannot see.
+        let fuse =
+            sys::fanotify::filesystem_type(root.as_fd()).is_ok_and(|t| t == FUSE_SUPER_MAGIC);
+        if fuse && by_handle {
+            log::debug!("BACKING is a FUSE filesystem: inodes are reopened by name");
+        }
+        let by_handle = by_handle && !fuse;
         let mut mounts = HashMap::new();
+        let mut root_mnt = None;
         let by_handle = match probe {
             Ok((mnt, dir)) if by_handle => {
                 mounts.insert(mnt, Arc::new(File::from(dir)));
+                root_mnt = Some(mnt);
                 true
             }
             Ok(_) => false,
@@ -838,6 +904,8 @@ impl InodeTable {
         }
         let shared = Arc::new(Shared {
             by_handle,
+            root_mnt,
+            nodes: OnceLock::new(),
             root: root.clone(),
             mounts: Mutex::new(mounts),
             cap,
@@ -909,6 +977,9 @@ impl InodeTable {
                         && self.shared.mounts.lock().contains_key(&mnt)
                     {
                         i.anchor = Anchor::handle(&h, mnt);
+                        let record = i.anchor.record();
+                        drop(i);
+                        self.shared.record(inode.ino, record);
                     }
                 }
             }
@@ -1012,11 +1083,25 @@ impl InodeTable {
             t.foreign.insert(key, n);
             n
         };
-        let inode = Arc::new(Inode {
+        let record = anchor.record();
+        let inode = self.make(ino, st, anchor, 1);
+        // A stale entry with this number (a deleted file's, whose number a
+        // new file got while the kernel still held the old one) is
+        // replaced: the kernel gets the same number for the new file (and
+        // a new generation, so it takes it for a new inode).
+        t.by_ino.replace(Entry(inode.clone()));
+        drop(t);
+        self.shared.record(ino, record);
+        inode
+    }
+
+    /// A new entry (not in the table yet) with `lookups` counted.
+    fn make(&self, ino: u64, st: &libc::stat, anchor: Anchor, lookups: u64) -> Arc<Inode> {
+        Arc::new(Inode {
             ino,
-            key,
+            key: Key::of(st),
             fmt: st.st_mode & libc::S_IFMT,
-            lookups: AtomicU64::new(1),
+            lookups: AtomicU64::new(lookups),
             shared: self.shared.clone(),
             inner: Mutex::new(Inner {
                 anchor,
@@ -1025,12 +1110,7 @@ impl InodeTable {
                 used: true,
             }),
             seen: Mutex::new(Seen::default()),
-        });
-        // A stale entry with this number (a deleted file's, whose number a
-        // new file got while the kernel still held the old one) is
-        // replaced: the kernel gets the same number for the new file.
-        t.by_ino.replace(Entry(inode.clone()));
-        inode
+        })
     }
 
     /// Enters the file just created and open as `file` under `name` in
@@ -1113,7 +1193,15 @@ impl InodeTable {
             }
             (gone, trim)
         };
-        // The entry goes here, outside the lock.
+        // The entry goes here, outside the lock; how to find it again is
+        // kept (`export`).
+        if let Some(e) = &gone {
+            if let (Some(nodes), true) = (self.shared.nodes.get(), self.own_number(e.0.key)) {
+                if let Some(r) = e.0.inner.lock().anchor.record() {
+                    nodes.forgotten(e.0.ino, r);
+                }
+            }
+        }
         drop(gone);
         if trim {
             self.give_back_memory();
@@ -1123,6 +1211,196 @@ impl InodeTable {
     /// How many inodes the kernel holds now (for `--stats`).
     pub fn known(&self) -> usize {
         self.tables.lock().by_ino.len()
+    }
+
+    /// Where node records are kept (`export`); set once, before the
+    /// kernel sends its first request.
+    pub fn set_nodes(&self, nodes: Arc<Nodes>) {
+        let _ = self.shared.nodes.set(nodes);
+    }
+
+    /// The generation of node `ino` for a reply (0 if the kernel no
+    /// longer holds it: then the reply is not sent anyway).
+    pub fn generation(&self, ino: u64) -> u64 {
+        let entry = self.tables.lock().by_ino.get(&ino).map(|e| e.0.clone());
+        entry.map_or(0, |e| e.generation())
+    }
+
+    /// LOOKUP of "." in node `ino`: the kernel decodes a file handle of a
+    /// node it may have forgotten (`export`). Counts one lookup. ESTALE if
+    /// the node's file is gone or cannot be found again.
+    pub fn revive(&self, ino: u64) -> Result<(Arc<Inode>, libc::stat)> {
+        let known = {
+            let t = self.tables.lock();
+            t.by_ino.get(&ino).map(|e| {
+                e.0.lookups.fetch_add(1, Ordering::Relaxed);
+                e.0.clone()
+            })
+        };
+        if let Some(inode) = known {
+            return match inode.stat() {
+                Ok(st) => Ok((inode, st)),
+                Err(e) => {
+                    self.forget(ino, 1);
+                    Err(e)
+                }
+            };
+        }
+        let inode = self.find_node(ino, 0)?;
+        let st = inode.stat()?;
+        Ok((self.adopt(inode, &st)?, st))
+    }
+
+    /// LOOKUP of ".." in directory `ino` (the kernel reconnecting a
+    /// directory it decoded from a handle): its parent, counted once; the
+    /// root is its own parent. By name, the parent the directory was seen
+    /// in; by handle, the directory's ".." if that lies under BACKING.
+    pub fn parent_of(&self, ino: u64) -> Result<(Arc<Inode>, libc::stat)> {
+        let dir = self.get(ino)?;
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let recorded = match &dir.inner.lock().anchor {
+            Anchor::Name { parent, .. } => Some(parent.clone()),
+            _ => None,
+        };
+        let parent = match recorded {
+            Some(p) => p,
+            None if dir.key == self.root_key => self.get(ROOT)?,
+            None => {
+                let fd = dir.fd()?;
+                let st = sys::statat(fd.as_fd(), c"..").map_err(io)?;
+                let known = if Key::of(&st) == self.root_key {
+                    Some(self.get(ROOT)?)
+                } else {
+                    let t = self.tables.lock();
+                    self.number_of(&t, Key::of(&st))
+                        .and_then(|n| t.by_ino.get(&n))
+                        .filter(|e| e.0.key == Key::of(&st))
+                        .map(|e| e.0.clone())
+                };
+                match known {
+                    Some(p) => p,
+                    None => {
+                        let up = sys::openat(
+                            fd.as_fd(),
+                            c"..",
+                            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                            0,
+                        )
+                        .map_err(io)?;
+                        if !self.own_number(Key::of(&st)) || !self.inside(up.as_fd())? {
+                            return Err(Errno::ESTALE);
+                        }
+                        let (h, mnt) = sys::name_to_handle(up.as_fd(), c"").map_err(io)?;
+                        if !self.shared.mounts.lock().contains_key(&mnt) {
+                            return Err(Errno::ESTALE);
+                        }
+                        self.make(st.st_ino, &st, Anchor::handle(&h, mnt), 0)
+                    }
+                }
+            }
+        };
+        let st = parent.stat()?;
+        Ok((self.adopt(parent, &st)?, st))
+    }
+
+    /// Enters `inode` (state `st`, found again outside the table) with one
+    /// lookup, or counts one more of the entry another thread entered
+    /// meanwhile for the same backing inode.
+    fn adopt(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<Arc<Inode>> {
+        if Key::of(st) != inode.key {
+            return Err(Errno::ESTALE);
+        }
+        let mut t = self.tables.lock();
+        if let Some(e) = t.by_ino.get(&inode.ino) {
+            if e.0.key == inode.key {
+                e.0.lookups.fetch_add(1, Ordering::Relaxed);
+                return Ok(e.0.clone());
+            }
+        }
+        inode.lookups.store(1, Ordering::Relaxed);
+        t.by_ino.replace(Entry(inode.clone()));
+        Ok(inode)
+    }
+
+    /// Node `ino` found from its record (`export`), not entered in the
+    /// table: the entry if the table has it, else one made from the
+    /// record — by handle on BACKING's filesystem, or by name in its
+    /// parent, found the same way (`depth` parents up so far). The file
+    /// found must have number `ino`, and a directory lie under BACKING.
+    fn find_node(&self, ino: u64, depth: usize) -> Result<Arc<Inode>> {
+        if let Ok(inode) = self.get(ino) {
+            return Ok(inode);
+        }
+        if ino <= ROOT || ino >= FOREIGN_BASE || depth > 4096 {
+            return Err(Errno::ESTALE);
+        }
+        let record = self
+            .shared
+            .nodes
+            .get()
+            .and_then(|n| n.find(ino))
+            .ok_or(Errno::ESTALE)?;
+        let stale = |e: std::io::Error| match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR | libc::EINVAL | libc::ESTALE) => Errno::ESTALE,
+            _ => io(e),
+        };
+        let (fd, anchor) = match record {
+            Record::Handle { ty, bytes } => {
+                let mnt = self.shared.root_mnt.ok_or(Errno::ESTALE)?;
+                let mount = self.shared.mounts.lock().get(&mnt).cloned();
+                let mount = mount.ok_or(Errno::ESTALE)?;
+                let fd = sys::open_by_handle_parts(mount.as_fd(), ty, &bytes, libc::O_PATH)
+                    .map_err(stale)?;
+                let h = sys::name_to_handle(fd.as_fd(), c"").map_err(stale)?.0;
+                (fd, Anchor::handle(&h, mnt))
+            }
+            Record::Name { parent, name } => {
+                let up = self.find_node(parent, depth + 1)?;
+                let dir = up.fd()?;
+                let fd = sys::open_path(dir.as_fd(), &name).map_err(stale)?;
+                (
+                    fd,
+                    Anchor::Name {
+                        parent: up,
+                        name: name.into_boxed_c_str(),
+                    },
+                )
+            }
+        };
+        let st = sys::fstat(fd.as_fd()).map_err(io)?;
+        if st.st_dev != self.root_key.dev || st.st_ino != ino {
+            return Err(Errno::ESTALE);
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !self.inside(fd.as_fd())? {
+            return Err(Errno::ESTALE);
+        }
+        Ok(self.make(ino, &st, anchor, 0))
+    }
+
+    /// Whether the directory behind `dir` lies under BACKING's root: its
+    /// ".." chain reaches the root before its filesystem's top.
+    fn inside(&self, dir: std::os::fd::BorrowedFd<'_>) -> Result<bool> {
+        let mut at = dir.try_clone_to_owned().map_err(io)?;
+        for _ in 0..4096 {
+            let st = sys::fstat(at.as_fd()).map_err(io)?;
+            if Key::of(&st) == self.root_key {
+                return Ok(true);
+            }
+            let up = sys::openat(
+                at.as_fd(),
+                c"..",
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                0,
+            )
+            .map_err(io)?;
+            if Key::of(&sys::fstat(up.as_fd()).map_err(io)?) == Key::of(&st) {
+                return Ok(false);
+            }
+            at = up;
+        }
+        Ok(false)
     }
 
     /// The FUSE number of the backing inode in state `st`, if the kernel
@@ -1456,6 +1734,53 @@ mod tests {
         assert!(t.get(inos[0]).is_err());
         let now = t.tables.lock().by_ino.capacity();
         assert!(now <= 1024 && now < full, "capacity {full} → {now}");
+    }
+
+    /// Nodes the kernel forgot are found again from their records
+    /// (`export`): the same file, generation and parent; a deleted one,
+    /// or a number never handed out, is ESTALE.
+    #[test]
+    fn forgotten_nodes_are_found_again_and_deleted_ones_are_stale() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        std::fs::create_dir(p.join("sub")).unwrap();
+        std::fs::write(p.join("sub/f"), b"x").unwrap();
+        for by_handle in [true, false] {
+            std::fs::write(p.join("gone"), b"g").unwrap();
+            let t = table(p, 16, by_handle);
+            if by_handle && !t.shared.by_handle {
+                eprintln!("no CAP_DAC_READ_SEARCH here: by-handle case not run");
+                continue;
+            }
+            t.set_nodes(Arc::new(Nodes::new(None)));
+            let root = t.get(ROOT).unwrap();
+            let (sub, _) = t.lookup(&root, &cname("sub")).unwrap();
+            let (f, _) = t.lookup(&sub, &cname("f")).unwrap();
+            let (g, _) = t.lookup(&root, &cname("gone")).unwrap();
+            let (sub_ino, f_ino, g_ino) = (sub.ino, f.ino, g.ino);
+            let f_gen = f.generation();
+            assert_eq!(f_gen == 0, !by_handle);
+            drop((sub, f, g));
+            for ino in [f_ino, sub_ino, g_ino] {
+                t.forget(ino, 1);
+                assert!(t.get(ino).is_err());
+            }
+            let (f, st) = t.revive(f_ino).unwrap();
+            assert_eq!((f.ino, st.st_ino, f.generation()), (f_ino, f_ino, f_gen));
+            let mut s = Vec::new();
+            std::io::Read::read_to_end(&mut f.open(libc::O_RDONLY).unwrap(), &mut s).unwrap();
+            assert_eq!(s, b"x");
+            assert_eq!(t.parent_of(f_ino).err(), Some(Errno::ENOTDIR));
+            let (sub, _) = t.revive(sub_ino).unwrap();
+            assert!(sub.is_dir());
+            let (up, _) = t.parent_of(sub_ino).unwrap();
+            assert_eq!(up.ino, ROOT);
+            assert_eq!(t.parent_of(ROOT).unwrap().0.ino, ROOT);
+            std::fs::remove_file(p.join("gone")).unwrap();
+            assert_eq!(t.revive(g_ino).err(), Some(Errno::ESTALE));
+            assert_eq!(t.revive(g_ino + 1_000_000).err(), Some(Errno::ESTALE));
+            assert_eq!(t.revive(FOREIGN_BASE + 5).err(), Some(Errno::ESTALE));
+        }
     }
 
     /// What an entry costs (see the module doc; measured as a whole by

@@ -52,6 +52,7 @@ mod content;
 mod daemon;
 mod error;
 mod explain;
+mod export;
 mod failure;
 mod handles;
 mod inodes;
@@ -134,8 +135,6 @@ pub struct CutFs {
     recent: recent::Recent,
 }
 
-const GEN: Generation = Generation(0);
-
 /// Threads scanning large files whose class is not known yet: at most this
 /// many scans run at once; more wait in a queue, not in FUSE workers.
 const SCAN_THREADS: usize = 2;
@@ -214,6 +213,8 @@ impl CutFs {
         // change in BACKING is queued for the watch's thread.
         let watch = watch::arm(std::os::fd::AsFd::as_fd(&root), opts.watch);
         let inodes = Arc::new(InodeTable::new(root)?);
+        let cache = Arc::new(IndexCache::with_db(opts.index_cache, db));
+        inodes.set_nodes(Arc::new(export::Nodes::new(Some(cache.clone()))));
         let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
         let kernel = Arc::<invalidate::Invalidator>::default();
         let ttl = watch::Timeouts::new(opts.attr_timeout, opts.entry_timeout);
@@ -248,7 +249,7 @@ impl CutFs {
             raw: rawnew::RawPolicy::new(&opts.rawdirs),
             inodes,
             handles: Arc::new(HandleTable::default()),
-            cache: Arc::new(IndexCache::with_db(opts.index_cache, db)),
+            cache,
             scans: content::ScanPool::new(SCAN_THREADS)?,
             ttl,
             reads,
@@ -276,7 +277,8 @@ impl CutFs {
         match r {
             Ok(a) => {
                 let ino = a.ino.0;
-                reply.entry_with_ttls(&self.ttl.attr(ino), &self.ttl.entry(ino), &a, GEN)
+                let gen = Generation(self.inodes.generation(ino));
+                reply.entry_with_ttls(&self.ttl.attr(ino), &self.ttl.entry(ino), &a, gen)
             }
             Err(e) => reply.error(e),
         }
@@ -341,9 +343,10 @@ impl CutFs {
     fn entry_later(&self, inode: Arc<inodes::Inode>, st: libc::stat, reply: ReplyEntry) {
         let inodes = self.inodes.clone();
         let ino = inode.ino;
+        let gen = Generation(inode.generation());
         let (attr_ttl, entry_ttl) = (self.ttl.attr(ino), self.ttl.entry(ino));
         self.attr_on_scan_threads("lookup", inode, st, move |r| match r {
-            Ok(a) => reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, GEN),
+            Ok(a) => reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, gen),
             Err(e) => {
                 inodes.forget(ino, 1);
                 reply.error(e)

@@ -49,6 +49,12 @@ impl Filesystem for CutFs {
         {
             log::warn!("kernel lacks {missing:?}: locks through the mount stay in the mount");
         }
+        // File handles made through the mount outlive the kernel's memory
+        // of the inode and the daemon (`export`): the kernel asks for "."
+        // and ".." of a node it decodes a handle of.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+            log::warn!("kernel lacks {missing:?}: file handles go stale when inodes are evicted");
+        }
         self.passthrough.init(config);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
@@ -418,7 +424,7 @@ impl Filesystem for CutFs {
                     e.name,
                     &self.ttl.attr(dir.ino),
                     &dir_attr,
-                    GEN,
+                    Generation(self.inodes.generation(dir.ino)),
                 ),
                 Some(p) => {
                     let ttl = if p.provisional {
@@ -426,7 +432,8 @@ impl Filesystem for CutFs {
                     } else {
                         self.ttl.entry(p.attr.ino.0)
                     };
-                    reply.add(p.attr.ino, next, e.name, &ttl, &p.attr, GEN)
+                    let gen = Generation(self.inodes.generation(p.attr.ino.0));
+                    reply.add(p.attr.ino, next, e.name, &ttl, &p.attr, gen)
                 }
             })
         });
@@ -556,7 +563,10 @@ impl Filesystem for CutFs {
                 .inspect_err(|_| CutFs::close_handle(self, fh))?;
             Ok((a, fh, fl))
         }) {
-            Ok((a, fh, fl)) => reply.created(&self.ttl.entry(a.ino.0), &a, GEN, FileHandle(fh), fl),
+            Ok((a, fh, fl)) => {
+                let gen = Generation(self.inodes.generation(a.ino.0));
+                reply.created(&self.ttl.entry(a.ino.0), &a, gen, FileHandle(fh), fl)
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -1,10 +1,12 @@
 //! What the integration tests share: the mount guard ([`mount`]), checks of
 //! what writes left in BACKING ([`write`]), real unprivileged users
 //! ([`users`]), the `cutf8` runner ([`cli`]) and small filesystems that
-//! fill up ([`disk`]: a loop-mounted ext4, a tmpfs).
+//! fill up ([`disk`]: a loop-mounted ext4, a tmpfs), and file handles
+//! with the kernel's caches emptied ([`handles`]).
 
 pub mod cli;
 pub mod disk;
+pub mod handles;
 pub mod mount;
 pub mod run;
 pub mod servers;

@@ -241,6 +241,12 @@ impl CutFs {
         if is_journal(parent, name) {
             return Err(Refused::Hidden.into());
         }
+        // Only the kernel decoding a file handle asks for these (`export`).
+        match name.as_encoded_bytes() {
+            b"." => return self.inodes.revive(parent),
+            b".." => return self.inodes.parent_of(parent),
+            _ => {}
+        }
         let dir = self.inodes.get(parent)?;
         let name = sys::component(name).map_err(io)?;
         self.inodes.lookup(&dir, &name)

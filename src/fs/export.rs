@@ -1,0 +1,238 @@
+//! Export support: what keeps a file handle made through the mount (by
+//! `name_to_handle_at`, which is what an NFS server hands its clients)
+//! valid for the life of the file in BACKING — after the kernel forgot the
+//! inode, and after the daemon restarted. Used by the inode table
+//! (`inodes`), which records and finds nodes here, and by the replies
+//! that hand the kernel an entry (its generation).
+//!
+//! A handle the kernel makes for a FUSE inode holds its node id and its
+//! generation, nothing else. When the kernel no longer has the inode, it
+//! asks the daemon to look up "." in that node id (and ".." in a directory
+//! to reconnect it); it then refuses the handle (ESTALE) unless the
+//! generation of the entry it gets equals the handle's. So:
+//!
+//! * **Node ids** are the backing inode numbers (`inodes`): unique among
+//!   the live files of BACKING's filesystem and stable across mounts, so
+//!   `ls -i` shows the same numbers after a remount and nothing needs
+//!   allocating. A number is reused by the filesystem once its file is
+//!   deleted; the generation tells the two files apart.
+//! * **Generations** are derived from the backing file handle
+//!   ([`generation`]): ext4, xfs, tmpfs and btrfs put the inode's own
+//!   generation (chosen afresh when the inode is reused) in its handle, so
+//!   the same file gives the same generation in every mount and a new file
+//!   with the old number a different one (but for one chance in 2³²). A
+//!   handle of a deleted file is thus stale even when its number lives on.
+//!   Inodes reopened by name (no handles: another FUSE filesystem under
+//!   BACKING, a daemon without CAP_DAC_READ_SEARCH) have generation 0:
+//!   there a new file with a deleted file's number is taken for it, as the
+//!   inode table itself does (`inodes`, "Reopening by name").
+//! * **Node records** say how to find a number's file again: its backing
+//!   file handle, or, without handles, its parent's number and its name.
+//!   They cannot be derived from the number alone: a file handle holds
+//!   more than the 64 bits of a node id (the generation, on btrfs a
+//!   subvolume), and only ext4 opens a handle whose generation is left
+//!   out — so each is recorded when the kernel is first handed the inode,
+//!   in the index database's table of nodes (`crate::indexdb`, written in
+//!   batches by its writer thread; a warm mount writes nothing), and kept
+//!   in memory for the inodes the kernel forgot during this mount
+//!   ([`Nodes::forgotten`], bounded), which covers the moments before the
+//!   writer commits and a mount without a database (`-o index_db=none`,
+//!   a read-only BACKING with no cache directory). A record is trusted as
+//!   the database is (`crate::trust`), and what it names is checked: the
+//!   file found must have the number asked for, a directory must lie
+//!   under BACKING's root.
+//!
+//! Files on filesystems mounted inside BACKING get numbers of a private
+//! range (`inodes`), valid only while the kernel remembers them: their
+//! handles go stale after an eviction or a restart.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::content::IndexCache;
+
+/// How a node's backing file is found again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// Its file handle on BACKING's filesystem.
+    Handle { ty: i32, bytes: Vec<u8> },
+    /// Its name in the directory with node id `parent`.
+    Name { parent: u64, name: CString },
+}
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Record::Handle { ty, bytes } => {
+                let mut v = Vec::with_capacity(5 + bytes.len());
+                v.push(1);
+                v.extend_from_slice(&ty.to_le_bytes());
+                v.extend_from_slice(bytes);
+                v
+            }
+            Record::Name { parent, name } => {
+                let name = name.as_bytes();
+                let mut v = Vec::with_capacity(9 + name.len());
+                v.push(2);
+                v.extend_from_slice(&parent.to_le_bytes());
+                v.extend_from_slice(name);
+                v
+            }
+        }
+    }
+
+    /// The record `v` encodes, if it is one (a handle no larger than the
+    /// kernel's, a name that is one path component).
+    fn decode(v: &[u8]) -> Option<Record> {
+        match v.split_first()? {
+            (1, rest) => {
+                let ty = i32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+                let bytes = rest.get(4..)?;
+                (!bytes.is_empty() && bytes.len() <= libc::MAX_HANDLE_SZ as usize).then(|| {
+                    Record::Handle {
+                        ty,
+                        bytes: bytes.to_vec(),
+                    }
+                })
+            }
+            (2, rest) => {
+                let parent = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+                let name = rest.get(8..)?;
+                let name = crate::sys::component(std::ffi::OsStr::from_bytes(name)).ok()?;
+                Some(Record::Name { parent, name })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The generation the kernel is given for a file whose backing handle is
+/// (`ty`, `bytes`): 32 bits (what the kernel keeps and puts in its
+/// handles) of FNV-1a over both, the same in every mount.
+pub fn generation(ty: i32, bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in ty.to_le_bytes().iter().chain(bytes) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h ^ (h >> 32)) & 0xffff_ffff
+}
+
+/// How many records of forgotten nodes are kept in memory.
+const RECENT: usize = 1 << 14;
+
+/// Node records: the index database's table, and those of the nodes the
+/// kernel forgot during this mount.
+pub struct Nodes {
+    cache: Option<Arc<IndexCache>>,
+    recent: Mutex<Recent>,
+}
+
+#[derive(Default)]
+struct Recent {
+    map: HashMap<u64, Record>,
+    order: VecDeque<u64>,
+}
+
+impl Nodes {
+    /// Records kept in `cache`'s index database (None: in memory only).
+    pub fn new(cache: Option<Arc<IndexCache>>) -> Nodes {
+        Nodes {
+            cache,
+            recent: Mutex::new(Recent::default()),
+        }
+    }
+
+    /// The kernel was handed node `ino`, found as `record`.
+    pub fn record(&self, ino: u64, record: &Record) {
+        if let Some(c) = &self.cache {
+            c.db.put_node(ino, record.encode());
+        }
+    }
+
+    /// The kernel forgot node `ino`, found as `record`: kept in memory
+    /// until [`RECENT`] later ones push it out.
+    pub fn forgotten(&self, ino: u64, record: Record) {
+        let mut r = self.recent.lock();
+        if r.map.insert(ino, record).is_none() {
+            r.order.push_back(ino);
+        }
+        while r.order.len() > RECENT {
+            if let Some(old) = r.order.pop_front() {
+                r.map.remove(&old);
+            }
+        }
+    }
+
+    /// How node `ino` was last found, if known.
+    pub fn find(&self, ino: u64) -> Option<Record> {
+        if let Some(r) = self.recent.lock().map.get(&ino) {
+            return Some(r.clone());
+        }
+        Record::decode(&self.cache.as_ref()?.db.node(ino)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_garbage_is_refused() {
+        for r in [
+            Record::Handle {
+                ty: 1,
+                bytes: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            },
+            Record::Name {
+                parent: 1 << 40,
+                name: CString::new("ä b").unwrap(),
+            },
+        ] {
+            assert_eq!(Record::decode(&r.encode()), Some(r));
+        }
+        for bad in [
+            &b""[..],
+            &[3, 0, 0],
+            &[1, 0, 0, 0, 0],
+            &[2, 0, 0, 0, 0, 0, 0, 0, 0, b'.', b'.'],
+            &[2, 0, 0, 0, 0, 0, 0, 0, 0, b'a', b'/', b'b'],
+            &[2, 0, 0, 0],
+        ] {
+            assert_eq!(Record::decode(bad), None, "{bad:?}");
+        }
+        let mut big = vec![1, 1, 0, 0, 0];
+        big.extend(std::iter::repeat_n(7, libc::MAX_HANDLE_SZ as usize + 1));
+        assert_eq!(Record::decode(&big), None);
+    }
+
+    #[test]
+    fn generations_are_stable_and_tell_handles_apart() {
+        let a = generation(1, &[10, 0, 0, 0, 0x11, 0x22, 0x33, 0x44]);
+        assert_eq!(a, generation(1, &[10, 0, 0, 0, 0x11, 0x22, 0x33, 0x44]));
+        assert_ne!(a, generation(1, &[10, 0, 0, 0, 0x11, 0x22, 0x33, 0x45]));
+        assert_ne!(a, generation(2, &[10, 0, 0, 0, 0x11, 0x22, 0x33, 0x44]));
+        assert!(a <= u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn forgotten_records_are_bounded() {
+        let n = Nodes::new(None);
+        for i in 0..(RECENT as u64 + 10) {
+            n.forgotten(
+                i + 2,
+                Record::Name {
+                    parent: 1,
+                    name: CString::new(format!("f{i}")).unwrap(),
+                },
+            );
+        }
+        assert!(n.find(2).is_none());
+        assert!(n.find(RECENT as u64 + 11).is_some());
+        assert_eq!(n.recent.lock().map.len(), RECENT);
+    }
+}
