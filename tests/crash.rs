@@ -551,16 +551,20 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
             eprintln!("{what}: journal before remount: {seen:?}");
         }
         d.remount();
-        if jdir.exists() {
-            let left: Vec<_> = fs::read_dir(&jdir)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .collect();
-            assert!(
-                left.is_empty(),
-                "{what}: journal not empty after remount: {left:?}"
-            );
-        }
+        let left = crate::support::write::journal_entries(&backing);
+        assert!(
+            left.is_empty(),
+            "{what}: journal not empty after remount: {left:?}"
+        );
+        let owners: Vec<_> = fs::read_dir(&jdir)
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            !owners
+                .iter()
+                .any(|n: &std::ffi::OsString| n.to_string_lossy().ends_with(".owner")),
+            "{what}: the killed daemon's owner file is left: {owners:?}"
+        );
         assert!(
             !fs::read_dir(&mnt)
                 .unwrap()

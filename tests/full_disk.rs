@@ -266,12 +266,10 @@ fn enospc_reaches_writers_and_no_file_is_lost_or_truncated() {
     view.extend_from_slice(b"\nafter\n");
     check_corrected(&backing.join(&name), &view, "append after freeing space");
     assert!(fs::read(d.m(&name)).unwrap() == view);
-    let journal = backing.join(".cutf8fs-journal");
-    if journal.exists() {
-        assert!(
-            fs::read_dir(&journal).unwrap().next().is_none(),
-            "journal entries left behind after ENOSPC"
-        );
-    }
+    let left = crate::support::write::journal_entries(&backing);
+    assert!(
+        left.is_empty(),
+        "journal entries left behind after ENOSPC: {left:?}"
+    );
     drop(d);
 }

@@ -6,7 +6,7 @@
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
-//! export (`locks`, `export`), the daemon's life and words (`daemon_cli`,
+//! export (`locks`, `export`, `file_handles`, `several_daemons`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), the index database
 //! (`index_db`), the charset (`gconv`), docs and packaging (`docs`,
@@ -45,6 +45,7 @@ mod docs;
 mod encode_remedies;
 mod export;
 mod fallocate;
+mod file_handles;
 mod first_read;
 mod freshness;
 mod fsx;
@@ -75,6 +76,7 @@ mod sample_archive;
 mod scripts;
 mod security_acl;
 mod security_journal;
+mod several_daemons;
 mod sys;
 mod unmount;
 mod write_dense;

@@ -57,6 +57,7 @@ use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 mod entry;
+mod owner;
 
 /// The journal directory at the root of BACKING.
 pub const DIR: &str = ".cutf8fs-journal";
@@ -66,6 +67,7 @@ use entry::{
     apply, create_private, link_fd, preallocate, remove_entry, retire, state_of, Found, Meta,
     State, Summing, CHUNK, FILES,
 };
+use owner::{Liveness, Owner, Recovery};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -80,10 +82,20 @@ pub struct RedoJournal {
     backing: PathBuf,
     /// `-o ro` or a read-only BACKING: nothing is ever written.
     read_only: bool,
+    /// This daemon's id: its entries are `<id>-<seq>` (`owner`).
+    id: u64,
     /// The journal directory, once checked (at start, or when the first
-    /// rewrite created it). Held only to look it up or replace it; each
+    /// rewrite created it), and this daemon's owner file in it once it
+    /// wrote an entry there. Held only to look it up or replace it; each
     /// rewrite keeps its own `Arc` of the directory it started in.
-    dir: parking_lot::Mutex<Option<Arc<OwnedFd>>>,
+    dir: parking_lot::Mutex<Option<Held>>,
+}
+
+/// The journal directory in use, and this daemon's claim on it.
+#[derive(Debug)]
+struct Held {
+    fd: Arc<OwnedFd>,
+    owner: Option<Owner>,
 }
 
 /// A refusal to start: `what` happened at `path`, `todo` says what to do.
@@ -114,6 +126,7 @@ impl RedoJournal {
             root_id: (st.st_dev, st.st_ino),
             backing,
             read_only: read_only || fs_ro,
+            id: owner::new_id(),
             dir: parking_lot::Mutex::new(None),
         };
         let path = j.backing.join(DIR);
@@ -131,7 +144,10 @@ impl RedoJournal {
         };
         j.recover(&dir, &path)?;
         if !j.read_only {
-            *j.dir.lock() = Some(Arc::new(dir));
+            *j.dir.lock() = Some(Held {
+                fd: Arc::new(dir),
+                owner: None,
+            });
         }
         Ok(j)
     }
@@ -148,9 +164,14 @@ impl RedoJournal {
         Rule::our_dir(Access::NotShared).on(self.root_id.0)
     }
 
-    /// Checks every entry, then finishes committed ones and drops the others
-    /// (on a read-only mount: refuses if any is committed, leaves the rest).
+    /// Checks every entry of a daemon that is gone (`owner`: the entries
+    /// of a live one are left alone), then finishes committed ones and
+    /// drops the others (on a read-only mount: refuses if any is
+    /// committed, leaves the rest); last, the owner files of the daemons
+    /// whose entries it finished go.
     fn recover(&self, dir: &OwnedFd, path: &Path) -> io::Result<usize> {
+        let _recovery = Recovery::begin(dir, self.read_only)
+            .map_err(|e| refuse(path, e, "Check the journal directory's files."))?;
         let mut names = Vec::new();
         {
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -165,8 +186,43 @@ impl RedoJournal {
             }
         }
         names.sort();
-        let mut found = Vec::new();
+        // Who each entry belongs to, and whether that daemon lives.
+        let mut owners: std::collections::BTreeMap<u64, Liveness> = Default::default();
+        let mut live = 0;
+        let mut mine = Vec::new();
         for name in names {
+            let n = name.as_bytes();
+            if n == owner::RECOVER_LOCK.as_bytes() {
+                continue;
+            }
+            let Some(id) = owner::id_of(n) else {
+                mine.push(name);
+                continue;
+            };
+            if let std::collections::btree_map::Entry::Vacant(v) = owners.entry(id) {
+                let l = Liveness::of(dir, id).map_err(|e| {
+                    refuse(
+                        &path.join(format!("{id}.owner")),
+                        e,
+                        "It was not written by this daemon: check it, then remove it and \
+                         mount again.",
+                    )
+                })?;
+                v.insert(l);
+            }
+            if owner::is_owner_file(n) {
+                continue;
+            }
+            match owners.get(&id) {
+                Some(Liveness::Alive) => live += 1,
+                _ => mine.push(name),
+            }
+        }
+        if live > 0 {
+            log::info!("journal: {live} entries of another daemon serving this BACKING left to it");
+        }
+        let mut found = Vec::new();
+        for name in mine {
             let epath = path.join(&name);
             let bad = |what: String| {
                 let todo = format!(
@@ -225,6 +281,16 @@ impl RedoJournal {
                         format!("{}: removing an unfinished entry: {e}", epath.display()),
                     )
                 })?,
+            }
+        }
+        if !self.read_only {
+            for (id, l) in owners {
+                l.release(dir, id).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("{}: removing a finished owner: {e}", path.display()),
+                    )
+                })?;
             }
         }
         Ok(replayed)
@@ -356,11 +422,14 @@ impl RedoJournal {
         }
         let path = self.backing.join(DIR);
         let mut held = self.dir.lock();
-        if let Some(fd) = held.as_ref() {
+        if let Some(h) = held.as_mut() {
             let named = fstatat(&self.root, DIR, AtFlags::AT_SYMLINK_NOFOLLOW);
-            match (fstat(fd.as_ref()), named) {
+            match (fstat(h.fd.as_ref()), named) {
                 (Ok(a), Ok(b)) if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) => {
-                    return Ok(fd.clone())
+                    if h.owner.is_none() {
+                        h.owner = Some(self.claim(&h.fd, &path)?);
+                    }
+                    return Ok(h.fd.clone());
                 }
                 _ => {
                     crate::ratelog::warn("journal-moved", &path.to_string_lossy(), || {
@@ -398,9 +467,27 @@ impl RedoJournal {
         if created {
             fchmod(&fd, Mode::from_bits_truncate(0o700)).map_err(io::Error::from)?;
         }
+        let owner = self.claim(&fd, &path)?;
         let fd = Arc::new(fd);
-        *held = Some(fd.clone());
+        *held = Some(Held {
+            fd: fd.clone(),
+            owner: Some(owner),
+        });
         Ok(fd)
+    }
+
+    /// This daemon's owner file in the journal directory `fd` (`owner`).
+    fn claim(&self, fd: &OwnedFd, path: &Path) -> io::Result<Owner> {
+        Owner::claim(fd, self.id).map_err(|e| {
+            crate::ratelog::error("journal-owner", &path.to_string_lossy(), || {
+                format!(
+                    "{}: cannot take this daemon's owner file ({e}); rewrites that need the \
+                     journal fail until it can",
+                    path.display()
+                )
+            });
+            io::Error::from_raw_os_error(libc::EPERM)
+        })
     }
 
     /// The path of `file` below BACKING (for messages), or its full path.
@@ -472,11 +559,7 @@ impl RedoJournal {
     ) -> io::Result<(Arc<OwnedFd>, String, OwnedFd, File)> {
         let held = self.dir()?;
         let dir: &OwnedFd = &held;
-        let name = format!(
-            "{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("{}-{}", self.id, SEQ.fetch_add(1, Ordering::Relaxed));
         mkdirat(dir, name.as_str(), Mode::from_bits_truncate(0o700)).map_err(io::Error::from)?;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let entry = match openat(dir, name.as_str(), flags, Mode::empty()) {
@@ -549,6 +632,65 @@ mod tests {
         File::open(dir).unwrap().into()
     }
 
+    /// The entries in journal directory `jdir`, not the daemons' own
+    /// files (`recover.lock`, owner files).
+    fn entries(jdir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(jdir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().as_bytes();
+                n != owner::RECOVER_LOCK.as_bytes() && !owner::is_owner_file(n)
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A live daemon's entries are left alone by a mount that starts
+    /// meanwhile; once it is gone, the next one finishes them and removes
+    /// its owner file.
+    #[test]
+    fn a_live_owners_entries_are_left_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"old content here").unwrap();
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let jdir = dir.path().join(DIR);
+        let alive = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
+        alive
+            .commit_only(&file, 4, |w| w.write_all(b"NEW"))
+            .unwrap();
+        let entry = entries(&jdir);
+        assert_eq!(entry.len(), 1);
+        let owner_file = jdir.join(format!("{}{}", alive.id, owner::OWNER_SUFFIX));
+        assert!(owner_file.exists());
+        // Another mount starts, read-write and read-only: nothing is done.
+        let other = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
+        RedoJournal::open(root_of(dir.path()).as_fd(), true).unwrap();
+        assert_eq!(entries(&jdir), entry);
+        assert_eq!(fs::read(&p).unwrap(), b"old content here");
+        // The other one writes entries of its own meanwhile.
+        let q = dir.path().join("q");
+        fs::write(&q, b"q content").unwrap();
+        let qf = fs::OpenOptions::new().write(true).open(&q).unwrap();
+        other.rewrite(&qf, 2, |w| w.write_all(b"C")).unwrap();
+        assert_eq!(fs::read(&q).unwrap(), b"q C");
+        assert_eq!(entries(&jdir), entry);
+        drop(alive);
+        let next = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
+        assert!(entries(&jdir).is_empty());
+        assert_eq!(fs::read(&p).unwrap(), b"old NEW");
+        assert!(!owner_file.exists());
+        let other_file = jdir.join(format!("{}{}", other.id, owner::OWNER_SUFFIX));
+        assert!(other_file.exists(), "the live daemon's owner file went");
+        drop(next);
+    }
+
     #[test]
     fn nothing_is_created_until_a_rewrite_needs_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -566,7 +708,7 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"old new");
         let md = fs::metadata(dir.path().join(DIR)).unwrap();
         assert_eq!(md.permissions().mode() & 0o7777, 0o700);
-        assert!(fs::read_dir(dir.path().join(DIR)).unwrap().next().is_none());
+        assert!(entries(&dir.path().join(DIR)).is_empty());
         // Read-only: the same rewrite is refused, nothing is created.
         let dir2 = tempfile::tempdir().unwrap();
         let j2 = RedoJournal::open(root_of(dir2.path()).as_fd(), true).unwrap();
@@ -591,7 +733,7 @@ mod tests {
             j.commit_only(&file, 4, |w| w.write_all(b"NEW")).unwrap();
         }
         let jdir = dir.path().join(DIR);
-        let entry = fs::read_dir(&jdir).unwrap().next().unwrap().unwrap().path();
+        let entry = entries(&jdir).remove(0);
         assert!(entry.to_string_lossy().ends_with(".commit"));
         for (f, mode) in [("tail", 0o600), ("meta", 0o600)] {
             let md = fs::metadata(entry.join(f)).unwrap();
@@ -612,7 +754,7 @@ mod tests {
         // Read-write: finished.
         let j = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"old NEW");
-        assert!(fs::read_dir(&jdir).unwrap().next().is_none());
+        assert!(entries(&jdir).is_empty());
         assert_eq!(fs::metadata(&p).unwrap().nlink(), 1);
         assert_eq!(fs::metadata(&p).unwrap().ino(), ino);
         j.rewrite(&file, 0, |w| w.write_all(b"rewritten")).unwrap();
@@ -634,7 +776,7 @@ mod tests {
             .commit_only(&file, 4, |w| w.write_all(b"NEW"))
             .unwrap();
         let jdir = dir.path().join(DIR);
-        let entry = fs::read_dir(&jdir).unwrap().next().unwrap().unwrap().path();
+        let entry = entries(&jdir).remove(0);
         let tail = entry.join("tail");
         fs::write(&tail, b"EVIL").unwrap();
         let e = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap_err();

@@ -124,6 +124,24 @@ pub fn ino(path: &Path) -> (u64, u64) {
 }
 
 /// Every regular file under `dir` (relative paths), skipping `skip` names.
+/// The entries in BACKING's journal (`backing/.cutf8fs-journal`), not the
+/// daemons' own files there (`recover.lock`, a live daemon's `ID.owner`):
+/// empty when nothing is left half done.
+pub fn journal_entries(backing: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = fs::read_dir(backing.join(".cutf8fs-journal")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = dir
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n != "recover.lock" && !n.ends_with(".owner")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 pub fn files_under(dir: &Path, skip: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
