@@ -80,16 +80,20 @@
 //! opens its database, `-journal`, `-wal` and `-shm` files by path, next to
 //! each other — names in a tree the daemon does not trust, which it would
 //! resolve again and again. redb also builds without a C compiler. Its cost:
-//! one process at a time holds the file (an exclusive `flock`), so a second
-//! mount of the same BACKING (or a `cutf8 migrate` while it is mounted)
-//! finds it busy (after waiting up to 2 s for a mount that is still
-//! exiting) and keeps its indexes in memory only, with one log line; the
-//! file is never written by two at once.
+//! one process at a time holds the file (an exclusive `flock`). So a mount
+//! holds it only while it uses it and lets go after a second idle
+//! (`lease`): a second mount of the same BACKING (or a `cutf8 migrate`
+//! while it is mounted) that finds it held does without it for that
+//! moment (one log line), tries again at most every quarter second, and is
+//! as warm as the first once that is quiet; the file is never written by
+//! two at once. (Other designs: one shard per daemon would leave a second
+//! mount cold on what the first learned; opening per transaction costs an
+//! open and a header write per lookup.)
 //!
 //! # Never worse than without it
 //!
-//! Missing: created with the first record (a mount that learns nothing
-//! leaves BACKING as it was). Truncated, damaged, or a record that does not decode:
+//! Missing: created with the first record (an index, or a node record —
+//! `nodes`, which the first lookup of a mount stores). Truncated, damaged, or a record that does not decode:
 //! one log line, the file is emptied and rebuilt (records that do not
 //! decode are skipped). Busy, or not trusted: one log line, memory only or
 //! the cache directory. No failure here fails a mount or a request; a panic
@@ -108,6 +112,7 @@
 #![allow(clippy::result_large_err)]
 
 mod finder;
+mod lease;
 mod nodes;
 mod place;
 mod record;
@@ -130,8 +135,9 @@ use redb::TableDefinition;
 use crate::io::Stamp;
 use crate::view::OffsetIndex;
 use finder::{Finder, Found};
+use lease::Lease;
 pub use place::DIR;
-use store::start_db;
+use store::{start_db, Opened};
 pub use trees::{record_written, remove_unused, Removal};
 
 /// A scan must start this long after the file's last change (ctime) for
@@ -197,9 +203,10 @@ enum Op {
 
 /// What lookups and the writer share.
 struct Shared {
-    /// The database, once open (at mount, or by the writer when the first
-    /// record creates it).
-    db: OnceLock<Arc<redb::Database>>,
+    /// The database while this daemon holds it (`lease`: opened when
+    /// needed, by the writer when the first record creates it, and let go
+    /// when idle).
+    lease: Lease,
     /// Where it is, for messages.
     path: Mutex<PathBuf>,
     /// Set once a panic turned the database off.
@@ -307,32 +314,35 @@ impl IndexDb {
             ro_mount: read_only,
             ro_fs: fs_ro,
         };
-        let shared = Arc::new(Shared {
-            db: OnceLock::new(),
-            path: Mutex::new(finder.backing.join(DIR).join(place::FILE)),
-            off: AtomicBool::new(false),
-        });
-        let lazy = match finder.find(false) {
-            Found::Here(file, path) => {
-                let db = start_db(file, &path, finder.root_id);
-                *shared.path.lock() = path;
-                match db {
-                    Some(db) => {
-                        let _ = shared.db.set(Arc::new(db));
-                        None
-                    }
-                    None => return IndexDb::none(),
+        let path = finder.backing.join(DIR).join(place::FILE);
+        let (db, exists, path) = match finder.find(false) {
+            Found::Here(file, path) => match start_db(file, &path, finder.root_id, 1) {
+                Opened::Db(db) => (Some(db), true, path),
+                Opened::Busy => {
+                    log::info!(
+                        "index database {} is in use by another mount (or migrate): this \
+                         mount uses it whenever the other has let it go (after {} s idle)",
+                        path.display(),
+                        lease::IDLE.as_secs()
+                    );
+                    (None, true, path)
                 }
-            }
-            Found::Later => Some(finder),
+                Opened::Failed => return IndexDb::none(),
+            },
+            Found::Later => (None, false, path),
             Found::Nothing => return IndexDb::none(),
         };
+        let shared = Arc::new(Shared {
+            lease: Lease::new(finder, db, exists),
+            path: Mutex::new(path),
+            off: AtomicBool::new(false),
+        });
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let w = shared.clone();
         let writer = std::thread::Builder::new()
             .name("index-db".into())
             .spawn(move || {
-                if quiet(|| writer::writer(&w, rx, lazy)).is_err() {
+                if quiet(|| writer::writer(&w, rx)).is_err() {
                     w.off.store(true, Ordering::Relaxed);
                     log::warn!(
                         "index database {}: its writer failed an internal check; not used \
@@ -353,12 +363,13 @@ impl IndexDb {
         }
     }
 
-    fn db(&self) -> Option<(&Shared, &Arc<redb::Database>)> {
+    fn db(&self) -> Option<(&Shared, Arc<redb::Database>)> {
         let s = &self.inner.as_ref()?.shared;
         if s.off.load(Ordering::Relaxed) {
             return None;
         }
-        Some((s, s.db.get()?))
+        let db = s.lease.get(s, 1, false)?;
+        Some((s, db))
     }
 
     /// Whether there is a database, open or to be created with the first
@@ -449,6 +460,7 @@ impl IndexDb {
         if let Some(w) = open.writer.lock().take() {
             let _ = w.join();
         }
+        open.shared.lease.release();
     }
 }
 
@@ -581,21 +593,46 @@ mod tests {
         assert_eq!(db.get(&st), None);
     }
 
+    /// Two openers of one database (two mounts of one BACKING) take turns:
+    /// each lets go when idle, and the other then reads what it stored.
     #[test]
-    fn a_second_opener_gets_no_database_and_the_first_keeps_working() {
+    fn two_openers_take_turns_and_each_reads_what_the_other_stored() {
         let d = tempfile::tempdir().unwrap();
         let index = text_index(1);
         let st = state(5, 8 + index.disk_len());
+        let st2 = state(6, 8 + index.disk_len());
         stored(d.path(), &state(4, 8), &OffsetIndex::default());
         let first = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         let second = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(first.is_open());
-        assert!(!second.is_open());
+        assert!(!second.is_open(), "two processes hold the database");
         first.put(&st, now(), &index);
+        let turn = |db: &IndexDb, st: &Stamp| {
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while std::time::Instant::now() < until {
+                if let Some(i) = db.get(st) {
+                    return Some(i);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            None
+        };
+        assert_eq!(
+            turn(&second, &st),
+            Some(index.clone()),
+            "second never got it"
+        );
+        second.put(&st2, now(), &index);
+        assert_eq!(
+            turn(&first, &st2),
+            Some(index.clone()),
+            "first never got it back"
+        );
         drop(first);
         drop(second);
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
-        assert_eq!(db.get(&st), Some(index));
+        assert_eq!(db.get(&st), Some(index.clone()));
+        assert_eq!(db.get(&st2), Some(index));
     }
 
     #[test]
@@ -627,7 +664,7 @@ mod tests {
         let st = state(5, 8 + index.disk_len());
         stored(d.path(), &st, &index);
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
-        writer::collect(db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        writer::collect(&db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
         assert_eq!(db.get(&st), None);
     }
 }

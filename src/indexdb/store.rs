@@ -11,29 +11,32 @@ use std::fs::File;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{quiet, LOCK_TRIES, META, RECORDS, ROOT};
+use super::{quiet, META, RECORDS, ROOT};
 
-/// Opens the database in `file` (rebuilding it when damaged or foreign).
-pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<redb::Database> {
+/// What opening the database came to.
+pub(super) enum Opened {
+    Db(redb::Database),
+    /// Another process holds it.
+    Busy,
+    /// Damaged beyond rebuilding, or the disk refuses it (logged).
+    Failed,
+}
+
+/// Opens the database in `file` (rebuilding it when damaged or foreign),
+/// trying `tries` times, 50 ms apart, while another process holds it.
+pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32) -> Opened {
     // Our own lock on the open file, held while redb opens (redb's flock
     // on a dup of it shares it), so that emptying a damaged file can never
     // hit a database another mount is using.
-    // A mount just unmounted may still be committing its last records:
-    // wait for it a little.
-    let mut tries = 0;
-    // An error (not EWOULDBLOCK) is treated as "busy": memory only.
+    let mut tried = 0;
+    // An error (not EWOULDBLOCK) is treated as "busy".
     while !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
-        tries += 1;
-        if tries < LOCK_TRIES {
+        tried += 1;
+        if tried < tries {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
-        log::warn!(
-            "index database {} is in use by another mount or migrate; this mount keeps \
-             its indexes in memory only",
-            path.display()
-        );
-        return None;
+        return Opened::Busy;
     }
     // Lookups of a cold mount touch most pages: one sequential read-ahead
     // instead of a random read each (small databases only).
@@ -51,7 +54,7 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<r
     };
     // `file` (our lock's descriptor) closes on return; redb's dup holds
     // the lock from then on.
-    match create(&file) {
+    let db = match create(&file) {
         Ok(db) => match check_root(&db, root_id) {
             Ok(true) => Some(db),
             Ok(false) => {
@@ -74,6 +77,10 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64)) -> Option<r
             }
         },
         Err(e) => rebuild(&file, path, e, &create, root_id),
+    };
+    match db {
+        Some(db) => Opened::Db(db),
+        None => Opened::Failed,
     }
 }
 

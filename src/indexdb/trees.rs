@@ -51,8 +51,9 @@ fn archive_root(dir: BorrowedFd<'_>) -> Option<OwnedFd> {
 /// just-written files are usually still in the page cache. Files under
 /// [`MIGRATE_MIN`] are left out (a mount reads one page of them to learn
 /// they are corrected, which is most of a scan; so a run on small files
-/// waits for nothing and creates nothing). Returns how many were recorded;
-/// nothing when the database is busy (a mount of the tree holds it) or
+/// waits for nothing and creates nothing). Returns how many were handed
+/// to the database (a mount of the tree that holds it lets go once idle;
+/// a batch still refused after two seconds is dropped); nothing when it
 /// cannot be opened.
 pub fn record_written(
     root: BorrowedFd<'_>,

@@ -3,19 +3,19 @@
 //! (the unmount) old records are collected so the file stays bounded.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::Arc;
 
-use super::finder::{Finder, Found};
-use super::store::start_db;
+use super::lease::IDLE;
 use super::{
-    day_of, nodes, now, record, Op, Shared, BATCH_WAIT, MAX_AGE_DAYS, MAX_RECORDS, RECORDS,
+    day_of, nodes, now, record, Op, Shared, BATCH_WAIT, LOCK_TRIES, MAX_AGE_DAYS, MAX_RECORDS,
+    RECORDS,
 };
 use redb::{ReadableTable, ReadableTableMetadata};
 
-/// The writer thread: opens (creates) the database when the first record
-/// comes if it was not there at mount, commits queued records in batches
-/// until the queue closes, then collects garbage.
-pub(super) fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>) {
+/// The writer thread: takes the database (`lease`; creating it when the
+/// first record comes if it was not there at mount), commits queued
+/// records in batches until the queue closes, lets the database go when
+/// it is idle, then collects garbage.
+pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
     let collected = |db: &redb::Database| {
         if let Err(e) = collect(db, day_of(now())) {
             log::warn!(
@@ -26,7 +26,15 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>
     };
     let mut batch = Vec::new();
     let mut failed = false;
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.recv_timeout(IDLE / 2) {
+            Ok(op) => op,
+            Err(RecvTimeoutError::Timeout) => {
+                shared.lease.release_if_idle();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         batch.push(first);
         let until = std::time::Instant::now() + BATCH_WAIT;
         let mut closed = false;
@@ -41,17 +49,13 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>
                 }
             }
         }
-        if let Some(finder) = lazy.take() {
-            if let Found::Here(file, path) = finder.find(true) {
-                let db = start_db(file, &path, finder.root_id);
-                *shared.path.lock() = path;
-                if let Some(db) = db {
-                    let _ = shared.db.set(Arc::new(db));
-                }
-            }
-        }
-        let Some(db) = shared.db.get() else {
+        // Held by another mount: wait for it a little (a batch is small),
+        // else the batch is dropped (it costs only speed).
+        let Some(db) = shared.lease.get(shared, LOCK_TRIES, true) else {
             batch.clear();
+            if closed {
+                break;
+            }
             continue;
         };
         let r = (|| -> Result<(), redb::Error> {
@@ -90,14 +94,15 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>, mut lazy: Option<Finder>
                 failed = true;
             }
         }
+        drop(db);
         if closed {
             break;
         }
     }
     // At the end (the unmount), not at the start, where it would compete
     // with the first lookups of a cold mount for the disk.
-    if let Some(db) = shared.db.get() {
-        collected(db);
+    if let Some(db) = shared.lease.held() {
+        collected(&db);
     }
 }
 
