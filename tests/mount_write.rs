@@ -124,7 +124,7 @@ fn vim_saves_with_backupcopy_auto_yes_and_no() {
         }
     }
     // vim leaves no backup or swap files behind.
-    let left: Vec<_> = files_under(&m.backing, &[".cutf8fs-journal"]);
+    let left: Vec<_> = files_under(&m.backing, &[".cutf8fs-journal", ".cutf8fs-index"]);
     assert_eq!(left.len(), 6, "files left in BACKING: {left:?}");
 }
 

@@ -2,7 +2,8 @@
 //! per area, named for what it tests: the converter (`cli`,
 //! `cli_conventions`, `encode_remedies`, `check_archive`),
 //! migrate (`migrate*`, `scripts`), the mount's reads and metadata (`mount`,
-//! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough`), its
+//! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough`,
+//! and over another FUSE filesystem `backing_fuse`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
@@ -34,6 +35,7 @@
 mod support;
 
 mod atime;
+mod backing_fuse;
 mod check_archive;
 mod cli;
 mod cli_conventions;
