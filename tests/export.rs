@@ -191,3 +191,47 @@ fn nfs_ganesha_serves_the_view_and_writes_corrected_utf8() {
     let out = nfs.nfs_tool("nfs-cat", &[&nfs.nfs_url("notes.txt")]);
     assert_eq!(out.stdout, NOTES.as_bytes(), "after a restart: {out:?}");
 }
+
+/// NFS-Ganesha keeps the file handles of what its clients looked up and
+/// opens files by them (`open_by_handle_at`): after the kernel forgot the
+/// mount's inodes (`drop_caches`), its clients read the same view; after
+/// the daemon and the server restart (a fixed `Filesystem_Id`), they read
+/// it again; a file deleted in BACKING is gone for them.
+#[test]
+fn nfs_ganesha_reads_through_its_handles_after_eviction_and_restarts() {
+    let mut m = Mount::new(&[], archive);
+    let mut nfs = Server::ganesha(&m.mnt, "4243.1");
+    let cat = |nfs: &Server, rel: &str| nfs.nfs_tool("nfs-cat", &[&nfs.nfs_url(rel)]);
+    for (rel, want) in [
+        ("notes.txt", NOTES.as_bytes()),
+        ("d/inner.txt", INNER.as_bytes()),
+    ] {
+        let out = cat(&nfs, rel);
+        assert_eq!(out.stdout, want, "nfs-cat {rel}: {out:?}");
+    }
+    crate::support::handles::drop_caches();
+    for (rel, want) in [
+        ("notes.txt", NOTES.as_bytes()),
+        ("d/inner.txt", INNER.as_bytes()),
+    ] {
+        let out = cat(&nfs, rel);
+        assert!(
+            out.status.success(),
+            "nfs-cat {rel} after an eviction: {out:?}"
+        );
+        assert_eq!(out.stdout, want, "nfs-cat {rel} after an eviction");
+    }
+    // The daemon and the server restart.
+    nfs.stop();
+    m.unmount();
+    m.remount();
+    crate::support::handles::drop_caches();
+    nfs.restart();
+    let out = cat(&nfs, "d/inner.txt");
+    assert_eq!(out.stdout, INNER.as_bytes(), "after restarts: {out:?}");
+    // Deleted in BACKING: gone through the server too.
+    fs::remove_file(m.b("d/inner.txt")).unwrap();
+    crate::support::handles::drop_caches();
+    let out = cat(&nfs, "d/inner.txt");
+    assert!(!out.status.success(), "a deleted file still reads: {out:?}");
+}

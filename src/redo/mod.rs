@@ -270,6 +270,8 @@ impl RedoJournal {
                         )
                     };
                     apply(&target, meta.offset, &tail).map_err(context)?;
+                    // Closed before the entry goes (see `rewrite`).
+                    drop((target, tail));
                     log::warn!("journal: finished an interrupted rewrite of {file}");
                     replayed += 1;
                     retire(dir, &f).map_err(context)?;
@@ -527,6 +529,10 @@ impl RedoJournal {
         let (dir, name, entry, tail) = self.prepare(file, offset, fill)?;
         // Committed: from here on a kill is finished at the next mount.
         apply(file, offset, &tail)?;
+        // Closed before the entry goes: a FUSE BACKING (bindfs, sshfs)
+        // keeps a file unlinked while open as a hidden name, which would
+        // leave the entry's directory not empty.
+        drop(tail);
         let f = Found {
             name: OsString::from(format!("{name}.commit")),
             state: State::Commit,
