@@ -123,7 +123,7 @@ pub fn generation(ty: i32, bytes: &[u8]) -> u64 {
 }
 
 /// How many records of forgotten nodes are kept in memory.
-const RECENT: usize = 1 << 14;
+const RECENT: usize = 1 << 12;
 
 /// Node records: the index database's table, and those of the nodes the
 /// kernel forgot during this mount.

@@ -115,8 +115,11 @@ impl Lease {
         if idle >= IDLE.as_millis() as u64
             && held.as_ref().is_some_and(|d| Arc::strong_count(d) == 1)
         {
-            // Dropped here, under the lock: no lookup opens it meanwhile.
+            // Dropped here, under the lock: no lookup opens it meanwhile;
+            // its cache's memory goes back to the system.
             held.take();
+            drop(held);
+            crate::sys::process::release_free_memory();
         }
     }
 
