@@ -46,7 +46,7 @@
 //! range (`inodes`), valid only while the kernel remembers them: their
 //! handles go stale after an eviction or a restart.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -132,10 +132,71 @@ pub struct Nodes {
     recent: Mutex<Recent>,
 }
 
+/// The longest encoded record: a name record of a name of 255 bytes (a
+/// handle record is at most 5 + `MAX_HANDLE_SZ` = 133 bytes).
+const SLOT: usize = 9 + 255;
+
+/// A forgotten node's record, encoded, in place.
+struct Slot {
+    ino: u64,
+    len: u16,
+    bytes: [u8; SLOT],
+}
+
+/// The records of the last [`RECENT`] forgotten nodes, in slots allocated
+/// once, not one small allocation per record: records made while the
+/// kernel forgets thousands of entries would otherwise lie scattered
+/// among the freed entries, one on every page, and keep those pages from
+/// being given back (measured with `-o index_db=none`: 13.7 MB above the
+/// idle size kept after the kernel forgot 200 000 inodes, 2.0 MB with the
+/// slots).
 #[derive(Default)]
 struct Recent {
-    map: HashMap<u64, Record>,
-    order: VecDeque<u64>,
+    /// Node id → slot.
+    map: HashMap<u64, usize>,
+    slots: Vec<Slot>,
+    /// The slot the next new record takes once all are used (oldest first).
+    next: usize,
+}
+
+impl Recent {
+    fn put(&mut self, ino: u64, record: &Record) {
+        let v = record.encode();
+        if v.len() > SLOT {
+            return;
+        }
+        if self.slots.is_empty() {
+            self.slots.reserve_exact(RECENT);
+            self.map.reserve(RECENT);
+        }
+        let k = match self.map.get(&ino) {
+            Some(&k) => k,
+            None if self.slots.len() < RECENT => {
+                self.slots.push(Slot {
+                    ino,
+                    len: 0,
+                    bytes: [0; SLOT],
+                });
+                self.slots.len() - 1
+            }
+            None => {
+                let k = self.next;
+                self.next = (k + 1) % RECENT;
+                self.map.remove(&self.slots[k].ino);
+                k
+            }
+        };
+        let slot = &mut self.slots[k];
+        slot.ino = ino;
+        slot.len = v.len() as u16;
+        slot.bytes[..v.len()].copy_from_slice(&v);
+        self.map.insert(ino, k);
+    }
+
+    fn get(&self, ino: u64) -> Option<Record> {
+        let s = &self.slots[*self.map.get(&ino)?];
+        Record::decode(&s.bytes[..usize::from(s.len)])
+    }
 }
 
 impl Nodes {
@@ -157,21 +218,13 @@ impl Nodes {
     /// The kernel forgot node `ino`, found as `record`: kept in memory
     /// until [`RECENT`] later ones push it out.
     pub fn forgotten(&self, ino: u64, record: Record) {
-        let mut r = self.recent.lock();
-        if r.map.insert(ino, record).is_none() {
-            r.order.push_back(ino);
-        }
-        while r.order.len() > RECENT {
-            if let Some(old) = r.order.pop_front() {
-                r.map.remove(&old);
-            }
-        }
+        self.recent.lock().put(ino, &record);
     }
 
     /// How node `ino` was last found, if known.
     pub fn find(&self, ino: u64) -> Option<Record> {
-        if let Some(r) = self.recent.lock().map.get(&ino) {
-            return Some(r.clone());
+        if let Some(r) = self.recent.lock().get(ino) {
+            return Some(r);
         }
         Record::decode(&self.cache.as_ref()?.db.node(ino)?)
     }

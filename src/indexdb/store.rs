@@ -13,6 +13,10 @@ use std::time::Duration;
 
 use super::{quiet, META, RECORDS, ROOT};
 
+/// redb's page cache: a few MiB, not its default of a GiB, so what
+/// a burst of writes caches is little and goes when the database is let go.
+const CACHE: usize = 4 << 20;
+
 /// What opening the database came to.
 pub(super) enum Opened {
     Db(redb::Database),
@@ -45,7 +49,7 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
     }
     let create = |f: &File| -> Result<redb::Database, Failed> {
         let dup = f.try_clone().map_err(|e| Failed::of(e.into()))?;
-        match quiet(|| redb::Builder::new().create_file(dup)) {
+        match quiet(|| redb::Builder::new().set_cache_size(CACHE).create_file(dup)) {
             Ok(r) => r.map_err(|e| Failed::of(e.into())),
             Err(_) => Err(Failed::Damaged(
                 "redb failed an internal check reading it".into(),
