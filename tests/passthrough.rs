@@ -118,8 +118,9 @@ pub(crate) fn by_kernel(m: &Mount, read: impl FnOnce() -> Vec<u8> + Send + 'stat
 fn raw_file_read_only_is_read_by_the_kernel() {
     let data = raw_bytes(4 << 20, 1);
     let m = one_raw_file(&[], &data);
+    // Logged at the kernel's INIT, which may come after the mount is listed.
     assert!(
-        m.log_text().contains("passthrough on"),
+        wait_for(10.0, || m.log_text().contains("passthrough on")),
         "the daemon says passthrough is on:\n{}",
         m.log_text()
     );

@@ -20,20 +20,23 @@
 //! `read`, `write` and `splice`); only its `mmap` maps the backing file.
 //! So:
 //!
-//! * A file that is raw at the open, with at least `MIN_SIZE` (128 KiB)
-//!   bytes, is opened in passthrough mode, whatever the open's access and
-//!   whoever else has it open in that mode. A **reader**'s reads and
-//!   mappings go straight to BACKING. A **writer** is answered with
-//!   `FOPEN_DIRECT_IO` too: its reads, writes, `splice`, `copy_file_range`,
-//!   `fallocate` and truncation are requests, so every rule above holds
-//!   for it as for any writer — including after fcntl(F_SETFL) clears
-//!   O_APPEND, which no request reports. Readers see its writes at once
-//!   (the daemon writes the backing file whose page cache they read), and
-//!   `tail -f` beside an appender, or a reader beside a database or a
-//!   disk image, works. A writer reads through the daemon without the
-//!   kernel's page cache (the backing file's cache still serves it).
-//! * Smaller files, and files that no open has in passthrough mode when
-//!   they are opened, stay with the daemon and its page cache: measured
+//! * A **reader** of a file that is raw at the open, with at least
+//!   `MIN_SIZE` (128 KiB) bytes, is served in passthrough mode: its reads
+//!   and mappings go straight to BACKING.
+//! * A **writer** of a file that some open has in passthrough mode joins
+//!   that mode with `FOPEN_DIRECT_IO`: its reads, writes, `splice`,
+//!   `copy_file_range`, `fallocate` and truncation are requests, so every
+//!   rule above holds for it as for any writer — including after
+//!   fcntl(F_SETFL) clears O_APPEND, which no request reports. Readers see
+//!   its writes at once (the daemon writes the backing file whose page
+//!   cache they read), so `tail -f` beside an appender, or a reader beside
+//!   a database or a disk image, works, and readers that open later join
+//!   passthrough too. A writer with no passthrough handle beside it is the
+//!   daemon's, with the kernel's page cache: as a direct-I/O handle, each
+//!   of its reads would be a request, measured 11× slower than the page
+//!   cache for 4 KiB random reads (docs/performance.md). So a reader that
+//!   opens a file already open for writing is served by the daemon.
+//! * Smaller files stay with the daemon and its page cache: measured
 //!   warm, `cat` of 1000 16 KiB files took 1.5× longer through passthrough
 //!   (two ioctls per open and close, and reads through two files) than
 //!   from the page cache the daemon's path keeps across opens, while at
@@ -257,7 +260,8 @@ impl Passthrough {
                 writer: ask.write,
             });
         }
-        if opens.daemon == 0
+        if !ask.write
+            && opens.daemon == 0
             && self.on.load(Ordering::Relaxed)
             && size.is_some_and(|n| n >= MIN_SIZE)
             && is_raw(ask.file, size)
