@@ -245,9 +245,9 @@ C
 fi
 
 mount_all() {
-    # passthrough=on: the default (auto) turns it on for read-only mounts
-    # only; this read-write mount asks for it so the raw tests measure it.
-    "$CUTF8FS" "$CORR" "$MC" -o passthrough=on
+    # The default options: passthrough (auto) is on for this read-write
+    # mount as for a read-only one.
+    "$CUTF8FS" "$CORR" "$MC"
     "$CUTF8FS" "$CORR" "$MN" -o passthrough=off
     bindfs "$NAT" "$MB"
     # A read-only overlay of the native tree: lower layers only (the

@@ -1,5 +1,8 @@
-//! FUSE passthrough for raw files (`src/fs/passthrough.rs`): on by default
-//! on read-only mounts, by `-o passthrough=on` on read-write ones.
+//! FUSE passthrough for raw files (`src/fs/passthrough.rs`), on by default
+//! on read-write and read-only mounts: readers served by the kernel,
+//! writers beside them still served by the daemon (reads, writes,
+//! appends, truncation, the magic-number guard, the first-write rule), a
+//! writer's shared mapping on the backing file.
 //!
 //! How a test tells passthrough from the daemon's path: it stops the
 //! daemon (SIGSTOP) with the file already open. A read the kernel serves
@@ -19,7 +22,7 @@ use crate::support::users::{sh_as, user};
 use cutf8::MAGIC;
 
 /// Raw bytes that do not begin with the magic number.
-fn raw_bytes(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn raw_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut b = random_disk(len, seed);
     b[0] = b'R';
     b
@@ -27,7 +30,7 @@ fn raw_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// Reads `len` bytes of `f` at 0 (positioned reads only: nothing else
 /// reaches the daemon).
-fn read_all(f: &File, len: usize) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_all(f: &File, len: usize) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
     let mut got = 0;
     while got < len {
@@ -43,7 +46,7 @@ fn read_all(f: &File, len: usize) -> std::io::Result<Vec<u8>> {
 /// Runs `work` while the daemon `pid` is stopped; returns its result if it
 /// finished while the daemon was stopped (`wait` at most), else `None` —
 /// then it is let finish after SIGCONT and its result is checked by `late`.
-fn while_stopped<T: Send + 'static>(
+pub(crate) fn while_stopped<T: Send + 'static>(
     pid: u32,
     wait: Duration,
     work: impl FnOnce() -> T + Send + 'static,
@@ -97,23 +100,27 @@ fn all_stopped(pid: u32) -> bool {
     })
 }
 
-/// A mount of one raw file; passthrough is asked for (`-o passthrough=on`)
-/// unless `m_opts` says otherwise.
-fn one_raw_file(m_opts: &[&str], data: &[u8]) -> Mount {
+/// A read-write mount, default options plus `m_opts`, of one raw file.
+pub(crate) fn one_raw_file(m_opts: &[&str], data: &[u8]) -> Mount {
     let data = data.to_vec();
-    let mut opts = m_opts.to_vec();
-    if !opts.iter().any(|o| o.starts_with("passthrough=")) {
-        opts.push("passthrough=on");
-    }
-    Mount::new(&opts, move |b| fs::write(b.join("raw.bin"), &data).unwrap())
+    Mount::new(m_opts, move |b| {
+        fs::write(b.join("raw.bin"), &data).unwrap()
+    })
+}
+
+/// Whether `read` completes while the daemon is stopped: served by the
+/// kernel, not by a request.
+pub(crate) fn by_kernel(m: &Mount, read: impl FnOnce() -> Vec<u8> + Send + 'static) -> bool {
+    while_stopped(m.pid(), Duration::from_secs(5), read, |_| {}).is_some()
 }
 
 #[test]
 fn raw_file_read_only_is_read_by_the_kernel() {
     let data = raw_bytes(4 << 20, 1);
     let m = one_raw_file(&[], &data);
+    // Logged at the kernel's INIT, which may come after the mount is listed.
     assert!(
-        m.log_text().contains("passthrough on"),
+        wait_for(10.0, || m.log_text().contains("passthrough on")),
         "the daemon says passthrough is on:\n{}",
         m.log_text()
     );
@@ -202,8 +209,8 @@ fn mmap_of_a_passthrough_file() {
     let got = got.expect("page faults of a passthrough mapping need no daemon");
     assert!(got == data, "the mapping shows the file's bytes");
     drop(f);
-    // A writable shared mapping goes through the daemon (a writer is never
-    // passed through) and reads back exactly.
+    // A writable shared mapping of a writer maps the backing file too
+    // (src/fs/passthrough.rs) and reads back exactly.
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -228,47 +235,14 @@ fn mmap_of_a_passthrough_file() {
 }
 
 #[test]
-fn writer_while_read_through_passthrough() {
-    let mut data = b"raw bytes: \x01\x02\x03 and more\n".to_vec();
-    data.extend(raw_bytes(200 << 10, 9));
-    let m = one_raw_file(&[], &data);
-    let reader = File::open(m.m("raw.bin")).unwrap();
-    // A writer would bypass the magic-number guard and the empty-file rule:
-    // it is refused while the passthrough reader is open.
-    let e = OpenOptions::new()
-        .write(true)
-        .open(m.m("raw.bin"))
-        .expect_err("an open for writing while a passthrough reader is open");
-    assert_eq!(e.raw_os_error(), Some(libc::ETXTBSY), "{e}");
-    assert!(m.log_text().contains("raw.bin"), "{}", m.log_text());
-    assert!(
-        read_all(&reader, data.len() + 1).unwrap() == data,
-        "the reader goes on"
-    );
-    // Truncation (through the daemon) is allowed; the reader sees it, and
-    // the attributes are exact.
-    nix::unistd::truncate(&m.m("raw.bin"), 5).unwrap();
-    assert_eq!(read_all(&reader, 100).unwrap(), &data[..5]);
-    assert_eq!(fs::metadata(m.m("raw.bin")).unwrap().len(), 5);
-    nix::unistd::truncate(&m.m("raw.bin"), 0).unwrap();
-    assert_eq!(read_all(&reader, 100).unwrap(), b"");
-    drop(reader);
-    // Readers closed: the empty file takes the encoding of its first write
-    // (docs/behaviour.md, "The mount"): text makes it corrected.
-    fs::write(m.m("raw.bin"), "naïve text\n").unwrap();
-    let disk = fs::read(m.b("raw.bin")).unwrap();
-    assert_eq!(&disk[..8], &MAGIC, "the emptied file became corrected");
-    assert_eq!(fs::read(m.m("raw.bin")).unwrap(), "naïve text\n".as_bytes());
-}
-
-#[test]
 fn magic_at_the_start_of_a_raw_file_after_passthrough_reads() {
     let data = raw_bytes(256 << 10, 4);
     let m = one_raw_file(&[], &data);
     let reader = File::open(m.m("raw.bin")).unwrap();
     assert_eq!(read_all(&reader, data.len()).unwrap(), data);
     drop(reader);
-    // The writer (served by the daemon) still gets the EILSEQ of docs/behaviour.md ("The mount").
+    // The writer (its writes served by the daemon) still gets the EILSEQ of
+    // docs/behaviour.md ("The mount").
     let w = OpenOptions::new().write(true).open(m.m("raw.bin")).unwrap();
     let e = w
         .write_at(&MAGIC, 0)
@@ -276,8 +250,7 @@ fn magic_at_the_start_of_a_raw_file_after_passthrough_reads() {
     assert_eq!(e.raw_os_error(), Some(libc::EILSEQ), "{e}");
     drop(w);
     assert!(fs::read(m.b("raw.bin")).unwrap() == data, "nothing stored");
-    // And a reader opened while a daemon-served writer is open is served
-    // by the daemon too (the kernel does not mix the two on one file).
+    // And a reader beside an appender reads what it appends.
     let w = OpenOptions::new()
         .append(true)
         .open(m.m("raw.bin"))
@@ -406,34 +379,10 @@ fn writer_right_after_a_passthrough_reader_closed() {
     assert!(fs::read(m.m("raw.bin")).unwrap() == want);
 }
 
-/// Without `-o passthrough`, a read-write mount serves raw files through
-/// the daemon, so appending to a file while it is being read works as on
-/// any filesystem (`tail -f log` beside a writer); a read-only mount
-/// (`-o ro`), where no writer can exist, hands them to the kernel.
+/// `-o ro` reads raw files by passthrough as a read-write mount does.
 #[test]
-fn default_is_passthrough_only_on_read_only_mounts() {
+fn read_only_mount_reads_by_passthrough() {
     let data = raw_bytes(1 << 20, 11);
-    let d = data.clone();
-    let m = Mount::new(&[], move |b| fs::write(b.join("raw.bin"), &d).unwrap());
-    let reader = File::open(m.m("raw.bin")).unwrap();
-    let w = OpenOptions::new()
-        .append(true)
-        .open(m.m("raw.bin"))
-        .expect("a writer beside a reader on a read-write mount");
-    (&w).write_all(b"more\n").unwrap();
-    let all = read_all(&reader, data.len() + 10).unwrap();
-    assert_eq!(&all[data.len()..], b"more\n", "reads after writes");
-    // (A stopped daemon cannot tell here: this mount keeps the page cache
-    // across opens, so the bytes just read come from it either way.)
-    assert!(
-        m.log_text()
-            .contains("passthrough off (the default on a read-write mount"),
-        "{}",
-        m.log_text()
-    );
-    drop(w);
-    drop(m);
-
     let d = data.clone();
     let ro = Mount::new(&["ro"], move |b| fs::write(b.join("raw.bin"), &d).unwrap());
     assert!(

@@ -2,7 +2,7 @@
 //! per area, named for what it tests: the converter (`cli`,
 //! `cli_conventions`, `encode_remedies`, `check_archive`),
 //! migrate (`migrate*`, `scripts`), the mount's reads and metadata (`mount`,
-//! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough`,
+//! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough*`,
 //! and over another FUSE filesystem `backing_fuse`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
@@ -71,6 +71,7 @@ mod mount_status;
 mod mount_write;
 mod package;
 mod passthrough;
+mod passthrough_writers;
 mod pjdfstest;
 mod resources;
 mod round_trips;

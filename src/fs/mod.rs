@@ -22,8 +22,9 @@
 //!   bounded index cache. Reads go through `crate::io` (raw bytes, or the
 //!   view as `crate::view` plans it: view offset → disk offset, then V).
 //! * `passthrough` decides which opens the kernel serves itself (FUSE
-//!   passthrough: raw files opened read-only, read straight from BACKING)
-//!   and keeps their backing ids; every other open is served as above.
+//!   passthrough: large raw files, read straight from BACKING; their
+//!   writers' writes still come here) and keeps their backing ids; every
+//!   other open is served as above.
 //! * `attr` turns a backing `stat` into FUSE attributes; `CutFs::attr` is
 //!   the one place that puts the view's length in st_size, for every reply
 //!   that carries attributes.
@@ -200,13 +201,8 @@ impl CutFs {
             &opts.index_db,
             opts.read_only(),
         );
-        // By default only a read-only mount hands raw files to the kernel:
-        // there no writer can be refused for meeting a passthrough reader.
-        let backing_ro = sys::fstatvfs(std::os::fd::AsFd::as_fd(&root))
-            .is_ok_and(|v| v.f_flag & libc::ST_RDONLY != 0);
         let passthrough = Arc::new(passthrough::Passthrough::new(
             opts.passthrough,
-            opts.read_only() || backing_ro,
             std::os::fd::AsFd::as_fd(&root),
         ));
         // Armed before the inode table takes the root: from here on every
@@ -364,9 +360,49 @@ impl CutFs {
     }
 }
 
-/// Answers an open of handle `fh`: through the kernel when `passthrough`
-/// says so (see there), else as the daemon's; a refused open loses its
-/// handle.
+/// How handle `fh` is served (`passthrough::Passthrough::open`);
+/// `open_backing` registers a backing file with the kernel for the reply.
+fn serve(
+    passthrough: &passthrough::Passthrough,
+    handles: &HandleTable,
+    name: &dyn Fn() -> String,
+    fh: u64,
+    open_backing: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
+) -> Result<passthrough::Mode> {
+    let h = handles.file(fh)?;
+    match &*h {
+        handles::Handle::File(f) => {
+            let ask = passthrough::Ask {
+                ino: f.inode.ino,
+                fh,
+                write: f.write,
+                file: std::os::fd::AsFd::as_fd(&f.file),
+                name,
+            };
+            passthrough.open(&ask, open_backing)
+        }
+        handles::Handle::Dir(_) => Err(fuser::Errno::EISDIR),
+    }
+}
+
+/// The open flags of a handle in the kernel's passthrough mode: the kernel
+/// takes no caching flags with passthrough. A reader's close(2) needs no
+/// daemon (FOPEN_NOFLUSH: a read-only handle holds nothing back), so a
+/// record lock taken through it goes at its open file's last close, not
+/// at any close by its owner (man cutf8fs, LOCKS). A writer's reads and
+/// writes still come to the daemon (FOPEN_DIRECT_IO), and so does its
+/// close.
+fn kernel_flags(writer: bool) -> fuser::FopenFlags {
+    if writer {
+        fuser::FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        fuser::FopenFlags::FOPEN_NOFLUSH
+    }
+}
+
+/// Answers an open of handle `fh`: in the kernel's passthrough mode when
+/// `passthrough` says so (see there), else as the daemon's; a refused open
+/// loses its handle.
 fn reply_open(
     passthrough: &passthrough::Passthrough,
     handles: &HandleTable,
@@ -375,36 +411,42 @@ fn reply_open(
     flags: fuser::FopenFlags,
     reply: ReplyOpen,
 ) {
-    let mode = match handles.file(fh) {
-        Ok(h) => match &*h {
-            handles::Handle::File(f) => {
-                let ask = passthrough::Ask {
-                    ino: f.inode.ino,
-                    fh,
-                    write: f.write,
-                    file: std::os::fd::AsFd::as_fd(&f.file),
-                    name,
-                };
-                passthrough.open(&ask, |fd| reply.open_backing(fd))
-            }
-            handles::Handle::Dir(_) => Err(fuser::Errno::EISDIR),
-        },
-        Err(e) => Err(e),
-    };
-    match mode {
+    match serve(passthrough, handles, name, fh, |fd| reply.open_backing(fd)) {
         Ok(passthrough::Mode::Daemon) => reply.opened(FileHandle(fh), flags),
-        Ok(passthrough::Mode::Kernel(id)) => {
-            // The kernel takes no caching flags with passthrough. Its
-            // close(2) needs no daemon either (FOPEN_NOFLUSH: a read-only
-            // handle holds nothing back), so a record lock taken through
-            // it goes at its open file's last close, not at any close by
-            // its owner (man cutf8fs, LOCKS).
-            let _ = flags;
-            let flags = fuser::FopenFlags::FOPEN_NOFLUSH;
-            reply.opened_passthrough(FileHandle(fh), flags, &id)
+        Ok(passthrough::Mode::Kernel { id, writer }) => {
+            reply.opened_passthrough(FileHandle(fh), kernel_flags(writer), &id)
         }
         Err(e) => {
             ops::release_handle(handles, fh);
+            reply.error(e)
+        }
+    }
+}
+
+/// Answers a create that opened handle `fh` of the file `attr` describes,
+/// as `reply_open` answers an open (an existing file may be open in
+/// passthrough already).
+fn reply_create(
+    fs: &CutFs,
+    (attr, fh, flags): (fuser::FileAttr, u64, fuser::FopenFlags),
+    reply: ReplyCreate,
+) {
+    let ino = attr.ino.0;
+    let name = || fs.name_of_ino(ino);
+    let ttl = fs.ttl.entry(ino);
+    let gen = Generation(fs.inodes.generation(ino));
+    match serve(&fs.passthrough, &fs.handles, &name, fh, |fd| {
+        reply.open_backing(fd)
+    }) {
+        Ok(passthrough::Mode::Daemon) => reply.created(&ttl, &attr, gen, FileHandle(fh), flags),
+        Ok(passthrough::Mode::Kernel { id, writer }) => {
+            reply.created_passthrough(&ttl, &attr, gen, FileHandle(fh), kernel_flags(writer), &id)
+        }
+        Err(e) => {
+            // The kernel never learns of this handle, nor of the lookup
+            // the create's entry would have counted.
+            fs.close_handle(fh);
+            fs.inodes.forget(ino, 1);
             reply.error(e)
         }
     }

@@ -70,12 +70,9 @@ pub struct Options {
     pub auto_unmount: bool,
     /// `log=FILE`: log there (appended) instead of syslog or stderr.
     pub log: Option<std::path::PathBuf>,
-    /// `passthrough=on|off|auto`: the kernel reads raw files opened
-    /// read-only straight from BACKING (`fs::passthrough`). None (`auto`,
-    /// the default): on
-    /// when the mount is read-only (`-o ro` or a read-only BACKING), where
-    /// no writer can meet a passthrough reader; off otherwise, because then
-    /// an open for writing of a file being read that way fails (ETXTBSY).
+    /// `passthrough=on|off|auto`: the kernel reads large raw files
+    /// straight from BACKING, while their writers' writes still reach the
+    /// daemon (`fs::passthrough`). None (`auto`, the default) is on.
     pub passthrough: Option<bool>,
     /// `blksize=SIZE|backing`: the preferred I/O size (`st_blksize`) shown
     /// for regular files, 1 MiB by default: cp, cat and other tools size
@@ -254,7 +251,7 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     (
         "passthrough=on|off|auto",
         "auto",
-        "the kernel reads raw files opened read-only directly from BACKING (auto: on if the mount is read-only; yes and no mean on and off)",
+        "the kernel reads raw files of 128 KiB or more directly from BACKING, writes still go through the daemon (auto, the default, is on; yes and no mean on and off)",
         "on, off, auto (yes, no)",
     ),
     (

@@ -5,69 +5,86 @@
 //! backing-file ids. It knows nothing of the view; `mod.rs` asks it at
 //! every open, create and release.
 //!
-//! **What is served by the kernel, and why only that.** The mount keeps
-//! promises about *writes* (docs/behaviour.md, "The mount") that the
-//! daemon can only keep by seeing every write: a raw file must never gain the magic number at offset 0 (the
-//! write fails with EILSEQ), an empty file takes the encoding of its first
-//! write (text becomes corrected), and a file whose content W cannot store
-//! turns raw. A passthrough write reaches BACKING without the daemon, so
-//! none of these could hold. Reads change nothing, so:
+//! **What the kernel serves, and what still reaches the daemon.** The
+//! mount keeps promises about *writes* (docs/behaviour.md, "The mount")
+//! that the daemon can only keep by seeing every write: a raw file never
+//! gains the magic number at offset 0 (the write fails with EILSEQ), an
+//! empty file takes the encoding of its first write (text becomes
+//! corrected), and a file whose content W cannot store turns raw. Reads
+//! change nothing. The kernel's rules for one inode: while any open of it
+//! is in passthrough mode, every other open must be too (else the open
+//! fails with EIO), and while a page-cached open served by the daemon
+//! exists, a passthrough open fails. Within passthrough mode, an open
+//! answered with `FOPEN_DIRECT_IO` as well has its reads and writes sent
+//! to the daemon as requests (direct I/O overrides passthrough for
+//! `read`, `write` and `splice`); only its `mmap` maps the backing file.
+//! So:
 //!
-//! * An open **for reading only** of a file that is raw at the open, with
-//!   at least `MIN_SIZE` (128 KiB) bytes, is served by the kernel. A
-//!   corrected file never is (the kernel would show its disk bytes, not
-//!   the view). Smaller files stay with the daemon: measured warm, `cat`
-//!   of 1000 16 KiB files took 1.5× longer through passthrough (two ioctls
-//!   per open and close, and reads through two files) than from the page
-//!   cache the daemon's path keeps across opens, while at 256 KiB and up
-//!   both were even and at 1 GiB passthrough was 2–3× faster (and caches
-//!   the file once, not twice). An empty file, whose encoding a first
-//!   write still decides, is never a candidate; nor, mostly, are the small
-//!   files a writer is likely to open while they are being read.
+//! * A **reader** of a file that is raw at the open, with at least
+//!   `MIN_SIZE` (128 KiB) bytes, is served in passthrough mode: its reads
+//!   and mappings go straight to BACKING.
+//! * A **writer** of a file that some open has in passthrough mode joins
+//!   that mode with `FOPEN_DIRECT_IO`: its reads, writes, `splice`,
+//!   `copy_file_range`, `fallocate` and truncation are requests, so every
+//!   rule above holds for it as for any writer — including after
+//!   fcntl(F_SETFL) clears O_APPEND, which no request reports. Readers see
+//!   its writes at once (the daemon writes the backing file whose page
+//!   cache they read), so `tail -f` beside an appender, or a reader beside
+//!   a database or a disk image, works, and readers that open later join
+//!   passthrough too. A writer with no passthrough handle beside it is the
+//!   daemon's, with the kernel's page cache: as a direct-I/O handle, each
+//!   of its reads would be a request, measured 11× slower than the page
+//!   cache for 4 KiB random reads (docs/performance.md). So a reader that
+//!   opens a file already open for writing is served by the daemon.
+//! * Smaller files stay with the daemon and its page cache: measured
+//!   warm, `cat` of 1000 16 KiB files took 1.5× longer through passthrough
+//!   (two ioctls per open and close, and reads through two files) than
+//!   from the page cache the daemon's path keeps across opens, while at
+//!   256 KiB and up both were even and at 1 GiB passthrough was 2–3×
+//!   faster (and caches the file once, not twice). A file opened while it
+//!   was small (or empty, or corrected) keeps its page-cached handles as
+//!   it grows, and the kernel forbids passthrough beside them: later opens
+//!   are served by the daemon until those handles close.
+//! * A corrected file is never in passthrough mode (the kernel would show
+//!   its disk bytes, not the view). An open of a file that became
+//!   corrected in BACKING while other opens have it in passthrough mode
+//!   fails with EBUSY (logged) until those close.
+//! * **An empty file open in passthrough mode stays raw** at its first
+//!   write: its open handles see its bytes, and a corrected file cannot
+//!   be in that mode. This arises when a file held open in passthrough
+//!   mode (a `tail -f`, a writer's own handle) is emptied by truncation or
+//!   O_TRUNC while open; the rule that the first write decides holds for
+//!   every file with no such handle. A reader's close reaches the daemon
+//!   after `close` has returned (the kernel sends RELEASE in the
+//!   background), so in `cat f; : > f; echo text >> f` the writer's open
+//!   may come before the reader's release: an open for writing of an
+//!   empty file waits, up to `RELEASE_WAIT`, for passthrough handles of
+//!   it to be released, so only a handle really still open keeps it raw.
+//! * **A writer's shared writable mapping writes BACKING directly.** The
+//!   kernel maps the backing file for any mmap of a passthrough-mode
+//!   handle and asks the daemon nothing, so it can neither be refused
+//!   (the kernel's ENODEV is for handles not in passthrough mode, which
+//!   the kernel forbids here) nor checked. The alternative, refusing every
+//!   writer while a reader is in passthrough mode (ETXTBSY), broke
+//!   `tail -f` beside an appender; serving writers without passthrough
+//!   forbids passthrough for every reader. Allowed, the mapping is
+//!   coherent with the daemon's writes and with readers, at native speed,
+//!   and the file stays raw; the one rule it can break is the magic
+//!   number: eight bytes written through a mapping at offset 0 of a raw
+//!   file of 128 KiB or more make it a corrected file from its next open,
+//!   as the same bytes written in BACKING directly would, with nothing
+//!   lost on disk. The close of such a writer checks the file's head and
+//!   logs it, naming the file (`closing_writer`). A mapping cannot write
+//!   past the end of the file, so it cannot fill an empty one.
 //! * O_DIRECT reads through passthrough go to BACKING as O_DIRECT reads,
 //!   with BACKING's alignment rules (ext4: EINVAL when unaligned), as
 //!   natively; the daemon's path served them unaligned.
-//! * An open **for writing** is never served by the kernel. The cases that
-//!   look safe are not: an O_APPEND open of a raw file of eight bytes or
-//!   more writes only past the magic number's place, but fcntl(F_SETFL)
-//!   clears O_APPEND without a request reaching the daemon, after which
-//!   pwrite at offset 0 goes straight to BACKING; a truncation to 0 by
-//!   another handle (which the daemon sees) would leave an empty file whose
-//!   first write the daemon never sees, so its encoding would not be
-//!   decided; and the raw files written most (databases, `.git` objects,
-//!   images being edited) write their headers at offset 0. Writes are also
-//!   where passthrough gains least here: a raw write through the daemon is
-//!   one pwrite, measured at or below the peers (docs/performance.md).
-//! * The kernel does not mix modes on one inode: while one open of a file
-//!   is in passthrough, every other open of it must be too (else the open
-//!   fails with EIO in the kernel), and while a daemon-served open exists,
-//!   a passthrough open fails. So the daemon counts, per inode, the open
-//!   handles of each kind. A read-only open of a file that daemon-served
-//!   handles have open is served by the daemon too. An open **for writing
-//!   of a file open in passthrough is refused with ETXTBSY** (as Linux
-//!   refuses to write a running program), with a warning naming the file:
-//!   serving it through the kernel would let its writes bypass the rules
-//!   above, and serving it through the daemon is what the kernel forbids.
-//!   `-o passthrough=off` serves everything through the daemon, so such
-//!   writers succeed. Because `tail -f log` beside a writer is ordinary
-//!   use, that refusal is acceptable only where no writer can exist: the
-//!   default (`options::Options::passthrough` None) is on for a read-only
-//!   mount (`-o ro` or a read-only BACKING) and off for a read-write one,
-//!   where `-o passthrough=on` asks for it with this trade-off. Truncation (setattr) still goes through the daemon
-//!   and is allowed: a raw file stays raw, and an emptied one cannot be
-//!   written until its passthrough readers close.
-//! * A reader's close reaches the daemon after `close` has returned (the
-//!   kernel sends RELEASE in the background), so in `cat f; echo >> f` the
-//!   writer's open may come first. A writer therefore waits, up to
-//!   `RELEASE_WAIT`, for the passthrough handles of its file to be
-//!   released before it is refused: a refusal means a reader is really
-//!   still there.
-//! * A file changed in BACKING into a corrected file while it is open
-//!   through passthrough cannot be opened again until those readers close
-//!   (EBUSY, logged): the kernel would serve the new open passthrough too,
-//!   showing disk bytes instead of the view.
 //! * Attributes stay the daemon's: getattr reports the backing file's
-//!   stat as before (passthrough reads only invalidate the kernel's atime).
+//!   stat as before; a write through the daemon updates the kernel's size
+//!   and drops its cached times; passthrough reads only invalidate the
+//!   kernel's atime.
+//! * `-o passthrough=off` serves every open through the daemon, with its
+//!   page cache.
 //!
 //! The kernel keeps one backing file per inode while it is open in
 //! passthrough: all passthrough opens of an inode must name the same
@@ -85,7 +102,7 @@
 //! mount be a lower layer of an overlay.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -98,8 +115,12 @@ use super::error::{Errno, Result};
 pub(super) enum Mode {
     /// By the daemon (reads and writes are requests).
     Daemon,
-    /// By the kernel, through this backing file.
-    Kernel(Arc<BackingId>),
+    /// In the kernel's passthrough mode, through this backing file: a
+    /// reader's reads and mappings go straight to it; a writer (`writer`)
+    /// is answered with `FOPEN_DIRECT_IO` too, so its reads and writes
+    /// still reach the daemon and only its mappings are the backing
+    /// file's.
+    Kernel { id: Arc<BackingId>, writer: bool },
 }
 
 /// What an open asks for, as the caller found the file.
@@ -134,11 +155,8 @@ struct Table {
 
 /// The mount's passthrough state (shared by every worker).
 pub(super) struct Passthrough {
-    /// Wanted (`-o passthrough`, by default on read-only mounts only) and
-    /// not refused so far.
+    /// Wanted (`-o passthrough`, on by default) and not refused so far.
     on: AtomicBool,
-    /// `-o passthrough=off` was given (for the log line).
-    asked_off: bool,
     /// The stacking depth to ask the kernel for (1 + BACKING's).
     depth: u32,
     table: Mutex<Table>,
@@ -150,19 +168,13 @@ pub(super) struct Passthrough {
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Passthrough {
-    /// `wanted`: `-o passthrough=on|off`, None for `auto` (on when the
-    /// mount is read-only: `read_only` says whether it is); `backing` is
-    /// BACKING's root.
-    pub(super) fn new(
-        wanted: Option<bool>,
-        read_only: bool,
-        backing: BorrowedFd<'_>,
-    ) -> Passthrough {
+    /// `wanted`: `-o passthrough=on|off`, None for `auto` (on); `backing`
+    /// is BACKING's root.
+    pub(super) fn new(wanted: Option<bool>, backing: BorrowedFd<'_>) -> Passthrough {
         use nix::sys::statfs::{fstatfs, OVERLAYFS_SUPER_MAGIC};
         let stacked = fstatfs(backing).is_ok_and(|s| s.filesystem_type() == OVERLAYFS_SUPER_MAGIC);
         Passthrough {
-            on: AtomicBool::new(wanted.unwrap_or(read_only)),
-            asked_off: wanted == Some(false),
+            on: AtomicBool::new(wanted.unwrap_or(true)),
             depth: if stacked { 2 } else { 1 },
             table: Mutex::new(Table::default()),
             released: Condvar::new(),
@@ -172,12 +184,7 @@ impl Passthrough {
     /// Asks the kernel for passthrough at init (when wanted).
     pub(super) fn init(&self, config: &mut KernelConfig) {
         if !self.on.load(Ordering::Relaxed) {
-            let why = if self.asked_off {
-                "-o passthrough=off"
-            } else {
-                "the default on a read-write mount; -o passthrough=on asks for it"
-            };
-            log::info!("passthrough off ({why}): every read goes through the daemon");
+            log::info!("passthrough off (-o passthrough=off): every read goes through the daemon");
             return;
         }
         if !nix::unistd::geteuid().is_root() {
@@ -198,8 +205,8 @@ impl Passthrough {
             return;
         }
         log::info!(
-            "passthrough on: raw files of {} KiB or more opened for reading only are read \
-             by the kernel directly",
+            "passthrough on: raw files of {} KiB or more are read by the kernel directly; \
+             writes still reach the daemon",
             MIN_SIZE >> 10
         );
     }
@@ -223,44 +230,41 @@ impl Passthrough {
         ask: &Ask<'_>,
         open_backing: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
     ) -> Result<Mode> {
+        let size = super::sys::fstat(ask.file)
+            .ok()
+            .and_then(|st| u64::try_from(st.st_size).ok());
         let mut t = self.table.lock();
-        if ask.write {
+        if ask.write && size == Some(0) {
+            // An empty file's first write decides its encoding, unless the
+            // file is open in passthrough then (module doc): readers that
+            // have just closed do not count.
             self.wait_for_release(&mut t, ask.ino);
         }
         let opens = t.by_ino.entry(ask.ino).or_default();
         if let Some(id) = opens.id.clone() {
             // The kernel allows only passthrough opens of this inode now.
-            if ask.write {
-                let name = (ask.name)();
-                crate::ratelog::warn("passthrough-busy", &name, || {
-                    format!(
-                        "{name}: open for writing refused (ETXTBSY): the file is open for \
-                         reading through passthrough, whose readers the daemon cannot keep \
-                         in step with a writer; retry when they close, or mount with -o \
-                         passthrough=off"
-                    )
-                });
-                return Err(Errno::ETXTBSY);
-            }
-            if raw_size(ask.file, 0).is_none() {
+            if !is_raw(ask.file, size) {
                 let name = (ask.name)();
                 crate::ratelog::warn("passthrough-busy", &name, || {
                     format!(
                         "{name}: open refused (EBUSY): the file became corrected in BACKING \
-                         while open for reading through passthrough; retry when those \
-                         readers close"
+                         while open through passthrough; retry when those handles close"
                     )
                 });
                 return Err(Errno::EBUSY);
             }
             opens.kernel += 1;
             t.by_fh.insert(ask.fh, (ask.ino, true));
-            return Ok(Mode::Kernel(id));
+            return Ok(Mode::Kernel {
+                id,
+                writer: ask.write,
+            });
         }
         if !ask.write
             && opens.daemon == 0
             && self.on.load(Ordering::Relaxed)
-            && raw_size(ask.file, MIN_SIZE).is_some()
+            && size.is_some_and(|n| n >= MIN_SIZE)
+            && is_raw(ask.file, size)
         {
             match open_backing(ask.file) {
                 Ok(id) => {
@@ -268,7 +272,10 @@ impl Passthrough {
                     opens.id = Some(id.clone());
                     opens.kernel = 1;
                     t.by_fh.insert(ask.fh, (ask.ino, true));
-                    return Ok(Mode::Kernel(id));
+                    return Ok(Mode::Kernel {
+                        id,
+                        writer: ask.write,
+                    });
                 }
                 Err(e) => self.off(&format!(
                     "registering {} with the kernel failed ({e}; the daemon needs root, \
@@ -282,18 +289,37 @@ impl Passthrough {
         Ok(Mode::Daemon)
     }
 
-    /// Records a handle the daemon serves (a create). Refused (ETXTBSY) when
-    /// the inode is open in passthrough: the kernel would fail the open.
-    pub(super) fn daemon_handle(&self, ino: u64, fh: u64) -> Result<()> {
-        let mut t = self.table.lock();
-        self.wait_for_release(&mut t, ino);
-        let opens = t.by_ino.entry(ino).or_default();
-        if opens.kernel > 0 {
-            return Err(Errno::ETXTBSY);
+    /// Whether inode `ino` is open in passthrough now (a write that would
+    /// make it corrected keeps it raw instead: module doc).
+    pub(super) fn in_kernel(&self, ino: u64) -> bool {
+        self.table
+            .lock()
+            .by_ino
+            .get(&ino)
+            .is_some_and(|o| o.kernel > 0)
+    }
+
+    /// At the close of writer `fh`: if it is in passthrough mode and the
+    /// file now begins with the magic number (written through its shared
+    /// mapping, which the daemon does not see: module doc), says so in the
+    /// log, naming the file.
+    pub(super) fn closing_writer(&self, fh: u64, file: BorrowedFd<'_>, name: &dyn Fn() -> String) {
+        if !self.table.lock().by_fh.get(&fh).is_some_and(|&(_, k)| k) {
+            return;
         }
-        opens.daemon += 1;
-        t.by_fh.insert(fh, (ino, false));
-        Ok(())
+        let size = super::sys::fstat(file)
+            .ok()
+            .and_then(|st| u64::try_from(st.st_size).ok());
+        if size.is_some_and(|n| n >= cutf8::MAGIC.len() as u64) && !is_raw(file, size) {
+            let name = name();
+            crate::ratelog::warn("passthrough-magic", &name, || {
+                format!(
+                    "{name}: now begins with the magic number, written through a shared \
+                     mapping (which reaches BACKING without the daemon) or in BACKING \
+                     directly; from its next open it reads as a corrected file"
+                )
+            });
+        }
     }
 
     /// Waits (at most `RELEASE_WAIT`) until `ino` has no passthrough
@@ -335,18 +361,21 @@ impl Passthrough {
 /// Files smaller than this are read through the daemon (module doc).
 const MIN_SIZE: u64 = 128 << 10;
 
-/// The size of the file behind `fd` if it is not corrected now and holds at
-/// least `min` bytes (None otherwise, or when it cannot be told; the head
-/// is read only when the size is enough).
-fn raw_size(fd: BorrowedFd<'_>, min: u64) -> Option<u64> {
-    let st = super::sys::fstat(fd.as_fd()).ok()?;
-    let size = u64::try_from(st.st_size).ok().filter(|&n| n >= min)?;
+/// Whether the file behind `fd`, of `size` bytes, is not corrected now
+/// (false when it cannot be told; the head is read only when the file is
+/// long enough to hold the magic number).
+fn is_raw(fd: BorrowedFd<'_>, size: Option<u64>) -> bool {
+    let Some(size) = size else {
+        return false;
+    };
     if size < cutf8::MAGIC.len() as u64 {
-        return Some(size);
+        return true;
     }
-    let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
-    match super::content::has_magic(&file) {
-        Ok(false) => Some(size),
-        _ => None,
-    }
+    let Ok(owned) = fd.try_clone_to_owned() else {
+        return false;
+    };
+    matches!(
+        super::content::has_magic(&std::fs::File::from(owned)),
+        Ok(false)
+    )
 }

@@ -557,16 +557,9 @@ impl Filesystem for CutFs {
         reply: ReplyCreate,
     ) {
         match self.guard("create", parent.0, || {
-            let (a, fh, fl) = CutFs::create_file(self, req, parent.0, name, mode, umask, flags)?;
-            self.passthrough
-                .daemon_handle(a.ino.0, fh)
-                .inspect_err(|_| CutFs::close_handle(self, fh))?;
-            Ok((a, fh, fl))
+            CutFs::create_file(self, req, parent.0, name, mode, umask, flags)
         }) {
-            Ok((a, fh, fl)) => {
-                let gen = Generation(self.inodes.generation(a.ino.0));
-                reply.created(&self.ttl.entry(a.ino.0), &a, gen, FileHandle(fh), fl)
-            }
+            Ok(created) => reply_create(self, created, reply),
             Err(e) => reply.error(e),
         }
     }

@@ -5,7 +5,9 @@
 //!
 //! * Empty files (new, O_TRUNC, truncated to 0) take the encoding of what is
 //!   written into them first: corrected when it is UTF-8 text without U+0000
-//!   that W can store (and `-o newfiles=raw` is not set), raw otherwise. From
+//!   that W can store (and `-o newfiles=raw` is not set), raw otherwise, and
+//!   raw while the file is open in the kernel's passthrough mode, whose
+//!   handles see its bytes (`super::passthrough`). From
 //!   then on the file holds content and keeps its encoding (docs/behaviour.md, "The mount").
 //! * Corrected files go through `crate::io::write`, which carries out the
 //!   plans of `crate::view::write` (in-place patches, appends or journaled
@@ -221,10 +223,13 @@ impl CutFs {
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
             Now::Empty => {
+                // A file open in passthrough stays raw: the kernel shows
+                // its bytes to those handles (`super::passthrough`).
                 if self.newfiles == NewFiles::Auto
                     && offset == 0
                     && sniff::is_text(data)
                     && !self.raw.keeps_raw(&inode.path(), data)
+                    && !self.passthrough.in_kernel(inode.ino)
                 {
                     // A first write the kernel cut inside its last
                     // character: that character waits for the rest (`Held`).

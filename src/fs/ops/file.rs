@@ -283,6 +283,8 @@ impl CutFs {
         };
         self.settle(&f.inode, &f.state)?;
         if f.write {
+            let name = || self.name_of(&f.inode);
+            self.passthrough.closing_writer(fh, f.file.as_fd(), &name);
             sys::close_dup(f.file.as_fd()).map_err(io)?;
         }
         Ok(())
