@@ -435,6 +435,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use std::fs::{self, OpenOptions};
     use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
     use std::path::PathBuf;
 
     /// What became of a write.
@@ -544,8 +545,10 @@ mod tests {
             let n = read_view_into(&self.file, &self.index, 0, &mut buf).unwrap();
             assert_eq!(&buf[..n], &self.model[..], "{what}: read back");
             assert!(
-                fs::read_dir(self._dir.path().join(crate::redo::DIR))
-                    .map_or(true, |mut d| d.next().is_none()),
+                fs::read_dir(self._dir.path().join(crate::redo::DIR)).map_or(true, |d| {
+                    !d.flatten()
+                        .any(|e| crate::redo::is_entry_name(e.file_name().as_bytes()))
+                }),
                 "journal left behind"
             );
         }

@@ -59,6 +59,12 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 mod entry;
 mod owner;
 
+/// Whether `name`, in the journal directory, names an entry rather than
+/// one of the daemons' own files (`recover.lock`, owner files).
+pub fn is_entry_name(name: &[u8]) -> bool {
+    name != owner::RECOVER_LOCK.as_bytes() && !owner::is_owner_file(name)
+}
+
 /// The journal directory at the root of BACKING.
 pub const DIR: &str = ".cutf8fs-journal";
 
@@ -644,10 +650,7 @@ mod tests {
         let mut v: Vec<PathBuf> = fs::read_dir(jdir)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .filter(|p| {
-                let n = p.file_name().unwrap().as_bytes();
-                n != owner::RECOVER_LOCK.as_bytes() && !owner::is_owner_file(n)
-            })
+            .filter(|p| is_entry_name(p.file_name().unwrap().as_bytes()))
             .collect();
         v.sort();
         v
