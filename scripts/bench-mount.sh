@@ -39,7 +39,7 @@
 # only layer is the native directory ("overlay": the same backing-file read
 # path passthrough uses, without FUSE; the floor for any stacked file);
 # BENCH_TESTS picks
-# the read part's tests. Then the freshness part ("fresh", issue 24), on
+# the read part's tests. Then the freshness part ("fresh"), on
 # BENCH_FRESH_FILES (10000) small text files in 100 directories, for native,
 # bindfs, cutf8fs (default options: BACKING watched, long caches) and cutf8fs
 # -o watch=off (1 s caches), medians of 3: cold (caches dropped, remounted)
@@ -484,7 +484,7 @@ tree_mb=$(( $(du -sm "$INAT/tree" | cut -f1) ))
 } | tee "$W/results-index.md"
 fi
 
-# --- freshness and round trips (issue 24) -----------------------------------
+# --- freshness and round trips ----------------------------------------------
 [[ " $PARTS " == *" fresh "* ]] || exit 0
 umount_all
 FFILES=${BENCH_FRESH_FILES:-10000}
