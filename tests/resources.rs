@@ -118,13 +118,7 @@ fn deleted_files_are_released(by_handle: bool) {
         deleted_fds(m.pid())
     );
     assert!(deleted_fds(m.pid()).is_empty());
-    let mut last = Err(String::new());
-    let ro = wait_for(2.0, || {
-        last = disk.remount("ro");
-        last.is_ok()
-    });
-    assert!(ro, "{how}: BACKING cannot be remounted read-only: {last:?}");
-    disk.remount("rw").unwrap();
+    remounts_read_only_at_once(&disk, how);
     // The mount is still up, and the space is usable through it at once.
     let n = fs::read_dir(&mnt).unwrap().count();
     assert_eq!(n, 1, "{how}: only the filler is left");
@@ -194,13 +188,7 @@ fn deleted_right_after_ls_l(by_handle: bool) {
         deleted_fds(m.pid())
     );
     assert!(deleted_fds(m.pid()).is_empty());
-    let mut last = Err(String::new());
-    let ro = wait_for(2.0, || {
-        last = disk.remount("ro");
-        last.is_ok()
-    });
-    assert!(ro, "{how}: BACKING cannot be remounted read-only: {last:?}");
-    disk.remount("rw").unwrap();
+    remounts_read_only_at_once(&disk, how);
     // The mount still answers, and lists what is left (nothing).
     assert_eq!(fs::read_dir(&mnt).unwrap().count(), 0, "{how}");
     drop(m);
@@ -412,4 +400,16 @@ fn memory_is_given_back_when_the_kernel_forgets() {
         after - idle,
         (after - idle) * 1024 / N as u64
     );
+}
+
+/// BACKING's filesystem can be remounted read-only within 2 s (nothing
+/// the daemon holds keeps it busy), then back read-write.
+fn remounts_read_only_at_once(disk: &Ext4, how: &str) {
+    let mut last = Err(String::new());
+    let ro = wait_for(2.0, || {
+        last = disk.remount("ro");
+        last.is_ok()
+    });
+    assert!(ro, "{how}: BACKING cannot be remounted read-only: {last:?}");
+    disk.remount("rw").unwrap();
 }

@@ -261,6 +261,33 @@ thread_local! {
     static QUIET: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// One read of the database (`read`, run under [`quiet`]): its value, or
+/// None when there is none or the read failed. A failed internal check
+/// (a panic in redb) turns the database off for the rest of the mount,
+/// said once.
+fn read_one(
+    shared: &Shared,
+    read: impl FnOnce() -> Result<Option<Vec<u8>>, redb::Error>,
+) -> Option<Vec<u8>> {
+    match quiet(read) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            log::debug!("index database: lookup failed: {e}");
+            None
+        }
+        Err(_) => {
+            if !shared.off.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "index database {}: redb failed an internal check on a lookup; \
+                     not used for the rest of this mount",
+                    shared.path.lock().display()
+                );
+            }
+            None
+        }
+    }
+}
+
 /// Runs database code, catching a panic (redb asserts on some damaged
 /// files): the caller turns it into "no database". Such a panic is logged
 /// at debug level only; the caller logs the one line that matters.
@@ -387,27 +414,11 @@ impl IndexDb {
     pub fn get(&self, state: &Stamp) -> Option<OffsetIndex> {
         let (shared, db) = self.db()?;
         let key = (state.dev, state.ino);
-        let bytes = match quiet(|| -> Result<Option<Vec<u8>>, redb::Error> {
+        let bytes = read_one(shared, || {
             let r = db.begin_read()?;
             let t = r.open_table(RECORDS)?;
             Ok(t.get(key)?.map(|v| v.value().to_vec()))
-        }) {
-            Ok(Ok(b)) => b?,
-            Ok(Err(e)) => {
-                log::debug!("index database: lookup failed: {e}");
-                return None;
-            }
-            Err(_) => {
-                if !shared.off.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "index database {}: redb failed an internal check on a lookup; \
-                         not used for the rest of this mount",
-                        shared.path.lock().display()
-                    );
-                }
-                return None;
-            }
-        };
+        })?;
         let rec = record::decode(state.dev, state.ino, &bytes)?;
         if rec.state != *state
             || rec.index.disk_len() != state.size.checked_sub(cutf8::MAGIC.len() as u64)?

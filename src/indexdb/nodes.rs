@@ -12,11 +12,9 @@
 //! one unless that was written a week or more ago, so a warm mount's
 //! lookups write nothing.
 
-use std::sync::atomic::Ordering;
-
 use redb::{ReadableTable, TableDefinition};
 
-use super::{day_of, now, quiet, IndexDb, Op};
+use super::{day_of, now, read_one, IndexDb, Op};
 
 /// Inode number → day written + record.
 pub(super) const NODES: TableDefinition<u64, &[u8]> = TableDefinition::new("nodes");
@@ -28,7 +26,7 @@ impl IndexDb {
     /// The record stored for inode number `ino`, if any.
     pub fn node(&self, ino: u64) -> Option<Vec<u8>> {
         let (shared, db) = self.db()?;
-        match quiet(|| -> Result<Option<Vec<u8>>, redb::Error> {
+        read_one(shared, || {
             let r = db.begin_read()?;
             let t = match r.open_table(NODES) {
                 Ok(t) => t,
@@ -36,23 +34,8 @@ impl IndexDb {
                 Err(e) => return Err(e.into()),
             };
             Ok(t.get(ino)?.map(|v| v.value().to_vec()))
-        }) {
-            Ok(Ok(v)) => v.and_then(|v| v.get(4..).map(<[u8]>::to_vec)),
-            Ok(Err(e)) => {
-                log::debug!("index database: node lookup failed: {e}");
-                None
-            }
-            Err(_) => {
-                if !shared.off.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "index database {}: redb failed an internal check on a lookup; \
-                         not used for the rest of this mount",
-                        shared.path.lock().display()
-                    );
-                }
-                None
-            }
-        }
+        })
+        .and_then(|v| v.get(4..).map(<[u8]>::to_vec))
     }
 
     /// Stores `record` for inode number `ino` (through the writer thread;

@@ -640,6 +640,18 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
+    /// `dir/f` holding `content`, and it opened read-write.
+    fn file_in(dir: &Path, content: &[u8]) -> (PathBuf, File) {
+        let p = dir.join("f");
+        fs::write(&p, content).unwrap();
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        (p, file)
+    }
+
     fn root_of(dir: &Path) -> OwnedFd {
         File::open(dir).unwrap().into()
     }
@@ -662,13 +674,7 @@ mod tests {
     #[test]
     fn a_live_owners_entries_are_left_to_it() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        fs::write(&p, b"old content here").unwrap();
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&p)
-            .unwrap();
+        let (p, file) = file_in(dir.path(), b"old content here");
         let jdir = dir.path().join(DIR);
         let alive = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
         alive
@@ -706,13 +712,7 @@ mod tests {
         let root = root_of(dir.path());
         let j = RedoJournal::open(root.as_fd(), false).unwrap();
         assert!(!dir.path().join(DIR).exists());
-        let p = dir.path().join("f");
-        fs::write(&p, b"old content").unwrap();
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&p)
-            .unwrap();
+        let (p, file) = file_in(dir.path(), b"old content");
         j.rewrite(&file, 4, |w| w.write_all(b"new")).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"old new");
         let md = fs::metadata(dir.path().join(DIR)).unwrap();
@@ -729,13 +729,7 @@ mod tests {
     #[test]
     fn committed_entries_are_replayed_and_uncommitted_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        fs::write(&p, b"old content here").unwrap();
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&p)
-            .unwrap();
+        let (p, file) = file_in(dir.path(), b"old content here");
         let ino = fs::metadata(&p).unwrap().ino();
         {
             let j = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
@@ -773,13 +767,7 @@ mod tests {
     #[test]
     fn a_tampered_entry_is_refused_and_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        fs::write(&p, b"old content here").unwrap();
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&p)
-            .unwrap();
+        let (p, file) = file_in(dir.path(), b"old content here");
         RedoJournal::open(root_of(dir.path()).as_fd(), false)
             .unwrap()
             .commit_only(&file, 4, |w| w.write_all(b"NEW"))
