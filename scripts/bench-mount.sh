@@ -85,10 +85,16 @@ NAT=$W/native CORR=$W/corrected MC=$W/mnt-cutf8fs MB=$W/mnt-bindfs MN=$W/mnt-cut
 MO=$W/mnt-overlay
 mkdir -p "$NAT" "$CORR" "$MC" "$MB" "$MN" "$MO" "$W/empty-lower"
 
-umount_all() {
-    for m in "$MC" "$MB" "$MN"; do
+# The middle of three numbers, one per line.
+median3() { sort -g | sed -n 2p; }
+# Unmounts each FUSE mount point given that is mounted.
+fuse_umount() {
+    for m; do
         if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
     done
+}
+umount_all() {
+    fuse_umount "$MC" "$MB" "$MN"
     if mountpoint -q "$MO"; then umount "$MO" || umount -l "$MO"; fi
 }
 trap umount_all EXIT
@@ -435,14 +441,9 @@ imount() {
     "$CUTF8FS" -o index_db=none "$ICORR" "$MN"
     bindfs "$INAT" "$MB"
 }
-iumount() {
-    for m in "$MC" "$MN" "$MB"; do
-        if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
-    done
-}
+iumount() { fuse_umount "$MC" "$MN" "$MB"; }
 trap iumount EXIT
 icold() { iumount; sync; echo 3 > /proc/sys/vm/drop_caches; imount; }
-median3() { sort -g | sed -n 2p; }
 run_lsR() { ls -lR "$1/tree"; }
 run_statall() { find "$1/tree" -type f -printf '%s\n'; }
 run_cat() { cat "$1/big.txt"; }
@@ -519,14 +520,9 @@ fmount() {
     "$CUTF8FS" -o watch=off "$FCORR" "$MW"
     bindfs "$FNAT" "$MB"
 }
-fumount() {
-    for m in "$MC" "$MW" "$MB"; do
-        if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
-    done
-}
+fumount() { fuse_umount "$MC" "$MW" "$MB"; }
 trap fumount EXIT
 fcold() { fumount; sync; echo 3 > /proc/sys/vm/drop_caches; fmount; }
-median3() { sort -g | sed -n 2p; }
 f_lsR() { ls -lR "$1/tree"; }
 f_find() { find "$1/tree" -size +1k | wc -l; }
 f_stat() { find "$1/tree" -type f -printf '%s %m %u %T@\n'; }

@@ -13,7 +13,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Mutex;
 
 use crate::support::disk::Ext4;
@@ -74,20 +74,7 @@ fn deleted_files_are_released(by_handle: bool) {
         };
         fs::write(backing.join(format!("f{i}")), bytes).unwrap();
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    // The index database lives outside BACKING here: it holds its file
-    // open for writing, which alone keeps a remount read-only from
-    // succeeding (man cutf8fs, RESOURCES); what is tested is what the
-    // daemon holds of deleted files.
-    let db = format!("index_db={}", tmp.path().join("index.redb").display());
-    let mut start = Mount::with(&[&db]);
-    if !by_handle {
-        start = start.env("CUTF8FS_NO_FILE_HANDLES", "1");
-    }
-    let m = start.on(&backing, &mnt, &tmp.path().join("log"));
-    let how = if by_handle { "by handle" } else { "by name" };
+    let (_tmp, mnt, m, how) = mount_on_disk(&backing, by_handle);
     let ls = Command::new("ls").arg("-l").arg(&mnt).output().unwrap();
     assert!(ls.status.success());
     for i in 0..10 {
@@ -154,16 +141,7 @@ fn deleted_right_after_ls_l(by_handle: bool) {
     for i in 0..12 {
         fs::write(backing.join(format!("f{i}")), vec![b'a'; 4 * MIB]).unwrap();
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let db = format!("index_db={}", tmp.path().join("index.redb").display());
-    let mut start = Mount::with(&[&db]);
-    if !by_handle {
-        start = start.env("CUTF8FS_NO_FILE_HANDLES", "1");
-    }
-    let m = start.on(&backing, &mnt, &tmp.path().join("log"));
-    let how = if by_handle { "by handle" } else { "by name" };
+    let (_tmp, mnt, m, how) = mount_on_disk(&backing, by_handle);
     let free = disk.free();
     for round in 0..3 {
         let ls = Command::new("ls").arg("-l").arg(&mnt).output().unwrap();
@@ -210,30 +188,18 @@ fn files_deleted_right_after_ls_l_are_released_by_name() {
 /// (`f{first}`, `f{first+1}`, …) until told to stop; returns it and how
 /// many it opened, with its complaint.
 fn holder(u: User, dir: &Path, first: usize, n: usize) -> (Child, usize, String) {
-    use std::io::BufRead;
     // A process's common limit (1024 descriptors), whatever the test's is.
     let script = "ulimit -n 1024 2>/dev/null; cd \"$1\" || exit 1; n=0; \
                   while [ $n -lt $3 ]; do exec {fd}<\"f$(($2+n))\" || break; n=$((n+1)); done; \
                   echo $n; exec 2>&-; read x";
-    let mut c = Command::new("setpriv")
-        .arg(format!("--reuid={}", u.uid))
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={}", u.uid))
         .arg(format!("--regid={}", u.gid))
         .args(["--init-groups", "--", "bash", "-c", script, "bash"])
         .arg(dir)
         .arg(first.to_string())
-        .arg(n.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut err = String::new();
-    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    (c, line.trim().parse().unwrap_or(0), err)
+        .arg(n.to_string());
+    crate::support::run::spawn_holder(&mut c)
 }
 
 /// What it guards against: one user's processes holding thousands of files open
@@ -412,4 +378,28 @@ fn remounts_read_only_at_once(disk: &Ext4, how: &str) {
     });
     assert!(ro, "{how}: BACKING cannot be remounted read-only: {last:?}");
     disk.remount("rw").unwrap();
+}
+
+/// A mount of `backing` (on a loop disk) reopening inodes by handle or by
+/// name, with its mount point and log in a temporary directory (returned:
+/// it must outlive the mount), and the mode's name for messages. The index
+/// database lives outside BACKING here: it holds its file open for
+/// writing, which alone keeps a remount read-only from succeeding (man
+/// cutf8fs, RESOURCES); what is tested is what the daemon holds of deleted
+/// files.
+fn mount_on_disk(
+    backing: &Path,
+    by_handle: bool,
+) -> (tempfile::TempDir, std::path::PathBuf, Mount, &'static str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let db = format!("index_db={}", tmp.path().join("index.redb").display());
+    let mut start = Mount::with(&[&db]);
+    if !by_handle {
+        start = start.env("CUTF8FS_NO_FILE_HANDLES", "1");
+    }
+    let m = start.on(backing, &mnt, &tmp.path().join("log"));
+    let how = if by_handle { "by handle" } else { "by name" };
+    (tmp, mnt, m, how)
 }

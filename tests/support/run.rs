@@ -72,18 +72,26 @@ pub fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
 /// open, so its own descriptor in the daemon) until killed. Returns it and
 /// how many it opened, with its stderr so far.
 pub fn holder(file: &std::path::Path, n: usize) -> (std::process::Child, usize, String) {
-    use std::io::{BufRead, Read};
     let script = "n=0; while [ $n -lt $2 ]; do exec {fd}<\"$1\" || break; n=$((n+1)); done; \
                   echo $n; exec 2>&-; read x";
-    let mut c = Command::new("bash")
-        .arg("-c")
+    let mut c = Command::new("bash");
+    c.arg("-c")
         .arg(script)
         .arg("bash")
         .arg(file)
-        .arg(n.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .arg(n.to_string());
+    spawn_holder(&mut c)
+}
+
+/// Starts `c`, a script that opens files, prints how many it opened, closes
+/// its stderr and waits on its stdin: the process, that count and what it
+/// said on stderr.
+pub fn spawn_holder(c: &mut Command) -> (std::process::Child, usize, String) {
+    use std::io::{BufRead, Read};
+    let mut c = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
