@@ -9,35 +9,45 @@
 //! `support::disk`) and FUSE.
 
 use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::IntoRawFd;
+use std::process::{Command, Stdio};
 
 use crate::support::disk::Tmpfs;
 use crate::support::mount::Mount;
 use crate::support::write::corrected_file;
 
-/// Fills `disk` natively until nothing is left (returns the filler's path).
-fn fill(disk: &Tmpfs) -> std::path::PathBuf {
-    let p = disk.path("filler");
-    let mut f = fs::File::create(&p).unwrap();
-    let chunk = vec![0u8; 64 << 10];
-    loop {
-        match f.write(&chunk) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling the disk: {e}"),
-        }
-    }
-    // Small writes take what delayed allocation left.
-    while let Ok(n) = f.write(&chunk[..512]) {
-        if n == 0 {
-            break;
-        }
-    }
-    let _ = f.sync_all();
-    p
-}
+/// The append, the filling of the disk and the close(2) run in a child
+/// process of their own (python3), never in this one: the test harness
+/// runs other tests on other threads, and a process one of them starts
+/// holds copies of this process's descriptors between its fork and its
+/// exec. A copy of the append's descriptor closed there is a close(2) of
+/// the same open file (a FLUSH, which would write the held byte or take
+/// its error first); a copy of the filler's keeps its space after the
+/// filler is deleted.
+const WRITER: &str = r#"
+import os, sys
+path, filler, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+print(os.write(fd, b"y" * (n - 1) + b"\xc3"), flush=True)
+sys.stdin.readline()
+f = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+for size in (64 << 10, 512):
+    while True:
+        try:
+            if os.write(f, bytes(size)) == 0:
+                break
+        except OSError:
+            break
+os.close(f)
+print("filled", flush=True)
+sys.stdin.readline()
+try:
+    os.close(fd)
+    print("close 0", flush=True)
+except OSError as e:
+    print("close", e.errno, flush=True)
+"#;
 
 #[test]
 fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
@@ -66,25 +76,38 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     // An append ending at view offset 8192 with the lead byte of "é": the
     // daemon writes all but that byte (the backing file is then 8192
     // bytes, two full pages) and holds it for the next write.
-    let mut append = b"y".repeat(8192 - view.len() - 1);
-    append.push(0xC3);
-    let mut f = OpenOptions::new().append(true).open(m.m("t.txt")).unwrap();
-    assert_eq!(f.write(&append).unwrap(), append.len());
+    let n = 8192 - view.len();
+    let mut child = Command::new("python3")
+        .args(["-c", WRITER])
+        .arg(m.m("t.txt"))
+        .arg(disk.path("filler"))
+        .arg(n.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut to = child.stdin.take().unwrap();
+    let mut from = BufReader::new(child.stdout.take().unwrap());
+    let mut line = || {
+        let mut l = String::new();
+        from.read_line(&mut l).unwrap();
+        l.trim().to_string()
+    };
+    assert_eq!(line(), n.to_string());
     assert_eq!(fs::metadata(m.b("t.txt")).unwrap().len(), 8192);
     // The disk fills up meanwhile (natively, as another program might).
-    let filler = fill(&disk);
+    writeln!(to, "fill").unwrap();
+    assert_eq!(line(), "filled");
     assert!(disk.free() < 4096, "{} bytes still free", disk.free());
     // close(2): the held byte needs a new page, which BACKING refuses.
-    let fd = f.into_raw_fd();
-    // SAFETY: `fd` was just taken from the File, which no longer owns it.
-    let r = unsafe { libc::close(fd) };
-    let err = std::io::Error::last_os_error();
+    writeln!(to, "close").unwrap();
     assert_eq!(
-        (r, err.raw_os_error()),
-        (-1, Some(libc::ENOSPC)),
+        line(),
+        format!("close {}", libc::ENOSPC),
         "close(2) must report that the append's last byte was not written; log:\n{}",
         m.log_text()
     );
+    assert!(child.wait().unwrap().success());
     assert!(
         m.log_text().contains("could not be written"),
         "{}",
@@ -93,10 +116,10 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     // What is in the file is what close(2)'s caller can know: all but the
     // lost byte, through the mount and in BACKING.
     let mut want = view.clone();
-    want.extend_from_slice(&append[..append.len() - 1]);
+    want.extend_from_slice(&b"y".repeat(n - 1));
     assert_eq!(fs::read(m.m("t.txt")).unwrap(), want);
     // Space back: writes work again through the same mount.
-    fs::remove_file(filler).unwrap();
+    fs::remove_file(disk.path("filler")).unwrap();
     let mut f = OpenOptions::new().append(true).open(m.m("t.txt")).unwrap();
     f.write_all("é done\n".as_bytes()).unwrap();
     drop(f);
