@@ -27,9 +27,11 @@ use crate::support::write::corrected_file;
 /// filler is deleted.
 const WRITER: &str = r#"
 import os, sys
-path, filler, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+path, filler, n, reader = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 print(os.write(fd, b"y" * (n - 1) + b"\xc3"), flush=True)
+if reader:
+    rd = os.open(path, os.O_RDONLY)
 sys.stdin.readline()
 f = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
 for size in (64 << 10, 512):
@@ -42,15 +44,32 @@ for size in (64 << 10, 512):
 os.close(f)
 print("filled", flush=True)
 sys.stdin.readline()
-try:
-    os.close(fd)
-    print("close 0", flush=True)
-except OSError as e:
-    print("close", e.errno, flush=True)
+def close(what, f):
+    try:
+        os.close(f)
+        print(what, 0, flush=True)
+    except OSError as e:
+        print(what, e.errno, flush=True)
+if reader:
+    close("reader", rd)
+close("writer", fd)
 "#;
 
-#[test]
-fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
+/// A corrected file `t.txt` on a 1 MiB tmpfs, appended to (by [`WRITER`])
+/// so that the daemon holds the append's last byte, the lead of "é", with
+/// the disk then filled to the page. `reader`: the file is also open
+/// read-only in the same process, and that handle is closed first.
+/// Returns the disk, the mount and what the file's view is without the
+/// held byte; the closes' results are in `closes`.
+struct Full {
+    disk: Tmpfs,
+    m: Mount,
+    _tmp: tempfile::TempDir,
+    want: Vec<u8>,
+    closes: Vec<String>,
+}
+
+fn held_append_on_a_full_disk(reader: bool) -> Full {
     let disk = Tmpfs::new(1024);
     let backing = disk.path("b");
     fs::create_dir(&backing).unwrap();
@@ -61,7 +80,7 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     // bytes on disk and three in the view: with the magic number, the
     // backing file then ends on a page boundary exactly where the view
     // does. Written in BACKING, not through the mount: the append below
-    // must be the file's only handle, or the release of an earlier one
+    // must be the file's only writer, or the release of an earlier one
     // (which the kernel sends after close(2) returned, late on a busy
     // machine) could write the held byte while the disk still has room.
     let mut view = "\u{800}".repeat(7).into_bytes();
@@ -82,6 +101,7 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
         .arg(m.m("t.txt"))
         .arg(disk.path("filler"))
         .arg(n.to_string())
+        .arg(if reader { "1" } else { "0" })
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -101,13 +121,34 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     assert!(disk.free() < 4096, "{} bytes still free", disk.free());
     // close(2): the held byte needs a new page, which BACKING refuses.
     writeln!(to, "close").unwrap();
+    let closes = (0..1 + usize::from(reader)).map(|_| line()).collect();
+    assert!(child.wait().unwrap().success());
+    let mut want = view;
+    want.extend_from_slice(&b"y".repeat(n - 1));
+    Full {
+        disk,
+        m,
+        _tmp: tmp,
+        want,
+        closes,
+    }
+}
+
+#[test]
+fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
+    let Full {
+        disk,
+        m,
+        _tmp,
+        mut want,
+        closes,
+    } = held_append_on_a_full_disk(false);
     assert_eq!(
-        line(),
-        format!("close {}", libc::ENOSPC),
+        closes,
+        [format!("writer {}", libc::ENOSPC)],
         "close(2) must report that the append's last byte was not written; log:\n{}",
         m.log_text()
     );
-    assert!(child.wait().unwrap().success());
     assert!(
         m.log_text().contains("could not be written"),
         "{}",
@@ -115,8 +156,6 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     );
     // What is in the file is what close(2)'s caller can know: all but the
     // lost byte, through the mount and in BACKING.
-    let mut want = view.clone();
-    want.extend_from_slice(&b"y".repeat(n - 1));
     assert_eq!(fs::read(m.m("t.txt")).unwrap(), want);
     // Space back: writes work again through the same mount.
     fs::remove_file(disk.path("filler")).unwrap();
@@ -124,6 +163,30 @@ fn close_reports_enospc_of_a_held_append_on_a_full_disk() {
     f.write_all("é done\n".as_bytes()).unwrap();
     drop(f);
     want.extend_from_slice("é done\n".as_bytes());
+    assert_eq!(fs::read(m.m("t.txt")).unwrap(), want);
+}
+
+/// Another handle's close(2) writes the held byte first (it settles what
+/// is held before the file is closed): the loss is still the writer's to
+/// hear, at its own close(2), as the kernel reports a write-back error to
+/// every file open when it happened. A read-only handle's close(2) reports
+/// nothing, as on NFS.
+#[test]
+fn the_writer_hears_of_its_lost_byte_when_another_handle_met_the_error() {
+    let Full {
+        disk: _disk,
+        m,
+        _tmp,
+        want,
+        closes,
+    } = held_append_on_a_full_disk(true);
+    assert_eq!(
+        closes,
+        ["reader 0".to_string(), format!("writer {}", libc::ENOSPC)],
+        "log:\n{}",
+        m.log_text()
+    );
+    assert!(m.log_text().contains("could not be written"));
     assert_eq!(fs::read(m.m("t.txt")).unwrap(), want);
 }
 

@@ -93,6 +93,8 @@ pub struct Content {
     pub open: usize,
     /// Bytes a write held back to join with the next ([`Held`]).
     pub held: Option<Held>,
+    /// Held bytes that could not be written, for the handles to report.
+    pub lost: super::errseq::Lost,
 }
 
 /// The kernel cuts a write into pieces at page boundaries when the page it

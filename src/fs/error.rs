@@ -42,6 +42,11 @@ pub fn errno(e: &io::Error) -> Errno {
     }
 }
 
+/// An errno kept from an earlier failure (`errseq`), reported as it was.
+pub fn kept(code: i32) -> Errno {
+    Errno::from_i32(code)
+}
+
 /// `?`-friendly conversion: `io_result.map_err(io)?`.
 pub fn io(e: io::Error) -> Errno {
     errno(&e)

@@ -52,6 +52,7 @@ mod attr;
 mod content;
 mod daemon;
 mod error;
+mod errseq;
 mod explain;
 mod export;
 mod failure;

@@ -158,12 +158,15 @@ impl CutFs {
     /// Writes bytes held back by an earlier write (see [`Held`]) as they
     /// are: what the writer left, if nothing continued it. If that fails,
     /// the bytes are lost: the error goes to the caller (a close(2), an
-    /// fsync, the write or read that came next), the log says so, and the
-    /// kernel, which counted them in the file's size, is told to ask again.
+    /// fsync, the write or read that came next) and is kept for every
+    /// handle open now, the writer's too (`errseq`: its close(2) or fsync
+    /// reports it), the log says so, and the kernel, which counted them in
+    /// the file's size, is told to ask again.
     fn write_held(&self, inode: &Inode, content: &mut Content, held: Held) -> Result<()> {
         self.write_locked(inode, &held.file, content, held.at, &held.bytes, false)
             .map(drop)
             .inspect_err(|e| {
+                content.lost.record(e.code());
                 let path = self.name_of(inode);
                 crate::ratelog::warn("held-bytes-lost", &path, || {
                     format!(

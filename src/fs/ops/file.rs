@@ -281,11 +281,18 @@ impl CutFs {
         let Handle::File(f) = &*h else {
             return Ok(());
         };
-        self.settle(&f.inode, &f.state)?;
+        let settled = self.settle(&f.inode, &f.state);
         if f.write {
+            // A loss since this handle last asked, whoever's request met it.
+            let lost = f.lost.take(f.state.content.read().lost);
             let name = || self.name_of(&f.inode);
             self.passthrough.closing_writer(fh, f.file.as_fd(), &name);
-            sys::close_dup(f.file.as_fd()).map_err(io)?;
+            let closed = sys::close_dup(f.file.as_fd()).map_err(io);
+            if let Some(code) = lost {
+                return Err(kept(code));
+            }
+            settled?;
+            closed?;
         }
         Ok(())
     }
@@ -305,7 +312,11 @@ impl CutFs {
         let h = self.handles.get(fh)?;
         let fd = match &*h {
             Handle::File(f) => {
-                self.settle(&f.inode, &f.state)?;
+                let settled = self.settle(&f.inode, &f.state);
+                if let Some(code) = f.lost.take(f.state.content.read().lost) {
+                    return Err(kept(code));
+                }
+                settled?;
                 f.file.as_fd()
             }
             Handle::Dir(d) => d.dir.as_fd(),
@@ -462,6 +473,7 @@ impl Opener {
             }
         }
         content.open += 1;
+        let lost = crate::fs::errseq::Seen::at(content.lost);
         let keep = inode.seen().lock().opened_at(stamp) && !self.strictatime;
         drop(content);
         let fh = self.handles.insert(Handle::File(FileHandle {
@@ -469,6 +481,7 @@ impl Opener {
             file,
             write,
             state,
+            lost,
             _attached: attached,
             _ticket: ticket,
         }));

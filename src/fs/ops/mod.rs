@@ -42,7 +42,7 @@ pub(super) use xattr::XattrReply;
 
 use super::attr;
 use super::content::{self, Class, Stamp};
-use super::error::{io, Errno, Refused, Result};
+use super::error::{io, kept, Errno, Refused, Result};
 use super::handles::{DirEntry, DirHandle, FileHandle, Handle, Listing};
 use super::inodes::Inode;
 use super::share::{self, Ticket};
