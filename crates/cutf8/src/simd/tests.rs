@@ -959,6 +959,55 @@ fn count_growing_counts_whole_vectors() {
     }
 }
 
+/// The vector counts skip vectors by their leads and second bytes alone
+/// (AVX-512) or by their candidates (the other levels): a unit at the
+/// edge of those tests, alone in ASCII, CJK or Latin text at any lane, is
+/// counted when it grows, ends the count when it is another candidate,
+/// and changes nothing when it is neither.
+#[test]
+fn lone_units_at_the_edge_of_the_skip_test() {
+    let units: [&[u8]; 14] = [
+        b"\xDD\xA0",         // grows (U+0800)
+        b"\xDD\x9F",         // keeps its length, no candidate
+        b"\xDE\x80",         // grows
+        b"\xDF\xBF",         // grows
+        b"\xDF\x41",         // cut: a candidate, decided by the caller
+        b"\xEE\xBD\xA0",     // grows (U+10000)
+        b"\xEE\xBD\x9F",     // keeps its length, no candidate
+        b"\xEE\xBC\xBF",     // keeps its length, no candidate
+        b"\xEE\xBE\x80",     // grows
+        b"\xEF\xBF\xBF",     // grows
+        b"\xF7\xBF\xBF\xBF", // far lead: a candidate
+        b"\xFB\x80",         // far lead, cut
+        b"\xFE\xFF",         // FE then FF
+        b"\xFD\xFF",         // a lead then FF
+    ];
+    let fills: [&str; 3] = ["abcdefgh", "\u{4E2D}\u{6587}", "\u{E9}\u{E8}t"];
+    for fill in fills {
+        let text = to_disk(fill.repeat(80).as_bytes());
+        for unit in units {
+            for at in 0..70 {
+                // A unit boundary near `at`, in the fill's own text.
+                let cut = (at..).find(|&k| !is_cont(text[k])).unwrap();
+                let mut b = text[..cut].to_vec();
+                b.extend_from_slice(unit);
+                b.extend_from_slice(&text[cut..]);
+                for path in Path::available() {
+                    let lanes = length_block(path);
+                    for from in [0, 1, cut.saturating_sub(1)] {
+                        let from = (from..).find(|&k| !is_cont(b[k])).unwrap();
+                        assert_eq!(
+                            count_changing_on(path, &b, from, b.len(), false),
+                            reference_count(&b, from, b.len(), lanes, false),
+                            "{path:?} {unit:02X?} at {cut} from {from} in {fill:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The length passes' candidate rules, byte by byte (the definitions of
 /// `kernels::masks_at`, `disk_candidates` and `view_candidates`): whether
 /// the unit at `b[j]` certainly changes length, and whether it is a
