@@ -170,11 +170,19 @@ unsafe fn decode_block<const LONGEST: usize>(
 ) -> Option<(__m512i, __m512i, u64)> {
     // High offset when the bytes are above EC BD 9F (the structure check
     // makes the next two lanes continuation bytes).
+    // EC leads (U+C8A0–U+D89F, Hangul) are rare outside Korean text:
+    // only a block that has one pays for the test of the bytes after it.
     let hi = if LONGEST > 2 {
-        let n1_bd = is(v, 0xBD) >> 1;
-        let n1_above = ge(v, 0xBE) >> 1;
-        let n2_above = ge(v, 0xA0) >> 2;
-        s.l3 & (ge(v, 0xED) | (is(v, 0xEC) & (n1_above | (n1_bd & n2_above))))
+        let ec = s.l3 & is(v, 0xEC);
+        let above = s.l3 & ge(v, 0xED);
+        if ec == 0 {
+            above
+        } else {
+            let n1_bd = is(v, 0xBD) >> 1;
+            let n1_above = ge(v, 0xBE) >> 1;
+            let n2_above = ge(v, 0xA0) >> 2;
+            above | (ec & (n1_above | (n1_bd & n2_above)))
+        }
     } else {
         0
     };
