@@ -183,10 +183,16 @@ unsafe fn decode_block<V: Vector>(v: V, n1: V, n2: V, s: &Shape<V>) -> Option<(V
     // High offset when the payload is above CF5F, i.e. the bytes are above
     // EC BD 9F.
     // (The structure check makes `n1` and `n2` continuation bytes here.)
-    let hi = is_lead3.and(
-        ge_x(s.vx, 0xED)
-            .or(is(v, 0xEC).and(gt_high(n1, 0xBD).or(is(n1, 0xBD).and(gt_high(n2, 0x9F))))),
-    );
+    // Above ED the lead alone decides; EC leads (U+C8A0–U+D89F, Hangul)
+    // are rare outside Korean text, so only a block with one pays for the
+    // test of the bytes after them.
+    let ec = is(v, 0xEC);
+    let above = ge_x(s.vx, 0xED);
+    let hi = is_lead3.and(if ec.movemask() == 0 {
+        above
+    } else {
+        above.or(ec.and(gt_high(n1, 0xBD).or(is(n1, 0xBD).and(gt_high(n2, 0x9F)))))
+    });
     let d = digits(s, is_lead2, is_lead3, hi);
     let low6 = V::splat(0x3F);
     let c40 = s.cont.and(V::splat(0x40));
