@@ -959,6 +959,55 @@ fn count_growing_counts_whole_vectors() {
     }
 }
 
+/// A run reads nothing before its input: the bytes just before it in
+/// memory (here a lead whose unit they cut, as a converter leaves behind
+/// after a truncated sequence it passed through) change nothing, on every
+/// level and in the AVX-512 blocks alone (whose digits look at the bytes
+/// one to three lanes before each lane).
+#[test]
+fn runs_ignore_the_bytes_before_them() {
+    let texts = [
+        "a\u{4E2D}\u{6587}\u{FF0C}b\u{1F600}x",
+        "\u{4E2D}a\u{1F600}\u{E9}",
+        "ab\u{800}\u{10000}\u{1F600}c",
+        "\u{E9}t\u{E8}\u{3B1}",
+    ];
+    let befores: [&[u8]; 7] = [
+        b"\xC3",
+        b"\xE4\xB8",
+        b"\xE4",
+        b"\xEE\x95",
+        b"\xF0\x9F\x98",
+        b"\xF0\x8E",
+        b"\xF0",
+    ];
+    for t in texts {
+        let view = t.repeat(20).into_bytes();
+        let disk = to_disk(&view);
+        for (encode, src) in [(true, &view), (false, &disk)] {
+            for path in Path::available() {
+                for blocks in [false, true] {
+                    let mut want_dst = vec![0u8; 2 * src.len() + 64];
+                    let want = run_on(path, blocks, encode, src, &mut want_dst);
+                    for before in befores {
+                        let mut buf = before.to_vec();
+                        buf.extend_from_slice(src);
+                        let mut dst = vec![0u8; 2 * src.len() + 64];
+                        let got = run_on(path, blocks, encode, &buf[before.len()..], &mut dst);
+                        let what = format!(
+                            "{path:?} blocks {blocks} encode {encode} {t:?} after {before:02X?}"
+                        );
+                        assert_eq!(got, want, "{what}");
+                        if let Some((_, w)) = got {
+                            assert_eq!(dst[..w], want_dst[..w], "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The vector counts skip vectors by their leads and second bytes alone
 /// (AVX-512) or by their candidates (the other levels): a unit at the
 /// edge of those tests, alone in ASCII, CJK or Latin text at any lane, is
