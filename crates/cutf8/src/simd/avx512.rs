@@ -167,6 +167,29 @@ const fn digit_tables(hi: u8) -> DigitTables {
     t
 }
 
+/// Per lead byte (indexed as [`DigitTables`]): the highest lead a unit
+/// of its length may end with in V (DF, EF; FF for the others, which
+/// never exceed it), and the lowest in W (C0, E0, F0; 0 for the bytes
+/// that are no lead).
+static LEAD_MAX: [u8; 64] = lead_bounds([0xDF, 0xEF, 0xFF], 0xFF);
+static LEAD_MIN: [u8; 64] = lead_bounds([0xC0, 0xE0, 0xF0], 0);
+
+const fn lead_bounds(by_len: [u8; 3], other: u8) -> [u8; 64] {
+    let mut t = [other; 64];
+    let mut b = 0xC0usize;
+    while b < 0xFF {
+        t[b - 0xBF] = by_len[if b < 0xE0 {
+            0
+        } else if b < 0xF0 {
+            1
+        } else {
+            2
+        }];
+        b += 1;
+    }
+    t
+}
+
 static DECODE_DIGITS: DigitTables = digit_tables(0xED);
 static ENCODE_DIGITS: DigitTables = digit_tables(0xEE);
 
@@ -283,11 +306,12 @@ unsafe fn decode_block<const LONGEST: usize>(
     let out = _mm512_mask_sub_epi8(out, c, out, splat(0x40));
     // Leads that overflow their length (E0–E2 from a 2-byte lead, F0–F1
     // from a 3-byte one) and leads F3 and up, as in `kernels`.
-    let g2 = _mm512_mask_cmpgt_epu8_mask(s.l2, out, splat(0xDF));
-    let g3 = if LONGEST > 2 {
-        _mm512_mask_cmpgt_epu8_mask(s.l3, out, splat(0xEF))
+    // (Past 2-byte units, one compare against a bound per lead byte.)
+    let (g2, g3) = if LONGEST == 2 {
+        (_mm512_mask_cmpgt_epu8_mask(s.l2, out, splat(0xDF)), 0)
     } else {
-        0
+        let over = _mm512_cmpgt_epu8_mask(out, by_lead(&LEAD_MAX, v));
+        (over & s.l2, over & s.l3)
     };
     let bad = if LONGEST > 3 { ge(v, 0xF3) } else { 0 };
     let live = live(commit);
@@ -333,9 +357,9 @@ unsafe fn encode_block<const LONGEST: usize>(
     // (E0 A0–A2 ..: U+0800–U+089F; F0 90–91 ..: U+10000–U+1109F). ED
     // A0–BF: surrogates; F4 and up: U+100000 and beyond, 5- and 6-byte
     // forms, FE/FF.
-    let low2 = _mm512_mask_cmple_epu8_mask(s.l2, out, splat(0xBF));
     let live = live(commit);
     if LONGEST == 2 {
+        let low2 = _mm512_mask_cmple_epu8_mask(s.l2, out, splat(0xBF));
         if s.misplaced || low2 & live != 0 {
             return None;
         }
@@ -343,12 +367,14 @@ unsafe fn encode_block<const LONGEST: usize>(
     }
     // Only E0 and F0 leads can borrow below their range; the shorter
     // units are those that do with a second byte from A0 and from 90.
-    let low3 = _mm512_mask_cmple_epu8_mask(s.l3, out, splat(0xDF));
+    // One compare against a bound per lead byte for every length.
+    let low = _mm512_cmplt_epu8_mask(out, by_lead(&LEAD_MIN, v));
+    let (low2, low3) = (low & s.l2, low & s.l3);
     let ge_a0 = ge(v, 0xA0);
     let shrink3 = low3 & (ge_a0 >> 1);
     let surrogate = is(v, 0xED) & (ge_a0 >> 1);
     let (low4, shrink4, beyond) = if LONGEST > 3 {
-        let low4 = _mm512_mask_cmple_epu8_mask(s.l4, out, splat(0xEF));
+        let low4 = low & s.l4;
         (low4, low4 & (ge(v, 0x90) >> 1), ge(v, 0xF4))
     } else {
         (0, 0, 0)
