@@ -220,9 +220,9 @@ unsafe fn by_lead(t: &[u8; 64], b: __m512i) -> __m512i {
 /// longer one from tables (`T`, see [`DigitTables`]) by each lane's byte
 /// and the bytes one to three lanes before it, loaded again from `p`, the
 /// block's start: vector lookups and adds instead of the four or five
-/// masks computed in general registers and moved to `k` registers that
-/// the digits took before (mask work is what costs on Zen 4: W on CJK
-/// text 4.9 → 6.1 GB/s, on random text 3.7 → 4.4).
+/// masks computed in general registers and moved to `k` registers
+/// (mask work is what a block costs on Zen 4; where this was measured:
+/// `docs/performance.md` of the repository this crate lives in).
 ///
 /// # Safety
 /// `p .. p + 64` must be readable, `v` the 64 bytes there.
