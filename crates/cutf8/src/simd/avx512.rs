@@ -217,7 +217,7 @@ unsafe fn by_lead(t: &[u8; 64], b: __m512i) -> __m512i {
 /// most Latin, Greek or Cyrillic text; 3; 4 for F0 and up): digits,
 /// carries and checks of longer units are left out. A block of 2-byte
 /// units takes its two digits from `Shape`'s masks (two masked moves); a
-/// longer one from tables (`T`, see [`DigitTables`]) by each lane's byte
+/// longer one from tables (`t`, see [`DigitTables`]) by each lane's byte
 /// and the bytes one to three lanes before it, loaded again from `p`, the
 /// block's start: vector lookups and adds instead of the four or five
 /// masks computed in general registers and moved to `k` registers
