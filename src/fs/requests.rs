@@ -285,7 +285,10 @@ impl Filesystem for CutFs {
         match self.guard("read", ino.0, || {
             CutFs::read_handle(self, fh.0, offset, size)
         }) {
-            Ok(d) => reply.data(&d),
+            Ok(d) => {
+                reply.data(&d);
+                crate::io::recycle(d);
+            }
             Err(e) => reply.error(e),
         }
     }

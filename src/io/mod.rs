@@ -81,24 +81,9 @@ pub fn read_full_at(file: &File, buf: &mut [u8], mut off: u64) -> io::Result<usi
     Ok(n)
 }
 
-/// Asks the kernel to read `file[off..off + len)` into the page cache in
-/// the background (`POSIX_FADV_WILLNEED`): only a hint, so a filesystem
-/// that takes none is no error.
-pub fn prefetch(file: &File, off: u64, len: u64) {
-    let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
-        return;
-    };
-    let _ = nix::fcntl::posix_fadvise(
-        file,
-        off,
-        len,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_WILLNEED,
-    );
-}
-
 /// Up to `size` raw bytes at `offset`; short only at end of file.
 pub fn read_raw(file: &File, offset: u64, size: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; size];
+    let mut buf = reply_buffer(size);
     let n = read_full_at(file, &mut buf, offset)?;
     buf.truncate(n);
     Ok(buf)
@@ -124,7 +109,7 @@ fn read_view_noting(
     size: usize,
 ) -> io::Result<(Vec<u8>, bool)> {
     let len = index.view_len().saturating_sub(offset);
-    let mut buf = vec![0u8; size.min(usize::try_from(len).unwrap_or(usize::MAX))];
+    let mut buf = reply_buffer(size.min(usize::try_from(len).unwrap_or(usize::MAX)));
     let (n, stale) = read_view_parts(file, index, offset, &mut buf)?;
     buf.truncate(n);
     Ok((buf, stale))
@@ -147,13 +132,61 @@ fn read_view_parts(
     buf: &mut [u8],
 ) -> io::Result<(usize, bool)> {
     let mut r: Reading = index.reading(offset, buf.len());
-    let mut disk = Vec::new();
-    while let Some((pos, len)) = r.need() {
-        disk.resize(len, 0);
-        let n = read_full_at(file, &mut disk, DATA_START + pos)?;
-        r.feed(&disk[..n], buf);
+    DISK.with_borrow_mut(|disk| {
+        while let Some((pos, len)) = r.need() {
+            if disk.len() < len {
+                disk.resize(len, 0);
+            }
+            let n = read_full_at(file, &mut disk[..len], DATA_START + pos)?;
+            r.feed(&disk[..n], buf);
+        }
+        if disk.len() > KEPT {
+            *disk = Vec::new();
+        }
+        Ok((r.got(), r.stale()))
+    })
+}
+
+/// The largest buffer a thread keeps between reads: a FUSE read of the
+/// largest size (256 pages) and its disk bytes.
+const KEPT: usize = (1 << 20) + (64 << 10);
+
+thread_local! {
+    /// Disk bytes of a view read, kept between reads, so a read neither
+    /// allocates nor zeroes them again: each is read into before it is
+    /// used, and only what the read filled is looked at.
+    static DISK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A reply buffer given back by [`recycle`] once it was sent.
+    static SPARE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer of `len` bytes for a read's reply: the thread's spare one
+/// when it can hold them (its old bytes are overwritten or cut off by the
+/// read: the caller truncates it to what was read; only bytes beyond its
+/// old length are zeroed), else a new one. Small reads take new ones.
+fn reply_buffer(len: usize) -> Vec<u8> {
+    if len < 4096 {
+        return vec![0u8; len];
     }
-    Ok((r.got(), r.stale()))
+    let mut buf = SPARE.take();
+    if buf.capacity() < len {
+        return vec![0u8; len];
+    }
+    buf.resize(len, 0);
+    buf
+}
+
+/// Gives a read's reply buffer back once it is sent, for the thread's
+/// next read ([`read_raw`], [`read_view`]); one is kept per thread, up to
+/// the largest read's size.
+pub fn recycle(buf: Vec<u8>) {
+    if buf.capacity() <= KEPT {
+        SPARE.with_borrow_mut(|spare| {
+            if spare.capacity() <= buf.capacity() {
+                *spare = buf;
+            }
+        });
+    }
 }
 
 /// What [`read_view_checked`] found.

@@ -16,10 +16,18 @@
 //! that the bytes end exactly there.
 
 use cutf8::unit::{decode_disk_unit, encode_view, DiskUnit};
-use cutf8::{max_view_len, Decoder, Status, MIN_DST};
+use cutf8::{max_view_len, Decoder, Status, MAX_UNIT_LEN, MIN_DST};
 
 use super::index::{count_disk_blocks, OffsetIndex, BACK, BLOCK, CHUNK};
 use super::Error;
+
+/// The most disk bytes a reading asks for at once: a FUSE request of the
+/// largest size (256 pages) with the block before it and some slack.
+const FIRST_MAX: u64 = (1 << 20) + 2 * BLOCK;
+
+/// How many disk bytes at a time go through a reading's own buffer (the
+/// bytes before the view offset asked for, a unit the read cuts).
+const OUT_PART: usize = 8 << 10;
 
 /// One read of view bytes `[view_off, view_off + len)` (clamped to the
 /// view), driven by the I/O layer: while [`Reading::need`] names disk
@@ -64,7 +72,9 @@ impl OffsetIndex {
         // request, the unit before the block start and one unit of slack
         // are enough, so a small read decodes a small range.
         let need = view_off.saturating_sub(block + g) + back + want as u64 + 16;
-        let first = need.min(CHUNK as u64) as usize;
+        // A read the size of the kernel's largest request (1 MiB) needs
+        // one read of the disk bytes, not one per CHUNK.
+        let first = need.min(FIRST_MAX) as usize;
         Reading {
             disk_len: self.disk_len(),
             view_off,
@@ -162,25 +172,48 @@ impl Reading {
             0
         };
         let want = self.want.min(buf.len());
-        let size = max_view_len(n).max(MIN_DST);
-        if self.out.len() < size {
-            self.out.resize(size, 0);
-        }
         let mut src = disk.get(from..n).unwrap_or_default();
+        // Decoded straight into `buf` while nothing is to be skipped and
+        // any unit fits in what is left of it (the decoder writes whole
+        // units only); through `out` for the bytes before `view_off` and
+        // for a last unit the read cuts.
+        let mut direct = true;
         loop {
-            let (status, r, w) = self.dec.convert(src, &mut self.out, at_end);
+            let (status, r, took, left) =
+                if direct && self.skip == 0 && want - self.got >= MAX_UNIT_LEN {
+                    let (status, r, w) = self.dec.convert(src, &mut buf[self.got..want], at_end);
+                    // Only a unit that does not fit stops it: the rest goes
+                    // through `out`.
+                    direct = status != Status::OutputFull;
+                    (status, r, w, 0)
+                } else {
+                    // A few KiB at a time: what is skipped lies within a block
+                    // and a cut unit is short.
+                    let part = &src[..src.len().min(OUT_PART)];
+                    let size = max_view_len(part.len()).max(MIN_DST);
+                    if self.out.len() < size {
+                        self.out.resize(size, 0);
+                    }
+                    let last = at_end && part.len() == src.len();
+                    let (mut status, r, w) = self.dec.convert(part, &mut self.out, last);
+                    if status == Status::InputEmpty && part.len() < src.len() {
+                        // More of `src` to go.
+                        status = Status::OutputFull;
+                    }
+                    let mut produced = &self.out[..w];
+                    let s = (self.skip as usize).min(produced.len());
+                    self.skip -= s as u64;
+                    produced = &produced[s..];
+                    let take = produced.len().min(want - self.got);
+                    buf[self.got..self.got + take].copy_from_slice(&produced[..take]);
+                    (status, r, take, produced.len() - take)
+                };
             src = &src[r..];
-            let mut produced = &self.out[..w];
-            let s = (self.skip as usize).min(produced.len());
-            self.skip -= s as u64;
-            produced = &produced[s..];
-            let take = produced.len().min(want - self.got);
-            buf[self.got..self.got + take].copy_from_slice(&produced[..take]);
-            self.got += take;
+            self.got += took;
             if self.got == want {
                 // At the view's end, the bytes must end here too.
                 if self.view_off + self.want as u64 == self.view_len {
-                    let ended = take == produced.len()
+                    let ended = left == 0
                         && src.is_empty()
                         && status != Status::OutputFull
                         && self.pos + n as u64 >= self.disk_len;

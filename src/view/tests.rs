@@ -474,3 +474,46 @@ fn a_stale_index_is_noticed_and_never_reads_beyond_the_bytes() {
         "only {noticed} of {reads} reads over changed bytes noticed the stale index"
     );
 }
+
+/// Reads as large as the kernel's largest request (1 MiB) and larger,
+/// decoded straight into the reader's buffer, give the view's bytes
+/// exactly wherever they start and end: inside a unit, one byte short of
+/// one, at the view's end; and a right index is never taken for stale.
+#[test]
+fn large_reads_cut_anywhere_give_the_view_exactly() {
+    use crate::view::index::tests::corpus;
+    for (seed, dense, junk) in [(1u64, 60, true), (2, 400, false), (3, 0, false)] {
+        let disk = corpus(seed, 1_200_000, dense, junk);
+        let index = OffsetIndex::from_bytes(&disk);
+        let view = decode_lossless(&disk);
+        let vlen = view.len();
+        assert_eq!(index.view_len(), vlen as u64);
+        let mut starts: Vec<usize> = (0..9).collect();
+        starts.extend(4090..4100);
+        starts.extend(vlen / 3..vlen / 3 + 9);
+        for &off in &starts {
+            for len in (0..9).flat_map(|k| [(1 << 20) + k, vlen / 2 + k, 40 + k]) {
+                let mut buf = vec![0u8; len];
+                let (n, stale) = read_mem_stale(&disk, &index, off as u64, &mut buf);
+                let want = &view[off..(off + len).min(vlen)];
+                assert_eq!(n, want.len(), "seed {seed}: {off}+{len}");
+                assert!(buf[..n] == *want, "seed {seed}: {off}+{len} differs");
+                assert!(!stale, "seed {seed}: {off}+{len} taken for stale");
+            }
+        }
+        // Reads that end at the view's end, from every cut near it.
+        for back in 1..40 {
+            for extra in [0, 1, 7, 4096] {
+                let off = vlen - back;
+                let mut buf = vec![0u8; back + extra];
+                let (n, stale) = read_mem_stale(&disk, &index, off as u64, &mut buf);
+                assert!(
+                    buf[..n] == view[off..],
+                    "seed {seed}: end read {off}+{}",
+                    back + extra
+                );
+                assert!(!stale, "seed {seed}: end read taken for stale");
+            }
+        }
+    }
+}
