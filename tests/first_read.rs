@@ -3,18 +3,19 @@
 //! `cutf8 decode` gives and leaves the file indexed (the next `stat` scans
 //! nothing), random reads before and during a sequential read agree with
 //! the decoded text, a kill -9 in the middle of a first read leaves the
-//! index database right, and a sequential reader finds the backing file's
-//! next bytes already asked from the disk (the daemon's read-ahead,
-//! `Ahead` in src/fs/content.rs), which the page cache of the backing file
-//! shows (mincore).
+//! index database right, a cold sequential read reaches the daemon in
+//! requests of 1 MiB (the mount's read-ahead, `READ_AHEAD` in
+//! src/fs/mount.rs), and reads of any size at any offset give exactly the
+//! view.
 
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::mount::{corrected, enc, wait_for, Mount, BIN};
+use crate::support::mount::{corrected, enc, Mount, BIN};
 
 /// Disk bytes of text with length-changing units in most 4 KiB blocks (so
 /// view offsets drift from disk offsets), about `len` bytes.
@@ -185,77 +186,107 @@ fn kill_9_during_a_first_read_leaves_the_index_database_right() {
     }
 }
 
-/// Whether the page of `file` at `off` is in the page cache.
-fn resident(file: &File, off: u64) -> bool {
-    use std::os::fd::AsRawFd;
-    let page = 4096usize;
-    let at = off / page as u64 * page as u64;
-    // SAFETY: a fresh shared read-only mapping of one page of an open
-    // file, never dereferenced, unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            page,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            at as libc::off_t,
-        )
-    };
-    assert_ne!(
-        p,
-        libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    let mut vec = [0u8; 1];
-    // SAFETY: `p` maps one page; `vec` holds one byte per page.
-    let rc = unsafe { libc::mincore(p, page, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(p, page) };
-    assert_eq!(rc, 0, "mincore: {err}");
-    vec[0] & 1 == 1
+/// The daemon's count of READ requests (`cutf8fs --stats`).
+fn read_requests(m: &Mount) -> u64 {
+    let out = Command::new(BIN)
+        .arg("--stats")
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&out, "cutf8fs --stats");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix("read "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no read count in:\n{text}"))
 }
 
-/// A cold sequential read through the mount asks the backing file for the
-/// bytes ahead of it before the kernel sends their requests: after the
-/// first MiB, the backing file's pages 6–7 MiB ahead are in its page cache
-/// (or on their way), where the backing file's own read-ahead for the
-/// daemon's reads reaches a few hundred KiB.
+/// A cold sequential read reaches the daemon in requests of 1 MiB, the
+/// largest the kernel sends, not one of 128 or 256 KiB at a time: the
+/// mount reads ahead 4 MiB (its `read_ahead_kb`, which the daemon sets
+/// as root), and the bytes are the decoded text.
 #[test]
-fn a_sequential_read_has_the_backing_bytes_ahead_asked_for() {
+fn a_cold_sequential_read_comes_in_requests_of_a_mebibyte() {
     let m = Mount::new(&[], |b| {
         fs::write(b.join("big.txt"), corrected(&text(BIG, 17))).unwrap();
     });
-    // Sized (and indexed) first; then the backing file's pages dropped.
-    let want_len = fs::metadata(m.m("big.txt")).unwrap().len();
-    let backing = File::open(m.b("big.txt")).unwrap();
-    backing.sync_all().unwrap();
-    let drop_pages = || {
-        nix::fcntl::posix_fadvise(
-            &backing,
-            0,
-            0,
-            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-        )
-        .unwrap();
-    };
-    drop_pages();
-    let ahead = [6u64 << 20, (6 << 20) + (512 << 10), 7 << 20];
-    assert!(
-        wait_for(5.0, || ahead.iter().all(|&o| !resident(&backing, o))),
-        "the backing file's pages stay cached after POSIX_FADV_DONTNEED"
+    let want = decoded(&m.b("big.txt"));
+    let dev = fs::metadata(&m.mnt).unwrap().dev();
+    let ra = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    assert_eq!(fs::read_to_string(&ra).unwrap().trim(), "4096", "{ra}");
+    // Sized and indexed; then the mount's pages of the file dropped.
+    assert_eq!(
+        fs::metadata(m.m("big.txt")).unwrap().len(),
+        want.len() as u64
     );
     let f = File::open(m.m("big.txt")).unwrap();
-    let mut buf = vec![0u8; 128 << 10];
-    let mut off = 0;
-    while off < 1 << 20 {
-        off += f.read_at(&mut buf, off).unwrap() as u64;
-    }
-    assert!(off < want_len);
+    nix::fcntl::posix_fadvise(
+        &f,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .unwrap();
+    let before = read_requests(&m);
     assert!(
-        wait_for(5.0, || ahead.iter().all(|&o| resident(&backing, o))),
-        "after 1 MiB read in order, the backing file's bytes 6-7 MiB ahead were never asked for"
+        cat(&m.m("big.txt")) == want,
+        "the cold cat differs from cutf8 decode"
     );
+    let reads = read_requests(&m) - before;
+    let mib = want.len().div_ceil(1 << 20) as u64;
+    assert!(
+        reads <= mib + 4,
+        "{reads} READ requests for {mib} MiB: the kernel reads ahead less than a MiB at a time"
+    );
+}
+
+/// Reads of any size through O_DIRECT (each one request of the caller's
+/// size, up to 1 MiB) at any offset, one file's large reads alternating
+/// with another's short reads at its end, give exactly each file's view:
+/// nothing of one read's bytes reaches another's reply.
+#[test]
+fn direct_reads_of_any_size_give_exactly_the_view() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let m = Mount::new(&[], |b| {
+        fs::write(b.join("big.txt"), corrected(&text(3 << 20, 23))).unwrap();
+        fs::write(b.join("small.txt"), corrected(&text(5000, 29))).unwrap();
+        fs::write(b.join("raw.bin"), vec![0x5a; 3000]).unwrap();
+    });
+    let big = decoded(&m.b("big.txt"));
+    let small = decoded(&m.b("small.txt"));
+    let raw = vec![0x5au8; 3000];
+    let open = |name: &str| {
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(m.m(name))
+            .unwrap()
+    };
+    let (fb, fs_, fr) = (open("big.txt"), open("small.txt"), open("raw.bin"));
+    let mut x = 99u64;
+    for i in 0..120 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % big.len() as u64) as usize;
+        let len = [1 << 20, (1 << 20) - 3, 777_777, 4096, 9][i % 5];
+        let mut buf = vec![0u8; len];
+        let n = fb.read_at(&mut buf, off as u64).unwrap();
+        let want = &big[off..(off + len).min(big.len())];
+        assert!(
+            n == want.len() && buf[..n] == *want,
+            "big.txt {off}+{len}: {n} bytes"
+        );
+        let off = small.len() - (x % 64) as usize;
+        let mut buf = vec![0u8; 1 << 20];
+        let n = fs_.read_at(&mut buf, off as u64).unwrap();
+        assert!(buf[..n] == small[off..], "small.txt {off}: {n} bytes");
+        let off = (x % 3000) as usize;
+        let n = fr.read_at(&mut buf, off as u64).unwrap();
+        assert!(buf[..n] == raw[off..], "raw.bin {off}: {n} bytes");
+    }
 }

@@ -39,8 +39,14 @@
 //!   asking. The scan leaves the file's bytes in the backing file's page
 //!   cache, so the reads that follow do not go to the disk again: a cold
 //!   `cat` reads the disk once (docs/performance.md, "Mount, reads").
-//! * [`Ahead`]: reads in order ask the backing file for the bytes ahead
-//!   of them, so a cold sequential read keeps the disk busy.
+//! * Reads in order are left to the kernel's read-ahead on both sides:
+//!   the mount's (`crate::fs::mount::READ_AHEAD`: requests of 1 MiB, several
+//!   in flight) and the backing file's, which fills its page cache in
+//!   large pages. The daemon asks the backing file for nothing ahead
+//!   itself: `POSIX_FADV_WILLNEED` fills the page cache one 4 KiB page at a
+//!   time in the thread that serves the request, which cost a cold
+//!   sequential read a quarter of the daemon's time and made it slower,
+//!   not faster (docs/performance.md, "Mount, reads").
 //! * [`IndexCache`] keeps the indexes of closed files for reuse, within a
 //!   global memory bound (`-o index_cache=SIZE`), evicting the least
 //!   recently used; an evicted index is rebuilt by one scan when needed.
@@ -55,7 +61,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
@@ -268,53 +273,6 @@ pub struct OpenFile {
     /// The content lock. Reads hold it shared; anything that changes the
     /// content or the index (a write, a rebuild) holds it alone.
     pub content: RwLock<Content>,
-    /// Read-ahead of the backing file for sequential reads.
-    pub ahead: Ahead,
-}
-
-/// How far ahead of a sequential reader the backing file is asked for.
-pub const AHEAD: u64 = 8 << 20;
-
-/// Read-ahead of the backing file while the kernel reads a file through
-/// the daemon in order (a cold `cat`). The kernel's FUSE read-ahead sends
-/// one request at a time of at most 128 KiB, and the worker threads that
-/// serve them read the backing file with `pread` from two threads at once,
-/// out of order now and then, which the backing file's own read-ahead takes
-/// for random reads: the disk then waits for each request in turn. So
-/// while reads go on where the last one ended, the daemon asks the backing
-/// file for the next [`AHEAD`] bytes itself (`POSIX_FADV_WILLNEED`, which
-/// starts the disk reads and returns), half a window at a time. Random
-/// reads ask for nothing. Offsets are view offsets: a disk offset is never
-/// past its view offset, so the window covers the disk bytes too.
-#[derive(Default)]
-pub struct Ahead {
-    /// Where the last read ended.
-    next: AtomicU64,
-    /// Up to where the backing file was asked for.
-    asked: AtomicU64,
-}
-
-impl Ahead {
-    /// Before a read of `len` bytes at `offset`: the range `(from, len)` to
-    /// ask the backing file for, if any (relative to the data's start).
-    pub fn plan(&self, offset: u64, len: u64) -> Option<(u64, u64)> {
-        let end = offset.saturating_add(len);
-        let last = self.next.swap(end, Ordering::Relaxed);
-        if offset != last && offset != 0 {
-            return None;
-        }
-        let asked = self.asked.load(Ordering::Relaxed);
-        if offset == 0 && asked > AHEAD {
-            // Read again from the start: ask again.
-            self.asked.store(0, Ordering::Relaxed);
-        } else if asked >= end.saturating_add(AHEAD / 2) {
-            return None;
-        }
-        let from = self.asked.load(Ordering::Relaxed).max(end);
-        let to = end.saturating_add(AHEAD);
-        self.asked.store(to, Ordering::Relaxed);
-        Some((from, to - from))
-    }
 }
 
 impl OpenFile {

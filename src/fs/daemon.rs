@@ -422,6 +422,7 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
             return Err(Failure::mount(format!("FUSE handshake failed: {e}")));
         }
     };
+    mount::set_read_ahead(&m.own);
     // The device's duplicate carries the notifications fuser has no
     // sender for (`invalidate`).
     let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned().ok();

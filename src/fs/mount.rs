@@ -85,6 +85,39 @@ fn common_opts(o: &Options, allow_other: bool) -> Vec<String> {
     v
 }
 
+/// How far the kernel reads ahead of a sequential reader of the mount:
+/// 4 MiB, four requests of the largest size (256 pages, which the kernel
+/// allows by default and the daemon asks for) in flight at once, so both
+/// worker threads convert while the backing disk reads on. The kernel
+/// starts a FUSE mount at 128 KiB (one request at a time, which its INIT
+/// offers and the answer cannot raise): a cold `cat` of a corrected file
+/// then waited on one request after another.
+pub const READ_AHEAD: u64 = 4 << 20;
+
+/// Sets the mount's read-ahead ([`READ_AHEAD`]) through
+/// `/sys/class/bdi/MAJ:MIN/read_ahead_kb`, the mount's own backing-device
+/// entry. Called once the FUSE handshake is done (the kernel sets the
+/// read-ahead to the smaller of its own and what INIT's answer says) and
+/// before the mount is served, so every file opened through it reads
+/// ahead that far. Only root may write there: otherwise the kernel's
+/// 128 KiB stay, said in the log. A value an administrator writes there
+/// later is kept.
+pub fn set_read_ahead(own: &Own) {
+    let Some(dev) = own.device else { return };
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    match std::fs::write(&path, format!("{}\n", READ_AHEAD >> 10)) {
+        Ok(()) => log::debug!("{path}: {} KiB", READ_AHEAD >> 10),
+        Err(e) => log::info!(
+            "the mount's read-ahead stays the kernel's ({path}: {e}); sequential reads \
+             wait on one request at a time"
+        ),
+    }
+}
+
 pub fn mount(source: &str, mnt: &Path, o: &Options, allow_other: bool) -> Result<Mounted, Failure> {
     // auto_unmount needs fusermount3's watchdog, root or not.
     if !o.auto_unmount && sys::is_root() {

@@ -179,20 +179,12 @@ impl CutFs {
             return Err(Refused::IsDir.into());
         };
         self.settle(&h.inode, &h.state)?;
-        let mut ahead = h.state.ahead.plan(offset, size.into());
         let mut rebuilt = false;
         for _ in 0..4 {
             let (content, stamp, view) = self.current(h)?;
             let Some(index) = view else {
-                if let Some((from, len)) = ahead.take() {
-                    crate::io::prefetch(&h.file, from, len);
-                }
                 return crate::io::read_raw(&h.file, offset, size as usize).map_err(io);
             };
-            // (Once: a read again after a change asks for nothing more.)
-            if let Some((from, len)) = ahead.take() {
-                crate::io::prefetch(&h.file, content::DATA_START + from, len);
-            }
             let data = crate::io::read_view_checked(&h.file, &index, stamp, offset, size as usize);
             drop(content);
             match data.map_err(io)? {
