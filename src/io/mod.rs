@@ -148,7 +148,7 @@ fn read_view_parts(
 }
 
 /// The largest buffer a thread keeps between reads: a FUSE read of the
-/// largest size (256 pages) and its disk bytes.
+/// largest size (256 pages).
 const KEPT: usize = (1 << 20) + (64 << 10);
 
 thread_local! {

@@ -21,10 +21,6 @@ use cutf8::{max_view_len, Decoder, Status, MAX_UNIT_LEN, MIN_DST};
 use super::index::{count_disk_blocks, OffsetIndex, BACK, BLOCK, CHUNK};
 use super::Error;
 
-/// The most disk bytes a reading asks for at once: a FUSE request of the
-/// largest size (256 pages) with the block before it and some slack.
-const FIRST_MAX: u64 = (1 << 20) + 2 * BLOCK;
-
 /// How many disk bytes at a time go through a reading's own buffer (the
 /// bytes before the view offset asked for, a unit the read cuts).
 const OUT_PART: usize = 8 << 10;
@@ -72,9 +68,11 @@ impl OffsetIndex {
         // request, the unit before the block start and one unit of slack
         // are enough, so a small read decodes a small range.
         let need = view_off.saturating_sub(block + g) + back + want as u64 + 16;
-        // A read the size of the kernel's largest request (1 MiB) needs
-        // one read of the disk bytes, not one per CHUNK.
-        let first = need.min(FIRST_MAX) as usize;
+        // CHUNK at a time, not a whole request's disk bytes at once: the
+        // bytes are decoded while they are still in the CPU's cache (a
+        // 1 MiB read made the copy from the page cache three times as
+        // costly: docs/performance.md, "Mount, reads").
+        let first = need.min(CHUNK as u64) as usize;
         Reading {
             disk_len: self.disk_len(),
             view_off,
