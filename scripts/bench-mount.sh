@@ -52,6 +52,8 @@
 # many, renames as many), and after each the change is checked through the
 # mount (every appended token found by grep -r, created names present,
 # deleted and renamed-away ones absent; a miss shows as "stale N").
+# BENCH_CUTF8FS=PATH measures another cutf8fs binary (an older build, for
+# A/B runs alternated with the current one).
 # BENCH_PARTS="read index fresh" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
 # apt-get if missing), cc and python3. Usage:
 #   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
@@ -77,7 +79,7 @@ command -v bindfs >/dev/null || {
 }
 cargo build --release --bins --quiet
 CUTF8=$REPO/target/release/cutf8
-CUTF8FS=$REPO/target/release/cutf8fs
+CUTF8FS=${BENCH_CUTF8FS:-$REPO/target/release/cutf8fs}
 
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
