@@ -23,8 +23,9 @@
 //! ctime, inode) and every read compares the stamp with a fresh `fstat`
 //! (`content`), so no index outlives a change.
 //!
-//! **Bounded.** Events are read in batches of at most [`BUFFER`] bytes and
-//! coalesced (one notification per name or inode and batch); the kernel
+//! **Bounded.** Events are read in batches of at most [`BUFFER`] bytes,
+//! gathered for [`GATHER`] after each batch, and coalesced (one
+//! notification per name or inode and batch); the kernel
 //! queues at most 16384 events, and past that drops them and says so (an
 //! overflow). After an overflow every name the kernel caches is looked up
 //! again before its next use (`FUSE_NOTIFY_INC_EPOCH`) and every inode it
@@ -61,6 +62,16 @@ use super::options::{LONG_TIMEOUT, SHORT_TIMEOUT};
 
 /// Bytes read from the group at once: about 1500 events of a short name.
 const BUFFER: usize = 64 << 10;
+
+/// How long the watch lets events gather after a batch before it reads
+/// again. A read returns as soon as one event is queued, so on a busy
+/// filesystem (any process writing anywhere on it: the mark is the whole
+/// filesystem's) the watch would wake for nearly every event, one read
+/// each; waiting this long after each batch makes the next one hold all
+/// that came meanwhile, so the watch wakes at most 200 times a second
+/// whatever the rate. A change that finds the watch asleep in its read is
+/// still told at once; one that comes during the wait, within 5 ms.
+const GATHER: Duration = Duration::from_millis(5);
 
 /// The events watched.
 const MASK: u64 = fanotify::MODIFY
@@ -307,6 +318,7 @@ impl Watch {
                         batch.add(e, own);
                     }
                     batch.apply(&self, &inodes, &kernel, &reads);
+                    std::thread::sleep(GATHER);
                 }
             })?;
         Ok(())
