@@ -34,7 +34,7 @@ impl CutFs {
                     .map_err(io)?;
                 }
                 if let Some(mode) = mode {
-                    if inode.fmt == libc::S_IFLNK {
+                    if inode.fmt() == libc::S_IFLNK {
                         return Err(Refused::SymlinkMode.into());
                     }
                     sys::chmod(inode.fd()?.as_fd(), mode & 0o7777).map_err(io)?;
