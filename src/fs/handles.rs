@@ -46,51 +46,67 @@ pub struct DirEntry<'a> {
     pub name: &'a OsStr,
 }
 
-/// A directory listing, compact: the names in one buffer (a listing of a
-/// million entries costs about 16 bytes an entry besides its name).
+/// A directory listing, compact: the names in one buffer, and per entry
+/// its inode number and where its name ends (12 bytes an entry besides its
+/// name).
 #[derive(Default)]
 pub struct Listing {
     names: Vec<u8>,
-    items: Vec<Item>,
+    inos: Vec<u64>,
+    /// Where each name ends in `names` (it starts where the last one
+    /// ended; low [`END_BITS`] bits) and the entry's file type (above).
+    ends: Vec<u32>,
 }
 
-struct Item {
-    ino: u64,
-    /// Where the name ends in `names` (it starts where the last one ended).
-    end: u32,
-    kind: fuser::FileType,
-}
+/// Bits of `Listing::ends` that say where a name ends: a listing's names
+/// take at most 256 MiB (a million names of the longest, 255 bytes, fit).
+const END_BITS: u32 = 28;
+
+const KINDS: [fuser::FileType; 7] = [
+    fuser::FileType::RegularFile,
+    fuser::FileType::Directory,
+    fuser::FileType::Symlink,
+    fuser::FileType::NamedPipe,
+    fuser::FileType::CharDevice,
+    fuser::FileType::BlockDevice,
+    fuser::FileType::Socket,
+];
 
 impl Listing {
     /// Adds an entry; false (and nothing added) when the names would
-    /// exceed 4 GiB.
+    /// exceed 256 MiB.
     pub fn push(&mut self, ino: u64, kind: fuser::FileType, name: &OsStr) -> bool {
-        let Ok(end) = u32::try_from(self.names.len() + name.len()) else {
+        let end = self.names.len() + name.len();
+        if end >= 1 << END_BITS {
             return false;
-        };
+        }
+        let k = KINDS.iter().position(|&t| t == kind).unwrap_or(0) as u32;
         self.names.extend_from_slice(name.as_bytes());
-        self.items.push(Item { ino, end, kind });
+        self.inos.push(ino);
+        self.ends.push(end as u32 | (k << END_BITS));
         true
     }
 
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.inos.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.inos.is_empty()
     }
 
     pub fn get(&self, i: usize) -> Option<DirEntry<'_>> {
-        let it = self.items.get(i)?;
+        let mask = (1 << END_BITS) - 1;
+        let ino = *self.inos.get(i)?;
+        let e = *self.ends.get(i)?;
         let start = match i {
             0 => 0,
-            _ => self.items[i - 1].end as usize,
+            _ => (self.ends[i - 1] & mask) as usize,
         };
         Some(DirEntry {
-            ino: it.ino,
-            kind: it.kind,
-            name: OsStr::from_bytes(&self.names[start..it.end as usize]),
+            ino,
+            kind: KINDS[(e >> END_BITS) as usize % KINDS.len()],
+            name: OsStr::from_bytes(&self.names[start..(e & mask) as usize]),
         })
     }
 
@@ -102,7 +118,8 @@ impl Listing {
     /// Frees what the buffers hold beyond their contents.
     pub fn shrink(&mut self) {
         self.names.shrink_to_fit();
-        self.items.shrink_to_fit();
+        self.inos.shrink_to_fit();
+        self.ends.shrink_to_fit();
     }
 }
 
@@ -169,5 +186,35 @@ impl HandleTable {
 
     pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
         self.lock().remove(&fh)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every entry reads back as pushed: number, type and name, at every
+    /// position, the empty first name and the longest included.
+    #[test]
+    fn a_listing_gives_back_what_it_was_given() {
+        let mut l = Listing::default();
+        let long = "n".repeat(255);
+        let mut want = Vec::new();
+        for (i, &kind) in KINDS.iter().cycle().take(40).enumerate() {
+            let name = match i {
+                3 => long.clone(),
+                _ => format!("e{i}"),
+            };
+            let ino = u64::MAX - i as u64;
+            assert!(l.push(ino, kind, OsStr::new(&name)));
+            want.push((ino, kind, name));
+        }
+        l.shrink();
+        assert_eq!(l.len(), want.len());
+        for (i, e) in l.from(0) {
+            let (ino, kind, name) = &want[i];
+            assert_eq!((e.ino, e.kind, e.name), (*ino, *kind, OsStr::new(name)));
+        }
+        assert!(l.get(want.len()).is_none());
     }
 }

@@ -15,7 +15,7 @@ use super::{quiet, META, RECORDS, ROOT};
 
 /// redb's page cache: a few MiB, not its default of a GiB, so what
 /// a burst of writes caches is little and goes when the database is let go.
-const CACHE: usize = 4 << 20;
+const CACHE: usize = 1 << 20;
 
 /// What opening the database came to.
 pub(super) enum Opened {

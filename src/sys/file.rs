@@ -366,13 +366,6 @@ pub fn set_noatime(fd: BorrowedFd<'_>) -> io::Result<()> {
         .map_err(from_nix)
 }
 
-/// One entry of [`read_dir`]: inode number, `d_type` (DT_*), name.
-pub struct RawDirEntry {
-    pub ino: u64,
-    pub d_type: u8,
-    pub name: OsString,
-}
-
 fn d_type(t: Option<Type>) -> u8 {
     match t {
         Some(Type::Fifo) => libc::DT_FIFO,
@@ -388,25 +381,28 @@ fn d_type(t: Option<Type>) -> u8 {
 
 /// Lists the directory open as `dir` through a fresh descriptor of it that
 /// carries `dir`'s O_NOATIME, so `-o noatime`/`nodiratime` hold for
-/// listings too ("." and ".." are left out).
-pub fn read_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<RawDirEntry>> {
+/// listings too ("." and ".." are left out): `each(ino, d_type, name)` for
+/// every entry, as it is read (nothing is copied for the whole directory).
+pub fn read_dir(
+    dir: BorrowedFd<'_>,
+    mut each: impl FnMut(u64, u8, &std::ffi::OsStr) -> io::Result<()>,
+) -> io::Result<()> {
     let fl = fcntl::fcntl(dir, FcntlArg::F_GETFL).map_err(from_nix)?;
     let d = reopen(
         dir,
         libc::O_RDONLY | libc::O_DIRECTORY | (fl & libc::O_NOATIME),
     )?;
     let mut d = Dir::from_fd(d.into()).map_err(from_nix)?;
-    let mut out = Vec::new();
     for e in d.iter() {
         let e = e.map_err(from_nix)?;
         let name = e.file_name().to_bytes();
         if name != b"." && name != b".." {
-            out.push(RawDirEntry {
-                ino: e.ino(),
-                d_type: d_type(e.file_type()),
-                name: std::ffi::OsStr::from_bytes(name).to_owned(),
-            });
+            each(
+                e.ino(),
+                d_type(e.file_type()),
+                std::ffi::OsStr::from_bytes(name),
+            )?;
         }
     }
-    Ok(out)
+    Ok(())
 }

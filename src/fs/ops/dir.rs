@@ -40,11 +40,11 @@ impl CutFs {
         let mut out = Listing::default();
         out.push(h.inode.ino, FileType::Directory, OsStr::new("."));
         out.push(h.inode.ino, FileType::Directory, OsStr::new(".."));
-        for e in sys::read_dir(h.dir.as_fd()).map_err(io)? {
-            if is_journal(h.inode.ino, &e.name) {
-                continue;
+        sys::read_dir(h.dir.as_fd(), |ino, d_type, name| {
+            if is_journal(h.inode.ino, name) {
+                return Ok(());
             }
-            let kind = match e.d_type {
+            let kind = match d_type {
                 libc::DT_DIR => FileType::Directory,
                 libc::DT_LNK => FileType::Symlink,
                 libc::DT_BLK => FileType::BlockDevice,
@@ -53,15 +53,17 @@ impl CutFs {
                 libc::DT_SOCK => FileType::Socket,
                 libc::DT_REG => FileType::RegularFile,
                 // A filesystem that does not say: ask.
-                _ => match sys::component(&e.name).and_then(|c| sys::statat(h.dir.as_fd(), &c)) {
+                _ => match sys::component(name).and_then(|c| sys::statat(h.dir.as_fd(), &c)) {
                     Ok(st) => attr::kind(st.st_mode),
                     Err(_) => FileType::RegularFile,
                 },
             };
-            if !out.push(e.ino, kind, &e.name) {
-                return Err(Errno::ENOMEM);
+            match out.push(ino, kind, name) {
+                true => Ok(()),
+                false => Err(std::io::Error::from_raw_os_error(libc::ENOMEM)),
             }
-        }
+        })
+        .map_err(io)?;
         out.shrink();
         Ok(out)
     }
