@@ -68,13 +68,21 @@
 //! or being changed by the mount, `content::OpenFile` (the content lock,
 //! the offset index, held bytes), shared by every handle.
 //!
-//! **Memory.** An entry is one allocation (152 bytes, 176 with its `Arc`
-//! counts and the allocator's header) plus a slot of 8 bytes in one hash
-//! set: under 200 bytes for an inode the kernel remembers
-//! (`scripts/bench-inodes.sh` measures it whole, docs/performance.md). A
-//! small file handle is kept inline, a name only when reopening by name.
-//! When the kernel forgets entries by the thousand, the set shrinks and the
-//! freed memory is given back to the system.
+//! **Memory.** An entry is one allocation of 120 bytes (136 with its
+//! `Arc` counts: glibc's 144-byte chunk; `tests::an_entry_stays_small`)
+//! plus a slot of 8 bytes and a control byte in one hash set (9 to 18
+//! bytes an entry, as the set's power-of-two size falls): with a listing's
+//! 12 bytes and name (`super::handles::Listing`) while its directory is
+//! open, under 200 bytes for an inode the kernel remembers
+//! (`scripts/bench-inodes.sh` measures it whole, docs/performance.md). To
+//! stay that small, a file handle of up to 16 bytes is kept inline (24
+//! bytes of anchor), a name only when reopening by name and behind one
+//! pointer; the lookup count, the file type and the CLOCK bit share one
+//! word; and the descriptors an entry may hold (a cached directory's, the
+//! open handles') and a regular file's open state lie in one box that an
+//! entry allocates only while it holds one. When the kernel forgets
+//! entries by the thousand, the set shrinks and the freed memory is given
+//! back to the system.
 //!
 //! This module knows nothing of encodings or handles' meaning.
 
