@@ -2,7 +2,7 @@
 //! come through a bounded queue and are committed in batches; at the end
 //! (the unmount) old records are collected so the file stays bounded.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 
 use super::lease::IDLE;
 use super::{
@@ -36,19 +36,15 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
             Err(RecvTimeoutError::Disconnected) => break,
         };
         batch.push(first);
-        let until = std::time::Instant::now() + BATCH_WAIT;
-        let mut closed = false;
-        while batch.len() < 4096 {
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(op) => batch.push(op),
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        let closed = gather(&rx, &mut batch);
+        // In key order: the records of a listing come in the directory's
+        // order, scattered over the table; sorted, a batch reads and
+        // dirties each page of the table once (stable: two records of one
+        // key keep their order).
+        batch.sort_by_key(|op| match op {
+            Op::Put(key, _) => (0, *key),
+            Op::Node(ino, _) => (1, (*ino, 0)),
+        });
         // Held by another mount: wait for it a little (a batch is small),
         // else the batch is dropped (it costs only speed).
         let Some(db) = shared.lease.get(shared, LOCK_TRIES, true) else {
@@ -103,6 +99,37 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
     // with the first lookups of a cold mount for the disk.
     if let Some(db) = shared.lease.held() {
         collected(&db);
+    }
+}
+
+/// Records a batch holds at most.
+const BATCH: usize = 4096;
+
+/// How often the queue is drained while a batch gathers.
+const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Adds to `batch` what comes within [`BATCH_WAIT`] (at most [`BATCH`]
+/// records in all); true if the queue closed. The queue is drained every
+/// [`DRAIN_EVERY`], not waited on record by record: a first `ls -l` of a
+/// million files sends a million node records, and waking this thread for
+/// each would cost the threads answering the kernel a CPU's worth of
+/// wake-ups. (The queue, [`super::QUEUE`] records, holds what comes in
+/// between.)
+fn gather(rx: &Receiver<Op>, batch: &mut Vec<Op>) -> bool {
+    let until = std::time::Instant::now() + BATCH_WAIT;
+    loop {
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return true,
+            }
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if batch.len() >= BATCH || left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(DRAIN_EVERY));
     }
 }
 
