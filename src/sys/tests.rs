@@ -52,17 +52,26 @@ fn read_dir_lists_every_name_with_its_type_and_no_dots() {
     for i in 0..3000 {
         std::fs::write(d.path().join(format!("n{i:04}")), b"").unwrap();
     }
-    let mut got: Vec<(Vec<u8>, u8)> = read_dir(dirf.as_fd())
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.name.as_bytes().to_vec(), e.d_type))
-        .collect();
+    let mut got: Vec<(Vec<u8>, u8)> = Vec::new();
+    read_dir(dirf.as_fd(), |_, d_type, name| {
+        got.push((name.as_bytes().to_vec(), d_type));
+        Ok(())
+    })
+    .unwrap();
     got.sort();
     assert_eq!(got.len(), 3003);
     assert!(got.contains(&(b"f\xff".to_vec(), libc::DT_REG)));
     assert!(got.contains(&(b"sub".to_vec(), libc::DT_DIR)));
     assert!(got.contains(&(b"l".to_vec(), libc::DT_LNK)));
     assert!(!got.iter().any(|(n, _)| n == b"." || n == b".."));
+    // An error from the callback ends the listing with that error.
+    let mut seen = 0;
+    let e = read_dir(dirf.as_fd(), |_, _, _| {
+        seen += 1;
+        Err(std::io::Error::from_raw_os_error(libc::ENOMEM))
+    })
+    .unwrap_err();
+    assert_eq!((e.raw_os_error(), seen), (Some(libc::ENOMEM), 1));
 }
 
 #[test]
