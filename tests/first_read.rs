@@ -50,8 +50,9 @@ fn decoded(file: &Path) -> Vec<u8> {
     out.stdout
 }
 
-/// The daemon's count of index scans (`cutf8fs --stats`).
-fn scans(m: &Mount) -> u64 {
+/// One count of the daemon's statistics (`cutf8fs --stats`): the number
+/// on its line named `what` ("scans", "read", …).
+fn stat(m: &Mount, what: &str) -> u64 {
     let out = Command::new(BIN)
         .arg("--stats")
         .arg(&m.mnt)
@@ -60,9 +61,14 @@ fn scans(m: &Mount) -> u64 {
     crate::support::run::succeeded(&out, "cutf8fs --stats");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.lines()
-        .find_map(|l| l.trim_start().strip_prefix("scans "))
+        .find_map(|l| l.trim_start().strip_prefix(what)?.strip_prefix(' '))
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no scan count in:\n{text}"))
+        .unwrap_or_else(|| panic!("no {what} count in:\n{text}"))
+}
+
+/// The daemon's count of index scans.
+fn scans(m: &Mount) -> u64 {
+    stat(m, "scans")
 }
 
 fn cat(path: &Path) -> Vec<u8> {
@@ -186,19 +192,9 @@ fn kill_9_during_a_first_read_leaves_the_index_database_right() {
     }
 }
 
-/// The daemon's count of READ requests (`cutf8fs --stats`).
+/// The daemon's count of READ requests.
 fn read_requests(m: &Mount) -> u64 {
-    let out = Command::new(BIN)
-        .arg("--stats")
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    crate::support::run::succeeded(&out, "cutf8fs --stats");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines()
-        .find_map(|l| l.trim_start().strip_prefix("read "))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no read count in:\n{text}"))
+    stat(m, "read")
 }
 
 /// A cold sequential read reaches the daemon in requests of 1 MiB, the
