@@ -230,9 +230,7 @@ impl Passthrough {
         ask: &Ask<'_>,
         open_backing: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
     ) -> Result<Mode> {
-        let size = super::sys::fstat(ask.file)
-            .ok()
-            .and_then(|st| u64::try_from(st.st_size).ok());
+        let size = size_of(ask.file);
         let mut t = self.table.lock();
         if ask.write && size == Some(0) {
             // An empty file's first write decides its encoding, unless the
@@ -307,9 +305,7 @@ impl Passthrough {
         if !self.table.lock().by_fh.get(&fh).is_some_and(|&(_, k)| k) {
             return;
         }
-        let size = super::sys::fstat(file)
-            .ok()
-            .and_then(|st| u64::try_from(st.st_size).ok());
+        let size = size_of(file);
         if size.is_some_and(|n| n >= cutf8::MAGIC.len() as u64) && !is_raw(file, size) {
             let name = name();
             crate::ratelog::warn("passthrough-magic", &name, || {
@@ -360,6 +356,12 @@ impl Passthrough {
 
 /// Files smaller than this are read through the daemon (module doc).
 const MIN_SIZE: u64 = 128 << 10;
+
+/// The size of the file behind `fd`, if it can be told.
+fn size_of(fd: BorrowedFd<'_>) -> Option<u64> {
+    let st = super::sys::fstat(fd).ok()?;
+    u64::try_from(st.st_size).ok()
+}
 
 /// Whether the file behind `fd`, of `size` bytes, is not corrected now
 /// (false when it cannot be told; the head is read only when the file is

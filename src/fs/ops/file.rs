@@ -273,20 +273,28 @@ impl CutFs {
         let Handle::File(f) = &*h else {
             return Ok(());
         };
-        let settled = self.settle(&f.inode, &f.state);
-        if f.write {
-            // A loss since this handle last asked, whoever's request met it.
-            let lost = f.lost.take(f.state.content.read().lost);
-            let name = || self.name_of(&f.inode);
-            self.passthrough.closing_writer(fh, f.file.as_fd(), &name);
-            let closed = sys::close_dup(f.file.as_fd()).map_err(io);
-            if let Some(code) = lost {
-                return Err(kept(code));
-            }
-            settled?;
-            closed?;
+        if !f.write {
+            // Settled all the same; a reader's close reports nothing.
+            let _ = self.settle(&f.inode, &f.state);
+            return Ok(());
         }
-        Ok(())
+        let settled = self.settle_for(f);
+        let name = || self.name_of(&f.inode);
+        self.passthrough.closing_writer(fh, f.file.as_fd(), &name);
+        let closed = sys::close_dup(f.file.as_fd()).map_err(io);
+        settled?;
+        closed
+    }
+
+    /// Writes what is held for handle `f`'s file (`settle`), and reports
+    /// to `f` any loss of held bytes since it last asked, whoever's request
+    /// met it (`errseq`), before any error of the settling itself.
+    fn settle_for(&self, f: &FileHandle) -> Result<()> {
+        let settled = self.settle(&f.inode, &f.state);
+        if let Some(code) = f.lost.take(f.state.content.read().lost) {
+            return Err(kept(code));
+        }
+        settled
     }
 
     pub(in crate::fs) fn close_handle(&self, fh: u64) {
@@ -304,11 +312,7 @@ impl CutFs {
         let h = self.handles.get(fh)?;
         let fd = match &*h {
             Handle::File(f) => {
-                let settled = self.settle(&f.inode, &f.state);
-                if let Some(code) = f.lost.take(f.state.content.read().lost) {
-                    return Err(kept(code));
-                }
-                settled?;
+                self.settle_for(f)?;
                 f.file.as_fd()
             }
             Handle::Dir(d) => d.dir.as_fd(),
