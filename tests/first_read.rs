@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::mount::{corrected, enc, Mount, BIN};
+use crate::support::mount::{corrected, enc, Mount};
 
 /// Disk bytes of text with length-changing units in most 4 KiB blocks (so
 /// view offsets drift from disk offsets), about `len` bytes.
@@ -50,25 +50,9 @@ fn decoded(file: &Path) -> Vec<u8> {
     out.stdout
 }
 
-/// One count of the daemon's statistics (`cutf8fs --stats`): the number
-/// on its line named `what` ("scans", "read", …).
-fn stat(m: &Mount, what: &str) -> u64 {
-    let out = Command::new(BIN)
-        .arg("--stats")
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    crate::support::run::succeeded(&out, "cutf8fs --stats");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines()
-        .find_map(|l| l.trim_start().strip_prefix(what)?.strip_prefix(' '))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {what} count in:\n{text}"))
-}
-
 /// The daemon's count of index scans.
 fn scans(m: &Mount) -> u64 {
-    stat(m, "scans")
+    m.stats_count("scans")
 }
 
 fn cat(path: &Path) -> Vec<u8> {
@@ -194,7 +178,7 @@ fn kill_9_during_a_first_read_leaves_the_index_database_right() {
 
 /// The daemon's count of READ requests.
 fn read_requests(m: &Mount) -> u64 {
-    stat(m, "read")
+    m.stats_count("read")
 }
 
 /// A cold sequential read reaches the daemon in requests of 1 MiB, the

@@ -175,6 +175,40 @@ fn cutf8fs_stats_reports_what_the_daemon_does() {
     );
 }
 
+/// Each request is counted once: ten open(2)–read–close(2) of one file
+/// are ten OPENs, ten FLUSHes (one per close) and ten RELEASEs.
+#[test]
+fn cutf8fs_stats_counts_each_request_once() {
+    let m = Mount::new(&[], |b| {
+        fs::write(b.join("c.txt"), text("Grüße\n")).unwrap();
+    });
+    assert_eq!(fs::read(m.m("c.txt")).unwrap(), "Grüße\n".as_bytes());
+    let kinds = ["open", "flush", "release"];
+    let before = kinds.map(|k| m.stats_count(k));
+    for _ in 0..10 {
+        assert_eq!(fs::read(m.m("c.txt")).unwrap(), "Grüße\n".as_bytes());
+    }
+    // RELEASE is sent after close(2) returns: wait for the last one.
+    let counted = || kinds.map(|k| m.stats_count(k));
+    let mut after = counted();
+    for _ in 0..100 {
+        if after[2] - before[2] >= 10 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        after = counted();
+    }
+    for (i, k) in kinds.iter().enumerate() {
+        assert_eq!(
+            after[i] - before[i],
+            10,
+            "{k}: {} then {}",
+            before[i],
+            after[i]
+        );
+    }
+}
+
 /// The first scan of a large corrected file says how far it is, in the log
 /// (every `CUTF8FS_SCAN_PROGRESS_MS`, 2 s by default; 1 ms here, as the
 /// scan of a file in the page cache is fast), so a stalled-looking `ls -l`

@@ -331,12 +331,17 @@ impl Filesystem for CutFs {
         // the backing file's own at close, is close(2)'s (`flush_handle`);
         // then the closing owner's record locks on the file go, as natively
         // — after the write, so the next holder reads it.
-        stats::request("flush");
+        // The locks go under a guard of their own (a panic in the write
+        // must not keep them), counted once with the request.
         let r = self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0));
-        let _ = self.guard("flush", ino.0, || {
-            self.locks.flush(ino.0, lock_owner.0);
-            Ok(())
-        });
+        let _ = error::guard(
+            "flush",
+            || self.name_of_ino(ino.0),
+            || {
+                self.locks.flush(ino.0, lock_owner.0);
+                Ok(())
+            },
+        );
         empty(r, reply);
     }
 

@@ -291,6 +291,22 @@ impl Mount {
         self.child.as_ref().map_or(0, |c| c.id())
     }
 
+    /// One count of the daemon's statistics (`cutf8fs --stats`): the
+    /// number on its line named `what` ("scans", "read", "flush", …).
+    pub fn stats_count(&self, what: &str) -> u64 {
+        let out = Command::new(BIN)
+            .arg("--stats")
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        crate::support::run::succeeded(&out, "cutf8fs --stats");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(what)?.strip_prefix(' '))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {what} count in:\n{text}"))
+    }
+
     /// Lets the test drive the daemon's end itself.
     pub fn take_child(&mut self) -> Option<Child> {
         self.child.take()
