@@ -412,6 +412,114 @@ fn a_genuine_journal_moved_elsewhere_is_never_replayed() {
     assert!(y_journal.exists());
 }
 
+// ------------------------------------------------------------- hard links
+
+const MAGIC: &[u8] = b"\xef\xb7\x9d\xed\xb2\xae\x00\x0a";
+
+/// The summary's count of `code` among the skipped ("  code: N").
+fn skipped(out: &Output, code: &str) -> u64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(code)?.strip_prefix(": "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A file of the tree that is also a file outside it (one inode, a name
+/// in each) is never rewritten: its other names would see the change.
+/// Root's file linked into the user's tree (what a user can do when
+/// fs.protected_hardlinks is off) and a world-writable file of root's
+/// the user links in themselves (allowed with it on) stay byte for byte
+/// as they were; a file whose names are all in the named trees is
+/// converted and keeps its inode; the same file, migrated through one
+/// of its directories only, is not.
+#[test]
+fn a_file_with_a_name_outside_the_tree_is_never_converted() {
+    let fx = Fixture::new();
+    let root_only = fx.victim_in(&fx.outside, "passwd", VICTIM);
+    fs::hard_link(&root_only, fx.tree.join("passwd")).unwrap();
+    let shared = fx.outside.join("shared.txt");
+    fs::write(&shared, "root's shared text, Grüße\n").unwrap();
+    chmod(&shared, 0o666);
+    fx.as_a("ln \"$2\" shared.txt", &[shared.as_os_str()]);
+    fx.a_writes(
+        "both.txt",
+        "one inode, two names in the tree: é\n".as_bytes(),
+    );
+    fx.as_a("mkdir sub && ln both.txt sub/both.txt", &[]);
+    let sealed = [&root_only, &shared].map(|p| seal(p));
+
+    // The subdirectory alone: both.txt's other name is outside it.
+    let out = Command::new(BIN)
+        .arg("migrate")
+        .arg(fx.tree.join("sub"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&out, "migrate tree/sub");
+    assert_eq!(skipped(&out, "linked-outside"), 1, "{out:?}");
+    assert!(!fs::read(fx.tree.join("both.txt"))
+        .unwrap()
+        .starts_with(MAGIC));
+
+    let out = fx.migrate();
+    crate::support::run::succeeded(&out, "migrate tree");
+    assert_eq!(skipped(&out, "linked-outside"), 2, "{out:?}");
+    assert_eq!([&root_only, &shared].map(|p| seal(p)), sealed);
+    let both = fs::read(fx.tree.join("both.txt")).unwrap();
+    assert!(both.starts_with(MAGIC), "both.txt not converted");
+    assert_eq!(fs::read(fx.tree.join("sub/both.txt")).unwrap(), both);
+    assert_eq!(
+        dev_ino(&fx.tree.join("both.txt")),
+        dev_ino(&fx.tree.join("sub/both.txt"))
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(!report.contains("converted: 3"), "{report}");
+}
+
+/// The user keeps adding and removing names of root's world-writable
+/// file in the tree while root migrates it again and again, so that the
+/// names migrate counts in the tree may match the link count at some
+/// instant. The file outside never changes.
+#[test]
+fn names_added_and_removed_during_the_run_never_let_a_file_outside_change() {
+    let fx = Fixture::new();
+    let shared = fx.outside.join("shared.txt");
+    let bytes = "root's shared text, Grüße\n".repeat(2000);
+    fs::write(&shared, &bytes).unwrap();
+    chmod(&shared, 0o666);
+    fx.as_a(
+        "for n in a b c d; do ln \"$2\" $n.txt; done",
+        &[shared.as_os_str()],
+    );
+    let script = "cd \"$1\"; while [ ! -e \"$3\" ]; do \
+                    for n in b c d; do rm -f $n.txt; done; \
+                    for n in b c d; do ln \"$2\" $n.txt 2>/dev/null; done; \
+                  done";
+    let stop = fx.dir.path().join("stop");
+    let a = fx.a;
+    let (tree, target, stop2) = (fx.tree.clone(), shared.clone(), stop.clone());
+    let racer = std::thread::spawn(move || {
+        sh_as(
+            a,
+            script,
+            &[tree.as_os_str(), target.as_os_str(), stop2.as_os_str()],
+        )
+    });
+    let started = Instant::now();
+    let mut runs = 0;
+    while runs < 40 && started.elapsed() < Duration::from_secs(20) {
+        let _ = fx.migrate();
+        runs += 1;
+        assert_eq!(fs::read(&shared).unwrap(), bytes.as_bytes(), "run {runs}");
+    }
+    fs::write(&stop, "").unwrap();
+    racer.join().unwrap();
+    assert_eq!(fs::read(&shared).unwrap(), bytes.as_bytes());
+    let md = fs::metadata(&shared).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o7777), (0, 0o666));
+}
+
 // ------------------------------------------------------------ the walk race
 
 /// The watched directories of the race's tree, and what the attacker

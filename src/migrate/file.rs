@@ -75,6 +75,7 @@ fn changed(before: &Metadata, now: &Metadata) -> bool {
         || before.ctime() != now.ctime()
         || before.ctime_nsec() != now.ctime_nsec()
         || before.ino() != now.ino()
+        || before.nlink() != now.nlink()
 }
 
 fn skip_or_fail(stop: Stop, what: &str) -> Outcome {
@@ -165,7 +166,7 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
     };
     if md.nlink() > 1 {
         drop(file);
-        return Step::Done(in_place(job, &dir, entry, bufs));
+        return Step::Done(in_place(job, dirs, &dir, entry, bufs));
     }
     if let Err(stop) = transcode::precheck(
         job.direction,
@@ -189,7 +190,7 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
         Ok(step) => step,
         // This user cannot give the new file the old one's owner: keep the
         // inode instead.
-        Err(Fallback) => Step::Done(in_place(job, &dir, entry, bufs)),
+        Err(Fallback) => Step::Done(in_place(job, dirs, &dir, entry, bufs)),
     }
 }
 
@@ -431,9 +432,33 @@ impl Batch {
     }
 }
 
+/// How many of the names the walk found for `entry`'s inode still name
+/// the inode `md` describes.
+fn names_inside(dirs: &Dirs, entry: &Entry, md: &Metadata) -> u64 {
+    let names = std::iter::once((entry.dir, &entry.name))
+        .chain(entry.links.iter().map(|l| (l.dir, &l.name)));
+    let mut inside = 0;
+    for (d, name) in names {
+        let Ok(dir) = dirs.open(d) else { continue };
+        match super::walk::stat_at(&dir, name) {
+            Ok(st) if st.st_dev == md.dev() && st.st_ino == md.ino() => inside += 1,
+            _ => {}
+        }
+    }
+    inside
+}
+
 /// The in-place rewrite under a journal, for files that must keep their
 /// inode.
-fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome {
+///
+/// Only a file all of whose names are in the named trees is rewritten:
+/// the rewrite changes the inode under every name, and a name elsewhere
+/// (a tree's owner may give any file they may link a name in their tree,
+/// and with fs.protected_hardlinks off, root's files) would be a change
+/// outside the tree. The names are counted after the `fstat` that gives
+/// the link count, and a link or unlink meanwhile moves the ctime that
+/// the check before writing compares.
+fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome {
     let file = match open_regular(dir, &entry.name, !job.dry_run) {
         Ok(f) => f,
         Err(outcome) => return outcome,
@@ -448,6 +473,13 @@ fn in_place(job: &Job, dir: &File, entry: &Entry, bufs: &mut Buffers) -> Outcome
         Ok(md) => return Outcome::Skipped(Reason::Special(special_kind(&md))),
         Err(e) => return Outcome::Failed(format!("cannot stat: {e}")),
     };
+    let inside = names_inside(dirs, entry, &md);
+    if inside < md.nlink() {
+        return Outcome::Skipped(Reason::LinkedOutside {
+            names: md.nlink(),
+            inside,
+        });
+    }
     // Writing the file back with its times needs ownership (or root):
     // futimens refuses anyone else, and roll-back would need it too.
     let euid = nix::unistd::geteuid().as_raw();

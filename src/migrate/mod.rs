@@ -230,7 +230,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
             for link in &entry.links {
                 summary.add(&outcome, false);
                 observer.event(&Event {
-                    path: link,
+                    path: &link.path,
                     outcome: &outcome,
                     size: Some(entry.size),
                     link_of: Some(&entry.path),

@@ -53,6 +53,9 @@ pub enum Reason {
     OtherFilesystem,
     /// Another shard's file (`--shard K/N`); never reported per path.
     OtherShard,
+    /// A multiply linked file with a name the walk did not find in the
+    /// named trees (`names` links, `inside` of them found there).
+    LinkedOutside { names: u64, inside: u64 },
 }
 
 impl Reason {
@@ -75,6 +78,7 @@ impl Reason {
             Reason::Excluded => "excluded",
             Reason::OtherFilesystem => "other-filesystem",
             Reason::OtherShard => "other-shard",
+            Reason::LinkedOutside { .. } => "linked-outside",
         }
     }
 }
@@ -103,6 +107,11 @@ impl fmt::Display for Reason {
             Reason::Excluded => write!(f, "excluded"),
             Reason::OtherFilesystem => write!(f, "on another filesystem"),
             Reason::OtherShard => write!(f, "another shard's file"),
+            Reason::LinkedOutside { names, inside } => write!(
+                f,
+                "hard-linked outside the tree ({names} names, {inside} of them here): \
+                 converting it in place would change the file under its other names too"
+            ),
         }
     }
 }

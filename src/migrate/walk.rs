@@ -110,7 +110,16 @@ pub struct Entry {
     pub size: u64,
     pub key: u64,
     /// Further names of the same inode (hard links) found in the walk.
-    pub links: Vec<PathBuf>,
+    pub links: Vec<Link>,
+}
+
+/// Another name of an [`Entry`]'s inode, found in the walk.
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// For reports only, as [`Entry::path`].
+    pub path: PathBuf,
+    pub dir: DirId,
+    pub name: OsString,
 }
 
 /// How to walk.
@@ -304,7 +313,7 @@ impl<'a, 'e> Walker<'a, 'e> {
         }
         if multiply {
             if let Some(&i) = self.inodes.get(&id) {
-                self.files[i].links.push(path);
+                self.files[i].links.push(Link { path, dir, name });
                 return;
             }
             self.inodes.insert(id, self.files.len());
@@ -429,7 +438,7 @@ impl<'a, 'e> Walker<'a, 'e> {
 }
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one name.
-fn stat_at(dir: &File, name: &OsStr) -> io::Result<FileStat> {
+pub(super) fn stat_at(dir: &File, name: &OsStr) -> io::Result<FileStat> {
     let c = sys::component(name)?;
     nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(io::Error::from)
