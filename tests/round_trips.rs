@@ -1,10 +1,11 @@
-//! Fewer round trips per file, same behaviour. The daemon
-//! answers FLUSH with ENOSYS (it buffers nothing), so the kernel stops
-//! sending it; close(2) must still write a shared mapping's dirty pages
-//! back before it returns, as it did when FLUSH was answered.
+//! Fewer round trips per file, same behaviour: close(2) writes a shared
+//! mapping's dirty pages back before it returns; `ls -l` asks the daemon
+//! for a file's SELinux label once per listing, not once per file, and
+//! labels that exist still show.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::process::Command;
 
 use crate::support::mount::Mount;
 
@@ -69,4 +70,74 @@ fn close_writes_back_a_shared_mapping_without_flush() {
         want,
         "BACKING lacks the mapped write to a corrected file after close(2)"
     );
+}
+
+/// `ls -l` asks every file for `security.selinux`, which the kernel never
+/// caches. Where the daemon is asked (no security module answers), an
+/// absent label is "not supported", which `ls` remembers for the whole
+/// mount: a listing of 300 files costs a handful of getxattr requests,
+/// not 300. A label BACKING has still reads, lists and sets as before.
+#[test]
+fn ls_l_asks_for_labels_once_per_listing_and_labels_that_exist_show() {
+    let m = Mount::new(&[], |b| {
+        for d in 0..3 {
+            fs::create_dir(b.join(format!("d{d}"))).unwrap();
+            for f in 0..100 {
+                fs::write(b.join(format!("d{d}/f{f}")), "raw\n").unwrap();
+            }
+        }
+    });
+    let labelled = m.b("d1/f7");
+    let set = Command::new("setfattr")
+        .args(["-n", "security.selinux", "-v", "label_t"])
+        .arg(&labelled)
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&set, "setfattr in BACKING");
+    let ls = || {
+        let out = Command::new("ls").arg("-lR").arg(&m.mnt).output().unwrap();
+        crate::support::run::succeeded(&out, "ls -lR");
+    };
+    ls();
+    let before = m.stats_count("getxattr");
+    ls();
+    let asked = m.stats_count("getxattr") - before;
+    assert!(
+        asked < 30,
+        "{asked} getxattr requests for a listing of 300 files"
+    );
+
+    let get = |rel: &str| {
+        Command::new("getfattr")
+            .args(["--only-values", "-n", "security.selinux"])
+            .arg(m.m(rel))
+            .output()
+            .unwrap()
+    };
+    let out = get("d1/f7");
+    crate::support::run::succeeded(&out, "getfattr of the labelled file");
+    assert_eq!(out.stdout, b"label_t");
+    let out = get("d1/f8");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Operation not supported"), "{err}");
+    let list = |rel: &str| {
+        let out = Command::new("getfattr")
+            .args(["-d", "-m", "-"])
+            .arg(m.m(rel))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(list("d1/f7").contains("security.selinux=\"label_t\""));
+    assert!(!list("d1/f8").contains("security.selinux"));
+    let set = Command::new("setfattr")
+        .args(["-n", "security.selinux", "-v", "other_t"])
+        .arg(m.m("d1/f8"))
+        .output()
+        .unwrap();
+    crate::support::run::succeeded(&set, "setfattr through the mount");
+    let out = get("d1/f8");
+    crate::support::run::succeeded(&out, "getfattr of the newly labelled file");
+    assert_eq!(out.stdout, b"other_t");
 }

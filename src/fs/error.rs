@@ -104,6 +104,10 @@ pub enum Refused {
     BufferTooSmall,
     /// An ACL xattr on a BACKING without ACL support: absent, not an error.
     NoAcl,
+    /// `security.selinux` on a file that has none, asked of the daemon
+    /// (so no security module answered it): not supported, which tools
+    /// such as `ls -l` remember for the whole mount (`ops/xattr.rs`).
+    NoLabel,
     /// The request could not take the caller's identity or umask (logged
     /// where it happened): refused rather than done with the daemon's.
     NoIdentity,
@@ -138,6 +142,7 @@ impl From<Refused> for Errno {
             Refused::TooBig => Errno::E2BIG,
             Refused::BufferTooSmall => Errno::ERANGE,
             Refused::NoAcl | Refused::NoVirtual => Errno::ENODATA,
+            Refused::NoLabel => Errno::EOPNOTSUPP,
             Refused::OverShare => Errno::EMFILE,
             Refused::NoDescriptors => Errno::ENFILE,
             Refused::NoLockRoom => Errno::ENOLCK,

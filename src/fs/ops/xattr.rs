@@ -22,10 +22,23 @@
 //! file may ask how it is stored, as native tools could tell by reading
 //! its first bytes in BACKING.
 //!
-//! **Reading is cheap.** `ls -l` asks every file for two attributes
-//! (`security.selinux`, `system.posix_acl_access`: the kernel caches no
-//! `security.*` attribute, and drops an inode's cached ACLs whenever a
-//! readdirplus refreshes it), so reading is on the path of every listing.
+//! **`security.selinux` where it is absent is not supported
+//! (EOPNOTSUPP), not ENODATA.** `ls -l` asks every file for two
+//! attributes, `security.selinux` and `system.posix_acl_access`; the
+//! kernel caches no `security.*` attribute, so each listing cost a round
+//! trip per file for a label that is not there. The daemon is asked for
+//! that label only where no security module answers it (with SELinux on,
+//! the kernel answers from its own label and never asks the
+//! filesystem), and `ls` (like libselinux's callers) takes EOPNOTSUPP to
+//! mean the whole filesystem has no labels and stops asking. A file that
+//! has the attribute in BACKING still shows its value, listxattr lists
+//! exactly what BACKING has, and setting one works as before: only the
+//! error for an absent label differs, as on gocryptfs, which supports no
+//! `security.*` attribute at all.
+//!
+//! **Reading is cheap.** The other attribute, the ACL, the kernel caches,
+//! but drops an inode's cached ACLs whenever a readdirplus refreshes it,
+//! so reading is on the path of every listing.
 //! A regular file not open through the mount is opened read-only by its
 //! handle and read with `fgetxattr`; an `O_PATH` descriptor, which is all
 //! the inode table would give, can be read only through its
@@ -50,6 +63,9 @@ const VIRTUAL: &[u8] = b"cutf8fs.";
 const ENCODING: &[u8] = b"cutf8fs.encoding";
 /// The daemon's statistics (the mount's root only).
 const STATS: &[u8] = b"cutf8fs.stats";
+/// The SELinux label, which reaches the daemon only on a host where no
+/// security module answers it.
+const SELINUX: &[u8] = b"security.selinux";
 
 impl CutFs {
     /// Sets an xattr as the caller (the kernel has checked the caller may;
@@ -112,11 +128,14 @@ impl CutFs {
         }
         let inode = self.inodes.get(ino)?;
         let acl = is_acl_name(name.as_bytes());
+        let label = name.as_bytes() == SELINUX;
         let name = sys::cstring(name.as_bytes()).map_err(io)?;
         let fd = self.xattr_source(&inode)?;
         Self::xattr_reply(size, |buf| get_through(&fd, &name, buf)).map_err(|e| {
             if acl && e == Errno::EOPNOTSUPP {
                 Refused::NoAcl.into()
+            } else if label && e == Errno::ENODATA {
+                Refused::NoLabel.into()
             } else {
                 e
             }
