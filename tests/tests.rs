@@ -50,6 +50,7 @@ mod fallocate;
 mod file_handles;
 mod first_read;
 mod freshness;
+mod freshness_hostile;
 mod fsx;
 mod full_disk;
 mod gconv;
