@@ -14,9 +14,11 @@
 //! the kernel holds it; only then is the kernel told: `inval_entry(directory,
 //! name)` for a name, `inval_inode` of contents (pages, attributes, ACLs)
 //! for a write, append or truncate, of attributes for chmod, chown, times,
-//! links and xattrs. Events the daemon caused itself (its process id) are
-//! skipped: every change made through the mount reaches the kernel in the
-//! reply that made it, or through `invalidate` from the handler.
+//! links, xattrs and ACLs, and for an inode renamed (a rename moves the
+//! renamed inode's change time, which no entry event carries). Events the
+//! daemon caused itself (its process id) are skipped: every change made
+//! through the mount reaches the kernel in the reply that made it, or
+//! through `invalidate` from the handler.
 //!
 //! The daemon's own state needs nothing: what it knows of a file's content
 //! (class, offset index) is kept under the file's stamp (size, mtime,
@@ -41,9 +43,12 @@
 //! change it unseen); a filesystem fanotify cannot mark with file handles.
 //! Files on other filesystems mounted inside BACKING are never watched:
 //! their names and attributes always get the short timeouts (`CutFs`).
-//! Changes made through a shared writable mapping in BACKING raise no
-//! event (as with inotify); they show once the short timeout of a file
-//! whose stamp moved passes, or the file is opened again.
+//! Two kinds of write raise no event (as with inotify): through a shared
+//! writable mapping in BACKING, and by a loop device whose backing file
+//! lies in BACKING (the kernel writes it from inside). Both move the
+//! file's times, so they show at the file's next open through the mount,
+//! which finds the stamp moved and drops the kernel's pages; a descriptor
+//! open through the mount before reads them from then on.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -76,6 +81,7 @@ const GATHER: Duration = Duration::from_millis(5);
 /// The events watched.
 const MASK: u64 = fanotify::MODIFY
     | fanotify::ATTRIB
+    | fanotify::MOVE_SELF
     | fanotify::CREATE
     | fanotify::DELETE
     | fanotify::MOVED_FROM
@@ -382,7 +388,9 @@ impl Batch {
         if e.mask & fanotify::MODIFY != 0 {
             self.attributes.remove(&object);
             self.contents.insert(object);
-        } else if e.mask & fanotify::ATTRIB != 0 && !self.contents.contains(&object) {
+        } else if e.mask & (fanotify::ATTRIB | fanotify::MOVE_SELF) != 0
+            && !self.contents.contains(&object)
+        {
             self.attributes.insert(object);
         }
     }

@@ -14,6 +14,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 pub const MODIFY: u64 = libc::FAN_MODIFY;
 /// A changed inode's attributes: mode, owner, times, link count, xattrs.
 pub const ATTRIB: u64 = libc::FAN_ATTRIB;
+/// An inode itself was renamed (its change time moved; the names are
+/// reported by [`MOVED_FROM`] and [`MOVED_TO`]).
+pub const MOVE_SELF: u64 = libc::FAN_MOVE_SELF;
 /// An entry moved out of a directory.
 pub const MOVED_FROM: u64 = libc::FAN_MOVED_FROM;
 /// An entry moved into a directory.
