@@ -444,6 +444,20 @@ pub fn open_file(
     }
 }
 
+/// Removes the access ACL a file just created in a tree the user writes
+/// was given by its directory's default ACL (`setfacl -d`, which the
+/// directory's owner may set): its entries (a named user, a named group)
+/// are masked by the creation mode's group bits, and a later `chmod` to
+/// an original's mode would unmask them, giving whoever the default names
+/// access to the content root writes. Without it the mode bits alone
+/// decide. Nothing to do where the filesystem has no ACLs.
+pub fn drop_inherited_acl(file: &File) -> io::Result<()> {
+    match crate::sys::xattr::removexattr(file.as_fd(), c"system.posix_acl_access") {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA) | Some(libc::ENOTSUP)) => Ok(()),
+        r => r,
+    }
+}
+
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one component, judged.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &OsStr, rule: &Rule) -> Result<FileStat, Unusable> {
     let c = one(name).map_err(|e| Unusable::Bad(format!("is not a plain name ({e})")))?;

@@ -231,6 +231,9 @@ fn create_temp(dir: &Arc<File>, key: u64) -> io::Result<(Temp, File)> {
                     name,
                     armed: true,
                 };
+                // The mode (and ACL) it gets are the original's, nothing
+                // the directory's default ACL adds.
+                trust::drop_inherited_acl(&file)?;
                 return Ok((temp, file));
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,

@@ -165,7 +165,9 @@ impl<'a> UndoJournal<'a> {
             times,
         };
         let written = (|| {
-            // Private whatever the umask: it holds a copy of the content.
+            // Private whatever the umask and the directory's default ACL:
+            // it holds a copy of the content.
+            trust::drop_inherited_acl(&j.file)?;
             j.file
                 .set_permissions(std::fs::Permissions::from_mode(0o600))?;
             let mut sum = Checksum::default();
