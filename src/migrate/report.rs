@@ -148,23 +148,56 @@ impl Outcome {
     }
 }
 
-/// `path` as a human reads it: UTF-8 as is; any byte that is not part of
-/// valid UTF-8 as `\xNN` (and then a literal backslash as `\\`, so the
-/// escaping can be undone).
+/// `path` as a human reads it, safe to print on a terminal: UTF-8 as is;
+/// any byte that is not part of valid UTF-8, and every byte of a control
+/// character (C0, DEL, C1: escape sequences, newlines, carriage returns)
+/// or of a bidirectional override, as `\xNN` (and then a literal
+/// backslash as `\\`, so the escaping can be undone). A name in a tree
+/// someone else writes can hold anything: printed raw, it could drive the
+/// terminal of whoever runs migrate, or forge lines of its output.
 pub fn display_path(path: &Path) -> String {
     let bytes = path.as_os_str().as_bytes();
     match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_owned(),
-        Err(_) => {
+        Ok(s) if !s.chars().any(unsafe_to_show) => s.to_owned(),
+        _ => {
             let mut out = String::new();
             for chunk in bytes.utf8_chunks() {
-                out.push_str(&chunk.valid().replace('\\', "\\\\"));
+                for c in chunk.valid().chars() {
+                    if c == '\\' {
+                        out.push_str("\\\\");
+                    } else if unsafe_to_show(c) {
+                        for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                            out.push_str(&format!("\\x{b:02X}"));
+                        }
+                    } else {
+                        out.push(c);
+                    }
+                }
                 for b in chunk.invalid() {
                     out.push_str(&format!("\\x{b:02X}"));
                 }
             }
             out
         }
+    }
+}
+
+/// Control characters and the bidirectional embeddings, overrides and
+/// isolates, which change how the rest of a line reads.
+fn unsafe_to_show(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `path` as one word for a POSIX shell, for commands a message suggests:
+/// in single quotes (a quote as `'\''`), or, for a path
+/// [`display_path`] escapes, in bash's `$'…'` with those escapes, so that pasting
+/// the command acts on exactly that path and runs nothing else.
+pub fn shell_word(path: &Path) -> String {
+    let shown = display_path(path);
+    if shown.as_bytes() == path.as_os_str().as_bytes() {
+        format!("'{}'", shown.replace('\'', "'\\''"))
+    } else {
+        format!("$'{}'", shown.replace('\'', "\\'"))
     }
 }
 
@@ -214,7 +247,8 @@ pub fn json_line(
     size: Option<u64>,
     link_of: Option<&str>,
 ) -> String {
-    let utf8 = std::str::from_utf8(path.as_os_str().as_bytes()).is_ok();
+    let shown = display_path(path);
+    let exact = shown.as_bytes() == path.as_os_str().as_bytes();
     let (before, after) = match *outcome {
         Outcome::Converted { before, after } | Outcome::WouldConvert { before, after } => {
             (Some(before), Some(after))
@@ -232,8 +266,8 @@ pub fn json_line(
         _ => None,
     };
     let line = Line {
-        path: display_path(path),
-        path_hex: (!utf8).then(|| hex(path.as_os_str().as_bytes())),
+        path: shown,
+        path_hex: (!exact).then(|| hex(path.as_os_str().as_bytes())),
         action: outcome.action(),
         code,
         reason,

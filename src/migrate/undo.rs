@@ -310,9 +310,9 @@ pub fn recover(dir: &File, name: &OsStr, shown: &Path) -> Result<Recovered, Stri
             format!("not a journal of this cutf8 run's user: {why}"),
             &format!(
                 "cutf8 migrate writes its journals itself (owned by the user running it, mode \
-                 0600, one link) and trusts no other: check it, remove it (rm -- '{}'), and \
+                 0600, one link) and trusts no other: check it, remove it (rm -- {}), and \
                  run again",
-                shown.display()
+                super::report::shell_word(shown)
             ),
         )
     };
@@ -333,8 +333,8 @@ pub fn recover(dir: &File, name: &OsStr, shown: &Path) -> Result<Recovered, Stri
             why,
             &format!(
                 "If the file it names is half converted, restore it from a backup; then \
-                 remove the journal (rm -- '{}') and run again",
-                shown.display()
+                 remove the journal (rm -- {}) and run again",
+                super::report::shell_word(shown)
             ),
         )
     };
