@@ -214,9 +214,17 @@ impl GitTrees {
 
 /// The files git tracks in the work tree `root` (absolute paths), or None
 /// when git cannot say (not installed, not a repository it can read).
+///
+/// The work tree may be someone else's (root migrating a user's tree), and
+/// a repository's own config can make git run commands (`core.fsmonitor`,
+/// read by `ls-files`): git is asked to trust only repositories of the
+/// user running it, whatever `safe.directory` root's own config lists (an
+/// empty value empties the list), and never to run an fsmonitor. Another
+/// user's repository gets no answer, so all its files count.
 fn tracked_files(root: &std::path::Path) -> Option<std::collections::HashSet<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let out = std::process::Command::new("git")
+        .args(["-c", "safe.directory=", "-c", "core.fsmonitor=false"])
         .arg("-C")
         .arg(root)
         .args(["ls-files", "-z"])
@@ -362,6 +370,68 @@ impl MigrateArgs {
     }
 }
 
+/// Creates (or empties) the `--report` file `p`. Its directory is opened
+/// once and the file created in it by name. When someone else may write
+/// that directory (a tree's owner, or /tmp), a name planted there must not
+/// redirect root's report: a symbolic link is not followed, and an
+/// existing file is emptied only when it is this user's regular file with
+/// one link (not a hard link to a file of root's, not a FIFO, not a file
+/// of theirs that would let them read the report). In a directory only
+/// this user (or root) writes, the name is used as given (`/dev/stdout`).
+fn create_report(p: &std::path::Path) -> io::Result<File> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let name = p
+        .file_name()
+        .ok_or_else(|| io::Error::other("not a file name"))?;
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(parent)?;
+    let dmd = dir.metadata()?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let shared = (dmd.uid() != euid && dmd.uid() != 0) || dmd.mode() & 0o022 != 0;
+    let mut flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+    if shared {
+        flags |= OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
+    }
+    let f = File::from(
+        openat(&dir, name, flags, Mode::from_bits_truncate(0o644)).map_err(|e| match e {
+            nix::errno::Errno::ELOOP => io::Error::other(
+                "it is a symbolic link in a directory others may write (not followed)",
+            ),
+            e => io::Error::from(e),
+        })?,
+    );
+    let md = f.metadata()?;
+    if shared && !md.is_file() {
+        return Err(io::Error::other(
+            "it is not a regular file, in a directory others may write",
+        ));
+    }
+    if shared && md.uid() != euid {
+        return Err(io::Error::other(format!(
+            "it is owned by uid {}, in a directory others may write",
+            md.uid()
+        )));
+    }
+    if shared && md.nlink() != 1 {
+        return Err(io::Error::other(format!(
+            "it has {} names (hard links), in a directory others may write",
+            md.nlink()
+        )));
+    }
+    if md.is_file() {
+        f.set_len(0)?;
+    }
+    Ok(f)
+}
+
 /// `cutf8 migrate`: run with `args`, print, return the exit status.
 pub fn run(args: &MigrateArgs) -> i32 {
     let opts = match Options::new(&args.settings()) {
@@ -377,7 +447,7 @@ pub fn run(args: &MigrateArgs) -> i32 {
     }
     let report = match &args.report {
         None => None,
-        Some(p) => match File::create(p) {
+        Some(p) => match create_report(p) {
             Ok(f) => Some(BufWriter::new(f)),
             Err(e) => {
                 eprintln!(
@@ -419,7 +489,12 @@ pub fn run(args: &MigrateArgs) -> i32 {
     }
     let mut status = if summary.failed > 0 { 1 } else { 0 };
     if let Some(mut w) = cli.report.take() {
-        if let Err(e) = w.flush().and_then(|_| w.get_ref().sync_all()) {
+        // A report on a pipe or terminal (`/dev/stdout`) has nothing to sync.
+        let durable = |f: &File| match f.metadata() {
+            Ok(md) if md.is_file() => f.sync_all(),
+            _ => Ok(()),
+        };
+        if let Err(e) = w.flush().and_then(|_| durable(w.get_ref())) {
             cli.report_error.get_or_insert(e);
         }
     }
