@@ -62,6 +62,7 @@ mod logging;
 mod man_page;
 mod migrate;
 mod migrate_feedback;
+mod migrate_redteam;
 mod migrate_security;
 mod mount;
 mod mount_backing_changes;
