@@ -171,13 +171,14 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
     if let Err(stop) = transcode::precheck(
         job.direction,
         job.include_scripts,
-        Region::whole(&file),
+        Region::upto(&file, md.len()),
         bufs,
     ) {
         return Step::Done(skip_or_fail(stop, "cannot read"));
     }
     if job.dry_run {
-        let r = transcode::convert(job.direction, Region::whole(&file), &mut Count(0), bufs);
+        let src = Region::upto(&file, md.len());
+        let r = transcode::convert(job.direction, src, &mut Count(0), bufs);
         return Step::Done(match r {
             Ok(after) => Outcome::WouldConvert {
                 before: md.len(),
@@ -277,7 +278,7 @@ fn by_rename(
         }
         Err(e) => return fail(format!("cannot create a temporary file: {e}")),
     };
-    let src = Region::whole(&file);
+    let src = Region::upto(&file, md.len());
     let mut sink = At {
         file: &tfile,
         pos: 0,
@@ -491,7 +492,7 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
             "someone else's file: its owner and times cannot be kept".into(),
         ));
     }
-    let src = Region::whole(&file);
+    let src = Region::upto(&file, md.len());
     if let Err(stop) = transcode::precheck(job.direction, job.include_scripts, src, bufs) {
         return skip_or_fail(stop, "cannot read");
     }

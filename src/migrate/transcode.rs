@@ -101,6 +101,17 @@ impl<'a> Region<'a> {
         }
     }
 
+    /// The first `len` bytes of `file`: what a file held when `fstat` gave
+    /// its size. A file someone keeps appending to is read no further, so
+    /// its conversion ends (and fails the check for a change made meanwhile).
+    pub fn upto(file: &'a File, len: u64) -> Self {
+        Region {
+            file,
+            start: 0,
+            end: Some(len),
+        }
+    }
+
     /// Fill `buf` from region offset `at` as far as it goes; fewer bytes
     /// only at the region's end.
     fn read(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
