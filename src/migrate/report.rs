@@ -418,4 +418,16 @@ mod tests {
         assert_eq!(v["path_hex"], "615c62ff63");
         assert_eq!(v["code"], "empty");
     }
+
+    #[test]
+    fn control_characters_are_escaped_and_rm_words_quoted() {
+        let p = Path::new("a\\\x1b[2J\nb");
+        assert_eq!(display_path(p), "a\\\\\\x1B[2J\\x0Ab");
+        assert_eq!(display_path(Path::new("\u{202e}x")), "\\xE2\\x80\\xAEx");
+        let line = json_line(p, &Outcome::Skipped(Reason::Empty), Some(0), None);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["path_hex"], "615c1b5b324a0a62");
+        assert_eq!(shell_word(Path::new("it's")), "'it'\\''s'");
+        assert_eq!(shell_word(Path::new("it's\n")), "$'it\\'s\\x0A'");
+    }
 }
