@@ -23,7 +23,7 @@ use crate::support::mount::{corrected, expected_view, Mount};
 const AT_ONCE: Duration = Duration::from_millis(200);
 
 /// Polls `ok` until it holds or `within` passes.
-fn shows(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
+pub(crate) fn shows(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + within;
     loop {
         if ok() {
@@ -36,7 +36,7 @@ fn shows(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
     }
 }
 
-fn names(dir: &Path) -> Vec<String> {
+pub(crate) fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -48,7 +48,7 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-fn read(p: &Path) -> Vec<u8> {
+pub(crate) fn read(p: &Path) -> Vec<u8> {
     fs::read(p).unwrap_or_default()
 }
 

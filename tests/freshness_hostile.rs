@@ -27,42 +27,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::freshness::{names, read, shows};
 use crate::support::mount::{corrected, expected_view, Mount};
 use crate::support::users::{sh_as, user, User};
 
 /// "At once": far below the kernel's 300 s, and below even the 1 s it
 /// falls back to without a watch.
 const AT_ONCE: Duration = Duration::from_secs(2);
-
-/// Polls `ok` until it holds or `within` passes.
-fn shows(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    loop {
-        if ok() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-fn read(p: &Path) -> Vec<u8> {
-    fs::read(p).unwrap_or_default()
-}
 
 fn len(p: &Path) -> Option<u64> {
     fs::metadata(p).map(|a| a.len()).ok()

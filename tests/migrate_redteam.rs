@@ -26,49 +26,15 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Output, Stdio};
 
+use crate::migrate_security::{chmod, Fixture};
 use crate::support::cli::BIN;
-use crate::support::users::{sh_as, user, User};
+use crate::support::users::sh_as;
 
-fn chmod(p: &Path, mode: u32) {
-    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// A fresh directory (0755, root's) holding `tree` (the user's, 0755) and
-/// `outside` (root's, 0711).
-struct Fixture {
-    dir: tempfile::TempDir,
-    tree: PathBuf,
-    outside: PathBuf,
-    a: User,
-}
-
+/// What this file adds to `migrate_security`'s fixture.
 impl Fixture {
-    fn new() -> Fixture {
-        let a = user("cutf8t-a");
-        let dir = tempfile::Builder::new()
-            .prefix("cutf8-mred-")
-            .tempdir()
-            .unwrap();
-        chmod(dir.path(), 0o755);
-        let tree = dir.path().join("tree");
-        let outside = dir.path().join("outside");
-        fs::create_dir(&tree).unwrap();
-        fs::create_dir(&outside).unwrap();
-        chmod(&tree, 0o755);
-        chmod(&outside, 0o711);
-        std::os::unix::fs::chown(&tree, Some(a.uid), Some(a.gid)).unwrap();
-        Fixture {
-            dir,
-            tree,
-            outside,
-            a,
-        }
-    }
-
     /// Runs `script` as the user in the tree (`$1` the tree, `$2`… `args`).
     fn as_a_output(&self, script: &str, args: &[&OsStr]) -> Output {
         let full = format!("cd \"$1\" || exit 99; {script}");
@@ -78,14 +44,14 @@ impl Fixture {
     }
 
     /// The same; it must succeed.
-    fn as_a(&self, script: &str, args: &[&OsStr]) -> Output {
+    fn as_a_checked(&self, script: &str, args: &[&OsStr]) -> Output {
         let out = self.as_a_output(&format!("set -e; {script}"), args);
         crate::support::run::succeeded(&out, format_args!("as the user: {script}"));
         out
     }
 
     /// `cutf8 migrate ARGS… tree` as root.
-    fn migrate(&self, args: &[&OsStr], env: &[(&str, &OsStr)]) -> Output {
+    fn migrate_with(&self, args: &[&OsStr], env: &[(&str, &OsStr)]) -> Output {
         let mut c = Command::new(BIN);
         c.arg("migrate").args(args).arg(&self.tree);
         for (k, v) in env {
@@ -124,11 +90,11 @@ fn a_default_acl_on_the_users_directory_opens_no_converted_file_to_them() {
     fs::write(&linked, "root's other secret, Grüße\n").unwrap();
     chmod(&linked, 0o660);
     fs::hard_link(&linked, fx.tree.join("linked2.txt")).unwrap();
-    fx.as_a(
+    fx.as_a_checked(
         "setfacl -d -m u:cutf8t-a:rwx,g:cutf8t-a:rwx .; cat secret.txt 2>/dev/null && exit 1; true",
         &[],
     );
-    let out = fx.migrate(&[], &[]);
+    let out = fx.migrate_with(&[], &[]);
     assert!(out.status.success(), "{}", shown(&out));
     for p in [&secret, &linked] {
         let bytes = fs::read(p).unwrap();
@@ -197,7 +163,7 @@ fn names_that_would_drive_roots_terminal_are_printed_escaped() {
     fs::write(&src, b"caf\xe9\n").unwrap();
     chmod(&src, 0o644);
     for n in names {
-        fx.as_a(
+        fx.as_a_checked(
             "cp \"$2\" \"$3\"; mkdir \"$3.d\"; printf x > \"$3.d/.cutf8-journal.00000000000000aa\"",
             &[src.as_os_str(), OsStr::from_bytes(n)],
         );
@@ -208,7 +174,7 @@ fn names_that_would_drive_roots_terminal_are_printed_escaped() {
         if verbose {
             args.push(OsStr::new("-v"));
         }
-        let out = fx.migrate(&args, &[]);
+        let out = fx.migrate_with(&args, &[]);
         assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
         for (what, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
             let raw = raw_controls(bytes);
@@ -264,12 +230,12 @@ fn the_rm_suggested_for_a_refused_journal_removes_it_and_nothing_else() {
         b"back\\slash'\x1b[0m",
     ];
     for d in dirs {
-        fx.as_a(
+        fx.as_a_checked(
             "mkdir \"$2\"; printf forged > \"$2/.cutf8-journal.00000000000000aa\"",
             &[OsStr::from_bytes(d)],
         );
     }
-    let out = fx.migrate(&[], &[]);
+    let out = fx.migrate_with(&[], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let commands: Vec<&str> = stderr
@@ -329,7 +295,7 @@ fn git_never_runs_a_command_of_the_users_repository_as_root() {
         log.display(),
         marker.display()
     );
-    fx.as_a(
+    fx.as_a_checked(
         "export HOME=\"$1\"; printf 'Grüße\\n' > notes.txt; git init -q .; \
          git add notes.txt; git -c user.name=a -c user.email=a@example.org commit -qm x; \
          git config core.fsmonitor \"$2\"; rm -f .gitconfig",
@@ -337,7 +303,7 @@ fn git_never_runs_a_command_of_the_users_repository_as_root() {
     );
     let rootcfg = fx.outside.join("rootgitconfig");
     fs::write(&rootcfg, "[safe]\n\tdirectory = *\n").unwrap();
-    let out = fx.migrate(&[], &[("GIT_CONFIG_GLOBAL", rootcfg.as_os_str())]);
+    let out = fx.migrate_with(&[], &[("GIT_CONFIG_GLOBAL", rootcfg.as_os_str())]);
     assert!(out.status.success(), "{}", shown(&out));
     let ran = fs::read_to_string(log.join("ran")).unwrap_or_default();
     assert!(
@@ -374,20 +340,20 @@ fn a_report_name_planted_by_the_user_is_not_written_through() {
         let name = fx.tree.join(format!("report-{case}.jsonl"));
         match case {
             "symlink" => {
-                fx.as_a(
+                fx.as_a_checked(
                     "ln -s \"$2\" \"$3\"",
                     &[victim.as_os_str(), name.as_os_str()],
                 );
             }
             "hardlink" => fs::hard_link(&victim, &name).unwrap(),
             "theirs" => {
-                fx.as_a("touch \"$2\"; chmod 666 \"$2\"", &[name.as_os_str()]);
+                fx.as_a_checked("touch \"$2\"; chmod 666 \"$2\"", &[name.as_os_str()]);
             }
             _ => {
-                fx.as_a("mkfifo \"$2\"", &[name.as_os_str()]);
+                fx.as_a_checked("mkfifo \"$2\"", &[name.as_os_str()]);
             }
         }
-        let out = fx.migrate(&[OsStr::new("--report"), name.as_os_str()], &[]);
+        let out = fx.migrate_with(&[OsStr::new("--report"), name.as_os_str()], &[]);
         assert_eq!(out.status.code(), Some(2), "{case}: {}", shown(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("cannot create the report"),
@@ -409,12 +375,12 @@ fn a_report_name_planted_by_the_user_is_not_written_through() {
         "a refused run converted files"
     );
     let fresh = fx.tree.join("sub-report.jsonl");
-    let out = fx.migrate(&[OsStr::new("--report"), fresh.as_os_str()], &[]);
+    let out = fx.migrate_with(&[OsStr::new("--report"), fresh.as_os_str()], &[]);
     assert!(out.status.success(), "{}", shown(&out));
     let md = fs::symlink_metadata(&fresh).unwrap();
     assert!(md.is_file() && md.uid() == 0 && md.nlink() == 1);
     assert!(fs::read_to_string(&fresh).unwrap().contains("notes.txt"));
-    let out = fx.migrate(
+    let out = fx.migrate_with(
         &[
             OsStr::new("--to"),
             OsStr::new("utf8"),

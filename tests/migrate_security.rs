@@ -78,21 +78,21 @@ fn seal(p: &Path) -> Sealed {
     }
 }
 
-fn chmod(p: &Path, mode: u32) {
+pub(crate) fn chmod(p: &Path, mode: u32) {
     fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A fresh directory (0755, root's) holding `tree` (the user's, 0755) and
 /// `outside` (root's, 0711: searchable, not listable).
-struct Fixture {
-    dir: tempfile::TempDir,
-    tree: PathBuf,
-    outside: PathBuf,
-    a: User,
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) tree: PathBuf,
+    pub(crate) outside: PathBuf,
+    pub(crate) a: User,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    pub(crate) fn new() -> Fixture {
         let a = user("cutf8t-a");
         let dir = tempfile::Builder::new()
             .prefix("cutf8-msec-")
