@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::freshness::{names, read, shows};
+use crate::freshness::{all_shown_by_the_watch, names, read, shows};
 use crate::support::mount::{corrected, expected_view, Mount};
 use crate::support::users::{sh_as, user, User};
 
@@ -664,16 +664,7 @@ impl Drop for Bind {
 #[test]
 fn hostile_native_changes_show_at_once_with_the_default_options() {
     let m = Mount::new(&["allow_other"], populate);
-    let missed = hostile_changes(&m, AT_ONCE);
-    assert!(
-        missed.is_empty(),
-        "not visible through the mount within {AT_ONCE:?}: {missed:?}"
-    );
-    assert!(
-        m.log_text().contains("watching BACKING's filesystem"),
-        "{}",
-        m.log_text()
-    );
+    all_shown_by_the_watch(&m, &hostile_changes(&m, AT_ONCE), AT_ONCE);
 }
 
 /// The control: the same changes with the same long timeouts and no

@@ -61,14 +61,7 @@ impl Fixture {
     }
 }
 
-fn shown(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::support::run::shown;
 
 // ------------------------------------------------------------ default ACL
 

@@ -7,17 +7,22 @@ use std::fmt::Display;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 
+/// A finished command's status, stdout and stderr, for a failure message.
+pub fn shown(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Panics unless the finished command `out` succeeded, naming `what` (the
 /// command, or what it was for) with its status, stdout and stderr.
 #[track_caller]
 pub fn succeeded(out: &Output, what: impl Display) {
     if !out.status.success() {
-        panic!(
-            "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        panic!("{what}: {}", shown(out));
     }
 }
 
