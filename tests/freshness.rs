@@ -228,15 +228,30 @@ pub(crate) fn all_shown_by_the_watch(m: &Mount, missed: &[&str], within: Duratio
     );
 }
 
-/// Fails unless each of `kinds` is among the `missed` of a run without
-/// the watch: for those kinds, a pass with the watch measures the watch.
+/// Fails unless each of `kinds` stayed hidden in a run without the watch
+/// (`run`: a fresh mount, the changes, what did not show): for those
+/// kinds, a pass with the watch measures the watch. Up to three runs, a
+/// kind hidden in any of them counting: a kernel that drops its caches
+/// (other tests drop them, or memory runs short) shows a change early.
 #[track_caller]
-pub(crate) fn all_hidden_without_the_watch(missed: &[&str], kinds: &[&str]) {
+pub(crate) fn all_hidden_without_the_watch(
+    mut run: impl FnMut() -> Vec<&'static str>,
+    kinds: &[&str],
+) {
+    let mut hidden = std::collections::HashSet::new();
+    for _ in 0..3 {
+        let missed = run();
+        eprintln!("hidden without the watch: {missed:?}");
+        hidden.extend(missed);
+        if kinds.iter().all(|k| hidden.contains(k)) {
+            return;
+        }
+    }
     for kind in kinds {
         assert!(
-            missed.contains(kind),
-            "{kind} showed without a watch: the test above would not measure the watch \
-             (missed: {missed:?})"
+            hidden.contains(kind),
+            "{kind} showed without a watch in three runs: the test above would not \
+             measure the watch (hidden: {hidden:?})"
         );
     }
 }
@@ -251,16 +266,18 @@ fn every_native_change_shows_at_once_with_the_default_options() {
 /// caches hide the changes, so the test above fails without the watch.
 #[test]
 fn without_the_watch_long_timeouts_hide_native_changes() {
-    let m = Mount::new(
-        &["watch=off", "attr_timeout=300", "entry_timeout=300"],
-        populate,
-    );
-    let missed = native_changes(&m, AT_ONCE);
+    let run = || {
+        let m = Mount::new(
+            &["watch=off", "attr_timeout=300", "entry_timeout=300"],
+            populate,
+        );
+        native_changes(&m, AT_ONCE)
+    };
     // (A write, an append, a new name and a replaced file show anyway: the
     // next open finds the file's stamp moved and the directory's listing
     // is read again; the rest waits for the timeouts.)
     all_hidden_without_the_watch(
-        &missed,
+        run,
         &[
             "truncate",
             "rename",
