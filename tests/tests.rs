@@ -9,7 +9,8 @@
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
 //! export (`locks`, `export`, `file_handles`, `several_daemons`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
-//! `mount_status`, `logging`, `mount_outside_tools`), the index database
+//! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
+//! tree's owner beyond migrate (`redteam_daemon`), the index database
 //! (`index_db`), the charset (`gconv`), docs and packaging (`docs`,
 //! `man_page`, `package`, `sample_archive`) and the system-call
 //! layer (`sys`). One binary links the support code once and runs
@@ -75,6 +76,7 @@ mod package;
 mod passthrough;
 mod passthrough_writers;
 mod pjdfstest;
+mod redteam_daemon;
 mod resources;
 mod round_trips;
 mod sample_archive;

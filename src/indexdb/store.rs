@@ -45,6 +45,26 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
         }
         return Opened::Busy;
     }
+    // Only an empty file or a redb database is ever rebuilt or written:
+    // a directory of ours renamed into the database's place by whoever
+    // owns BACKING's root may hold a file of ours under that name that is
+    // something else, which must stay as it is.
+    match is_redb(&file) {
+        Ok(true) => {}
+        Ok(false) => {
+            log::warn!(
+                "index database {} is not a database (it does not begin with redb's \
+                 header): left as it is; indexes kept in memory only (move it away to let \
+                 the mount create its database)",
+                path.display()
+            );
+            return Opened::Failed;
+        }
+        Err(e) => {
+            disk_failed(path, &e);
+            return Opened::Failed;
+        }
+    }
     // Lookups of a cold mount touch most pages: one sequential read-ahead
     // instead of a random read each (small databases only).
     if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
@@ -89,6 +109,26 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
         Some(db) => Opened::Db(db),
         None => Opened::Failed,
     }
+}
+
+/// redb's magic number, the first bytes of every redb file.
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// Whether `file` is empty (ours, just created) or begins with redb's
+/// magic number.
+fn is_redb(file: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; REDB_MAGIC.len()];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got == 0 || (got == head.len() && head == REDB_MAGIC))
 }
 
 /// Why the database could not be opened or written: its content (rebuilt),

@@ -1,0 +1,358 @@
+//! Root's programs over a tree a user owns, attacked by that user where
+//! `migrate_redteam` does not look: `cutf8 check` walking the tree while
+//! its owner changes it, the index database (`.cutf8fs-index`) planted,
+//! swapped or forged by the owner of BACKING against the root daemon and
+//! root's migrate, a FUSE filesystem the user mounts inside the tree, and
+//! trees deeper and names longer than the kernel's path limit (man/cutf8.1
+//! and man/cutf8fs.1 SECURITY; `crate::trust` in the library holds the
+//! argument).
+//!
+//! The attacker is the real unprivileged `cutf8t-a`, who owns the tree;
+//! root keeps files beside it (`outside/`, 0711) that must stay unread and
+//! unchanged.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::cli::BIN;
+use crate::support::users::{sh_as, user, User};
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A fresh directory (0755, root's) holding `tree` (the user's, 0755) and
+/// `outside` (root's, 0711).
+struct Fixture {
+    _dir: tempfile::TempDir,
+    tree: PathBuf,
+    outside: PathBuf,
+    a: User,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let a = user("cutf8t-a");
+        let dir = tempfile::Builder::new()
+            .prefix("cutf8-rtd-")
+            .tempdir()
+            .unwrap();
+        chmod(dir.path(), 0o755);
+        let tree = dir.path().join("tree");
+        let outside = dir.path().join("outside");
+        fs::create_dir(&tree).unwrap();
+        fs::create_dir(&outside).unwrap();
+        chmod(&tree, 0o755);
+        chmod(&outside, 0o711);
+        std::os::unix::fs::chown(&tree, Some(a.uid), Some(a.gid)).unwrap();
+        Fixture {
+            _dir: dir,
+            tree,
+            outside,
+            a,
+        }
+    }
+
+    /// Runs `script` as the user in the tree (`$1` the tree, `$2`… `args`);
+    /// it must succeed.
+    fn as_a(&self, script: &str, args: &[&OsStr]) -> Output {
+        let full = format!("set -e; cd \"$1\"; {script}");
+        let mut all: Vec<&OsStr> = vec![self.tree.as_os_str()];
+        all.extend_from_slice(args);
+        let out = sh_as(self.a, &full, &all);
+        crate::support::run::succeeded(&out, format_args!("as the user: {script}"));
+        out
+    }
+
+    /// Starts `script` as the user in the background (`$1` the tree, `$2`
+    /// the outside directory); stopped when the guard drops.
+    fn as_a_meanwhile(&self, script: &str) -> Background {
+        let child = Command::new("setpriv")
+            .arg(format!("--reuid={}", self.a.uid))
+            .arg(format!("--regid={}", self.a.gid))
+            .arg("--init-groups")
+            .args(["--", "sh", "-c", script, "sh"])
+            .arg(&self.tree)
+            .arg(&self.outside)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("setpriv sh");
+        Background(child)
+    }
+}
+
+/// A process of the user's, killed (its own pid) when dropped.
+struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `cmd` as root with at most `limit` to finish: its output, or None
+/// when it did not finish (it is killed).
+fn run_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn shown(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+// ------------------------------------------------------------ cutf8 check
+
+/// Root runs `cutf8 check` over the user's tree while the user keeps
+/// turning its files into FIFOs and symbolic links to root's file, and a
+/// directory into a symbolic link to root's directory. The check lists the
+/// tree first and reads the files after; it must never block on a FIFO
+/// (before: it opened each file by path, and a FIFO put there after the
+/// listing hung root's check forever), never read root's file (a tab and
+/// a carriage return in it would show as findings) and never list root's
+/// directory (its file `inner` would be named).
+#[test]
+fn check_over_a_changing_tree_neither_hangs_nor_leaves_it() {
+    let fx = Fixture::new();
+    fs::write(fx.outside.join("secret"), "root\tsecret\r\n").unwrap();
+    chmod(&fx.outside.join("secret"), 0o600);
+    fs::create_dir(fx.outside.join("dir")).unwrap();
+    chmod(&fx.outside.join("dir"), 0o755);
+    fs::write(fx.outside.join("dir/inner"), "inner\tfile\r\n").unwrap();
+    chmod(&fx.outside.join("dir/inner"), 0o644);
+    // A large first file: what the check lists is opened a while later.
+    fx.as_a(
+        "head -c 48000000 /dev/zero | tr '\\0' x > a; mkdir sub; printf 'real\\n' > sub/real",
+        &[],
+    );
+    let _swap = fx.as_a_meanwhile(
+        r#"cd "$1" || exit 1
+        n=$(seq 0 39)
+        for i in $n; do printf 'text\n' > z$i; done
+        while :; do
+          for i in $n; do mkfifo f$i 2>/dev/null; mv -T f$i z$i; done
+          mv sub held; ln -s "$2/dir" sub
+          sleep 0.15
+          for i in $n; do printf 'text\n' > r$i; mv -T r$i z$i; done
+          rm sub; mv held sub
+          sleep 0.15
+          for i in $n; do ln -sf "$2/secret" l$i; mv -T l$i z$i; done
+          sleep 0.15
+          for i in $n; do printf 'text\n' > r$i; mv -T r$i z$i; done
+          sleep 0.15
+        done"#,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut refused = 0;
+    for run in 0..5 {
+        let out = run_within(
+            Command::new(BIN).arg("check").arg(&fx.tree),
+            Duration::from_secs(8),
+        )
+        .unwrap_or_else(|| panic!("run {run}: root's cutf8 check hung on the user's tree"));
+        let text = shown(&out);
+        for leak in ["[tab]", "[carriage-return]", "inner"] {
+            assert!(
+                !text.contains(leak),
+                "run {run}: root's check read outside the tree ({leak}):\n{text}"
+            );
+        }
+        refused +=
+            text.matches("replaced during the run").count() + text.matches("symbolic link").count();
+    }
+    // The attack landed: some file was something else when it was opened.
+    assert!(
+        refused > 0,
+        "no file was ever replaced between list and read"
+    );
+}
+
+// ------------------------------------------------------------ index database
+
+const ROOTS_DATA: &[u8] = b"root's own file, named index.redb; not a database\n";
+
+/// Makes `dir/keep` (root's, 0755) holding `index.redb` (root's, 0644,
+/// [`ROOTS_DATA`]): a directory of root's in a directory the user writes.
+fn roots_keep(dir: &Path) -> PathBuf {
+    let keep = dir.join("keep");
+    fs::create_dir(&keep).unwrap();
+    chmod(&keep, 0o755);
+    fs::write(keep.join("index.redb"), ROOTS_DATA).unwrap();
+    chmod(&keep.join("index.redb"), 0o644);
+    keep
+}
+
+/// The owner of BACKING's root renames a directory of root's there (one
+/// holding a file of root's named `index.redb`) to `.cutf8fs-index`: owner,
+/// mode, link count and device are what the database's place asks for.
+/// The root daemon must leave root's file as it is (before: it took the
+/// file for a damaged database and emptied it, rebuilding it as one) and
+/// still serve the tree.
+#[test]
+fn the_daemon_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
+    let a = user("cutf8t-a");
+    let m = crate::support::mount::Mount::new(&[], |b| {
+        chmod(b.parent().unwrap(), 0o755);
+        std::os::unix::fs::chown(b, Some(a.uid), Some(a.gid)).unwrap();
+        fs::write(b.join("text"), crate::support::mount::corrected(b"hello\n")).unwrap();
+        roots_keep(b);
+        let out = sh_as(a, "cd \"$1\" && mv keep .cutf8fs-index", &[b.as_os_str()]);
+        crate::support::run::succeeded(&out, format_args!("as the user: mv"));
+    });
+    assert_eq!(fs::read(m.m("text")).unwrap(), b"hello\n");
+    let held = m.b(".cutf8fs-index/index.redb");
+    assert_eq!(
+        fs::read(&held).unwrap(),
+        ROOTS_DATA,
+        "the daemon rewrote root's file:\n{}",
+        m.log_text()
+    );
+    assert!(
+        m.log_text().contains("not a database"),
+        "no line says why the database is not used:\n{}",
+        m.log_text()
+    );
+}
+
+/// The same against root's `cutf8 migrate`: the user renames root's
+/// directory in their tree to `.cutf8fs-index`, where migrate records the
+/// files it converted. Root's file must stay as it is (before: emptied and
+/// made a database).
+#[test]
+fn migrate_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
+    let fx = Fixture::new();
+    roots_keep(&fx.tree);
+    // Large enough for migrate to record it.
+    fx.as_a(
+        "i=0; while [ $i -lt 9000 ]; do echo 'Grüße, eine Zeile'; i=$((i+1)); done > big.txt; \
+         mv keep .cutf8fs-index",
+        &[],
+    );
+    let out = Command::new(BIN)
+        .arg("migrate")
+        .arg(&fx.tree)
+        .env("CUTF8FS_RACY_MARGIN_MS", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(fs::read(fx.tree.join("big.txt"))
+        .unwrap()
+        .starts_with(&cutf8::MAGIC));
+    assert_eq!(
+        fs::read(fx.tree.join(".cutf8fs-index/index.redb")).unwrap(),
+        ROOTS_DATA,
+        "root's migrate rewrote root's file:\n{}",
+        shown(&out)
+    );
+}
+
+// ------------------------------------------------------------ a FUSE mount inside
+
+/// A FUSE filesystem mounted inside BACKING whose server stops answering
+/// (here bindfs, `-o allow_other`, stopped with SIGSTOP; a user's own FUSE
+/// mount needs `user_allow_other` in /etc/fuse.conf for root to reach it
+/// at all, else the kernel answers root EACCES without asking its server,
+/// and a hard NFS or sshfs mount whose server is gone does the same). Only
+/// requests that touch it may wait, as they would natively; another
+/// user's read of another file must still be answered.
+///
+/// A hole, not fixed: the daemon answers requests on a fixed pool of
+/// threads, and a lookup or stat of the stopped mount's root blocks one
+/// thread each in the kernel, so two such requests (any user's) leave no
+/// thread for anyone, and the watch thread blocks too (invalidating an
+/// entry the kernel is looking up). Fixing it needs the requests that may
+/// cross into another mount answered off the pool (or the pool grown while
+/// threads block): a change to the request loop, beyond this test's scope.
+#[test]
+#[ignore = "hole: a hung FUSE mount inside BACKING stops the whole mount (see the doc)"]
+fn a_hung_fuse_mount_inside_backing_stops_only_its_own_requests() {
+    let b = user("cutf8t-b");
+    let m = crate::support::mount::Mount::new(&["allow_other"], |bk| {
+        chmod(bk.parent().unwrap(), 0o755);
+        fs::create_dir(bk.join("inner")).unwrap();
+        fs::create_dir(bk.join("src")).unwrap();
+        fs::write(bk.join("g.txt"), "hello\n").unwrap();
+        chmod(&bk.join("g.txt"), 0o644);
+    });
+    let mut server = Command::new("bindfs")
+        .args(["-f", "-o", "allow_other"])
+        .arg(m.b("src"))
+        .arg(m.b("inner"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("bindfs (scripts/setup.sh)");
+    assert!(crate::support::mount::wait_for(5.0, || {
+        crate::support::mount::is_mounted(&m.b("inner"))
+    }));
+    let pid = server.id().to_string();
+    let signal = |sig: &str| {
+        let out = Command::new("kill").arg(sig).arg(&pid).output().unwrap();
+        assert!(out.status.success(), "kill {sig} {pid}: {out:?}");
+    };
+    signal("-STOP");
+    let mut stuck: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new("stat")
+                .arg(m.m("inner"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let other = run_within(
+        Command::new("setpriv")
+            .arg(format!("--reuid={}", b.uid))
+            .arg(format!("--regid={}", b.gid))
+            .args(["--clear-groups", "--", "cat"])
+            .arg(m.m("g.txt")),
+        Duration::from_secs(5),
+    );
+    // Let everything go before asserting: the server answers again, the
+    // stuck requests end, the inner mount goes.
+    signal("-CONT");
+    for c in &mut stuck {
+        let _ = c.wait();
+    }
+    let _ = Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(m.b("inner"))
+        .status();
+    let _ = server.kill();
+    let _ = server.wait();
+    let other = other.expect("another user's read of another file hung behind the stopped mount");
+    assert_eq!(other.stdout, b"hello\n", "{}", shown(&other));
+}
