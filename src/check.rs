@@ -399,10 +399,8 @@ fn walk_dir(
         }
         let path = rel.join(&name);
         match kind {
-            Some(nix::dir::Type::Directory) => {
-                if !VCS_DIRS.iter().any(|v| name == *v) {
-                    walk_dir(root, top, &path, files, diag, unreadable);
-                }
+            Some(nix::dir::Type::Directory) if !VCS_DIRS.iter().any(|v| name == *v) => {
+                walk_dir(root, top, &path, files, diag, unreadable);
             }
             Some(nix::dir::Type::File) => {
                 let full = top.join(&path);
