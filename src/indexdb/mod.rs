@@ -64,8 +64,8 @@
 //! skipped by migrate (`trust::is_internal`). It is opened like the
 //! journal (`place`): relative to BACKING's root descriptor, `O_NOFOLLOW`,
 //! owned by the daemon's user, not writable by group or others, on BACKING's
-//! filesystem; the file ours, regular, one link, and empty or a redb file
-//! (its magic number): the owner of BACKING's root can rename a directory
+//! filesystem; the file ours, regular, one link, and empty, a redb file
+//! (its magic number) or of mode 0600 as created: the owner of BACKING's root can rename a directory
 //! of ours there, and a file of ours in it under the database's name that
 //! is something else is left as it is (`store`), never emptied to rebuild. When BACKING is read-only
 //! (`-o ro` too) or that place fails a check (say BACKING's owner planted a

@@ -45,7 +45,8 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
         }
         return Opened::Busy;
     }
-    // Only an empty file or a redb database is ever rebuilt or written:
+    // Only an empty file, a redb database or one of mode 0600 (ours with
+    // its header damaged) is ever rebuilt or written:
     // a directory of ours renamed into the database's place by whoever
     // owns BACKING's root may hold a file of ours under that name that is
     // something else, which must stay as it is.
@@ -114,8 +115,10 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
 /// redb's magic number, the first bytes of every redb file.
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
-/// Whether `file` is empty (ours, just created) or begins with redb's
-/// magic number.
+/// Whether `file` may be opened (and, when damaged, rebuilt) as the
+/// database: empty (ours, just created), beginning with redb's magic
+/// number, or with a damaged header but the mode 0600 the database is
+/// created with.
 fn is_redb(file: &File) -> std::io::Result<bool> {
     use std::os::unix::fs::FileExt;
     let mut head = [0u8; REDB_MAGIC.len()];
@@ -128,7 +131,13 @@ fn is_redb(file: &File) -> std::io::Result<bool> {
             Err(e) => return Err(e),
         }
     }
-    Ok(got == 0 || (got == head.len() && head == REDB_MAGIC))
+    if got == 0 || (got == head.len() && head == REDB_MAGIC) {
+        return Ok(true);
+    }
+    // A damaged header of ours: the file has the mode 0600 it was created
+    // with (and is rebuilt); anything else under its name is not ours.
+    use std::os::unix::fs::PermissionsExt;
+    Ok(file.metadata()?.permissions().mode() & 0o7777 == 0o600)
 }
 
 /// Why the database could not be opened or written: its content (rebuilt),
