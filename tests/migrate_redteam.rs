@@ -36,7 +36,7 @@ use crate::support::users::sh_as;
 /// What this file adds to `migrate_security`'s fixture.
 impl Fixture {
     /// Runs `script` as the user in the tree (`$1` the tree, `$2`… `args`).
-    fn as_a_output(&self, script: &str, args: &[&OsStr]) -> Output {
+    pub(crate) fn as_a_output(&self, script: &str, args: &[&OsStr]) -> Output {
         let full = format!("cd \"$1\" || exit 99; {script}");
         let mut all: Vec<&OsStr> = vec![self.tree.as_os_str()];
         all.extend_from_slice(args);
@@ -44,7 +44,7 @@ impl Fixture {
     }
 
     /// The same; it must succeed.
-    fn as_a_checked(&self, script: &str, args: &[&OsStr]) -> Output {
+    pub(crate) fn as_a_checked(&self, script: &str, args: &[&OsStr]) -> Output {
         let out = self.as_a_output(&format!("set -e; {script}"), args);
         crate::support::run::succeeded(&out, format_args!("as the user: {script}"));
         out

@@ -11,63 +11,17 @@
 //! root keeps files beside it (`outside/`, 0711) that must stay unread and
 //! unchanged.
 
-use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::migrate_security::{chmod, Fixture};
 use crate::support::cli::BIN;
-use crate::support::users::{sh_as, user, User};
+use crate::support::users::{sh_as, user};
 
-fn chmod(p: &Path, mode: u32) {
-    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// A fresh directory (0755, root's) holding `tree` (the user's, 0755) and
-/// `outside` (root's, 0711).
-struct Fixture {
-    _dir: tempfile::TempDir,
-    tree: PathBuf,
-    outside: PathBuf,
-    a: User,
-}
-
+/// What this file adds to `migrate_security`'s fixture.
 impl Fixture {
-    fn new() -> Fixture {
-        let a = user("cutf8t-a");
-        let dir = tempfile::Builder::new()
-            .prefix("cutf8-rtd-")
-            .tempdir()
-            .unwrap();
-        chmod(dir.path(), 0o755);
-        let tree = dir.path().join("tree");
-        let outside = dir.path().join("outside");
-        fs::create_dir(&tree).unwrap();
-        fs::create_dir(&outside).unwrap();
-        chmod(&tree, 0o755);
-        chmod(&outside, 0o711);
-        std::os::unix::fs::chown(&tree, Some(a.uid), Some(a.gid)).unwrap();
-        Fixture {
-            _dir: dir,
-            tree,
-            outside,
-            a,
-        }
-    }
-
-    /// Runs `script` as the user in the tree (`$1` the tree, `$2`… `args`);
-    /// it must succeed.
-    fn as_a(&self, script: &str, args: &[&OsStr]) -> Output {
-        let full = format!("set -e; cd \"$1\"; {script}");
-        let mut all: Vec<&OsStr> = vec![self.tree.as_os_str()];
-        all.extend_from_slice(args);
-        let out = sh_as(self.a, &full, &all);
-        crate::support::run::succeeded(&out, format_args!("as the user: {script}"));
-        out
-    }
-
     /// Starts `script` as the user in the background (`$1` the tree, `$2`
     /// the outside directory); stopped when the guard drops.
     fn as_a_meanwhile(&self, script: &str) -> Background {
@@ -121,14 +75,7 @@ fn run_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
     }
 }
 
-fn shown(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::support::run::shown;
 
 // ------------------------------------------------------------ cutf8 check
 
@@ -150,7 +97,7 @@ fn check_over_a_changing_tree_neither_hangs_nor_leaves_it() {
     fs::write(fx.outside.join("dir/inner"), "inner\tfile\r\n").unwrap();
     chmod(&fx.outside.join("dir/inner"), 0o644);
     // A large first file: what the check lists is opened a while later.
-    fx.as_a(
+    fx.as_a_checked(
         "head -c 48000000 /dev/zero | tr '\\0' x > a; mkdir sub; printf 'real\\n' > sub/real",
         &[],
     );
@@ -252,7 +199,7 @@ fn migrate_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
     let fx = Fixture::new();
     roots_keep(&fx.tree);
     // Large enough for migrate to record it.
-    fx.as_a(
+    fx.as_a_checked(
         "i=0; while [ $i -lt 9000 ]; do echo 'Grüße, eine Zeile'; i=$((i+1)); done > big.txt; \
          mv keep .cutf8fs-index",
         &[],
