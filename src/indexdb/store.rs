@@ -120,17 +120,8 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 /// number, or with a damaged header but the mode 0600 the database is
 /// created with.
 fn is_redb(file: &File) -> std::io::Result<bool> {
-    use std::os::unix::fs::FileExt;
     let mut head = [0u8; REDB_MAGIC.len()];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let got = crate::io::read_full_at(file, &mut head, 0)?;
     if got == 0 || (got == head.len() && head == REDB_MAGIC) {
         return Ok(true);
     }
