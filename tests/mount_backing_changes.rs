@@ -373,10 +373,142 @@ fn pread_far_past_a_truncation_in_backing() {
     let vs = [expected_view(&old), expected_view(&old[..50])];
     match r {
         Ok(n) => one_version("pread at 300000", &buf[..n], 300_000, 4096, &vs),
-        Err(e) => panic!("pread at 300000 after truncation in BACKING: {e}"),
+        Err(e) => panic!(
+            "pread at 300000 after truncation in BACKING: {e}\n{}",
+            m.log_text()
+        ),
     }
     mount_alive(&m, "pread far past a truncation");
     assert!(fs::read(m.m("f.txt")).is_ok(), "a fresh open reads");
+}
+
+/// Readers of the mount keep reading (page-aligned and unaligned preads,
+/// some past the new end) while BACKING truncates the file, round after
+/// round, with the default options (the watch on, long caches). Every
+/// read returns bytes of one version or EOF: never zeros that no version
+/// held (the kernel keeps the old size when an invalidation meets a short
+/// read: `src/fs/inflight.rs`), never an error. After each round `stat`
+/// and a read past the end answer from the new version at once.
+#[test]
+fn a_reader_racing_truncations_in_backing_sees_one_version_and_no_error() {
+    race_truncations(1);
+}
+
+/// The same with two readers of one file at once. Not met: one reader's
+/// short answer, taken by the kernel, moves the file's attribute version
+/// on, so the other's READ in flight is answered under an older one and
+/// its pages past the answer stay zeros (or, where the daemon sees it
+/// coming, fail with EINTR); man cutf8fs(1), CACHING.
+#[test]
+#[ignore = "known limit: two readers racing a truncation made in BACKING (man cutf8fs, CACHING)"]
+fn two_readers_racing_truncations_in_backing_see_one_version_and_no_error() {
+    race_truncations(2);
+}
+
+/// `got`, read at `off` (4096 bytes asked), is one version's bytes there,
+/// or the first part of them: while the kernel learns the new size, a
+/// read may end early at a page boundary (man cutf8fs(1), CACHING). Never
+/// a byte no version holds there.
+fn one_version_or_short(round: usize, got: &[u8], off: usize, vs: &[Vec<u8>]) {
+    let ok = vs.iter().any(|v| {
+        let o = off.min(v.len());
+        let e = &v[o..(o + 4096).min(v.len())];
+        got == e
+            || (got.len() < e.len() && (off + got.len()).is_multiple_of(4096) && e.starts_with(got))
+    });
+    assert!(
+        ok,
+        "round {round}: {} bytes at {off} are no version's bytes there (lengths {:?}); head {:02X?}",
+        got.len(),
+        vs.iter().map(Vec::len).collect::<Vec<_>>(),
+        &got[..got.len().min(16)]
+    );
+}
+
+fn race_truncations(readers: usize) {
+    const ROUNDS: usize = 24;
+    const LENGTHS: [usize; 4] = [0, 50, 4096 + 8, 150_001];
+    let olds: Vec<Vec<u8>> = (0..ROUNDS)
+        .map(|r| corrected(&random_disk(400_000, 500 + r as u64)))
+        .collect();
+    let m = Mount::new(&[], |b| {
+        for (r, old) in olds.iter().enumerate() {
+            fs::write(b.join(format!("r{r}.txt")), old).unwrap();
+        }
+    });
+    let offsets: Vec<u64> = vec![
+        0, 4096, 8192, 49_152, 100_000, 147_456, 200_704, 299_008, 300_000, 360_448, 397_000,
+    ];
+    for (r, old) in olds.iter().enumerate() {
+        let cut = LENGTHS[r % LENGTHS.len()];
+        let vs = [expected_view(old), expected_view(&old[..cut])];
+        let f = fs::File::open(m.m(&format!("r{r}.txt"))).unwrap();
+        let mut head = [0u8; 100];
+        f.read_at(&mut head, 0).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..readers)
+                .map(|t| {
+                    let (f, vs, offsets, stop, m) = (&f, &vs, &offsets, &stop, &m);
+                    s.spawn(move || {
+                        let mut i = t;
+                        let mut reads = 0;
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads < 40 {
+                            let off = offsets[i % offsets.len()];
+                            let mut buf = vec![0u8; 4096];
+                            let n = f.read_at(&mut buf, off).unwrap_or_else(|e| {
+                                panic!(
+                                    "round {r}: pread at {off} while BACKING truncates: {e}\n{}",
+                                    m.log_text()
+                                )
+                            });
+                            one_version_or_short(r, &buf[..n], off as usize, vs);
+                            i += 7;
+                            reads += 1;
+                        }
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis((r % 5) as u64));
+            let b = fs::OpenOptions::new()
+                .write(true)
+                .open(m.b(&format!("r{r}.txt")))
+                .unwrap();
+            b.set_len(cut as u64).unwrap();
+            std::thread::sleep(Duration::from_millis(40));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for t in readers {
+                if let Err(e) = t.join() {
+                    std::panic::resume_unwind(e);
+                }
+            }
+        });
+        // The watch has told the kernel by now: the new size at once.
+        let want = vs[1].len() as u64;
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while fs::metadata(m.m(&format!("r{r}.txt"))).unwrap().len() != want {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {r}: stat shows no truncation to {want}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut buf = vec![0u8; 4096];
+        let n = f
+            .read_at(&mut buf, 300_000)
+            .unwrap_or_else(|e| panic!("round {r}: pread past the new end after stat: {e}"));
+        assert_eq!(n, 0, "round {r}: pread past the new end ({want})");
+        let mut all = Vec::new();
+        fs::File::open(m.m(&format!("r{r}.txt")))
+            .unwrap()
+            .read_to_end(&mut all)
+            .unwrap();
+        assert!(
+            all == vs[1],
+            "round {r}: a fresh open reads the new version"
+        );
+    }
+    mount_alive(&m, "readers racing truncations");
 }
 
 /// Finding 5: isatty() (ioctl TCGETS) on a mount file is answered ENOTTY

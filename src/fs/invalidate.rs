@@ -29,10 +29,12 @@
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+use super::inflight::Reads;
 
 /// How long a lock's reply waits for the kernel to drop a file's pages.
 pub const PAGES_WAIT: Duration = Duration::from_millis(500);
@@ -55,6 +57,8 @@ pub struct Invalidator {
     /// A duplicate of the session's `/dev/fuse` descriptor, for the
     /// notifications fuser cannot send.
     dev: OnceLock<OwnedFd>,
+    /// Reads in flight, told of every invalidation (`inflight`).
+    reads: Arc<Reads>,
 }
 
 impl Invalidator {
@@ -69,11 +73,13 @@ impl Invalidator {
             let _ = self.dev.set(d);
         }
         let (tx, rx) = mpsc::channel::<DropPages>();
+        let reads = self.reads.clone();
         let spawned = std::thread::Builder::new()
             .name("inval-pages".into())
             .stack_size(128 * 1024)
             .spawn(move || {
                 for (ino, done) in rx {
+                    reads.invalidating(ino);
                     // ENOENT (passed as Ok): the kernel holds nothing of it.
                     if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, -1) {
                         log::debug!("inode {ino}: the kernel did not drop its pages: {e}");
@@ -99,6 +105,7 @@ impl Invalidator {
         let Some(n) = self.notifier.get() else {
             return;
         };
+        self.reads.invalidating(ino);
         if let Err(e) = n.inval_inode(fuser::INodeNo(ino), -1, 0) {
             // The kernel may have forgotten the inode already (fuser
             // passes ENOENT as Ok); anything else means the session ends.
@@ -121,12 +128,15 @@ impl Invalidator {
 
     /// The contents of `ino` changed in BACKING: the kernel drops its
     /// attributes, its ACLs and its cached pages (for a directory, its
-    /// cached listing). May wait for reads in flight on the inode: only
-    /// from a thread that serves no request (the watch's).
+    /// cached listing). Waits for reads in flight on the inode first
+    /// (`inflight`), and the kernel may wait for them too: only from a
+    /// thread that serves no request (the watch's).
     pub fn contents(&self, ino: u64) {
         let Some(n) = self.notifier.get() else {
             return;
         };
+        self.reads.settle(ino);
+        self.reads.invalidating(ino);
         if let Err(e) = n.inval_inode(fuser::INodeNo(ino), 0, 0) {
             log::debug!("inode {ino}: the kernel did not drop its contents: {e}");
         }
@@ -142,6 +152,11 @@ impl Invalidator {
         if let Err(e) = n.inval_entry(fuser::INodeNo(parent), name) {
             log::debug!("inode {parent}: the kernel did not take an entry invalidation: {e}");
         }
+    }
+
+    /// Reads in flight, as the invalidations see them.
+    pub fn reads(&self) -> &Reads {
+        &self.reads
     }
 
     /// Every name the kernel caches is to be looked up again before its

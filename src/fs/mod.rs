@@ -15,7 +15,9 @@
 //!   system calls). `invalidate` tells the kernel what the daemon changed
 //!   behind its caches (set-id bits it removed, say), and `watch` what
 //!   others changed in BACKING; while the watch runs, the kernel caches
-//!   names and attributes for minutes (`watch::Timeouts`).
+//!   names and attributes for minutes (`watch::Timeouts`). `inflight`
+//!   weighs every short READ against those invalidations, so that the
+//!   kernel never fills a read with zeros under a size it kept.
 //! * For regular files, `content` decides raw or corrected (by the magic
 //!   number, under a stamp of size/mtime/ctime/inode so nothing stale is
 //!   served), keeps the per-file state (content lock, offset index) and the
@@ -57,6 +59,7 @@ mod explain;
 mod export;
 mod failure;
 mod handles;
+mod inflight;
 mod inodes;
 mod invalidate;
 mod locks;
@@ -115,9 +118,6 @@ pub struct CutFs {
     raw: rawnew::RawPolicy,
     /// How long the kernel may cache each inode's attributes and names.
     ttl: watch::Timeouts,
-    /// Reads in flight, which the watch lets finish before it drops an
-    /// inode's pages.
-    reads: Arc<watch::Reads>,
     /// `-o noatime`: file handles read with O_NOATIME.
     noatime: bool,
     /// `-o noatime`/`nodiratime`: directory listings too.
@@ -215,10 +215,9 @@ impl CutFs {
         let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
         let kernel = Arc::<invalidate::Invalidator>::default();
         let ttl = watch::Timeouts::new(opts.attr_timeout, opts.entry_timeout);
-        let reads = Arc::<watch::Reads>::default();
         match watch {
             Ok(w) => {
-                w.spawn(inodes.clone(), kernel.clone(), &ttl, reads.clone())?;
+                w.spawn(inodes.clone(), kernel.clone(), &ttl)?;
                 log::info!(
                     "watching BACKING's filesystem: changes made beside the mount show at \
                      once; names and attributes are cached for {} s by default",
@@ -249,7 +248,6 @@ impl CutFs {
             cache,
             scans: content::ScanPool::new(SCAN_THREADS)?,
             ttl,
-            reads,
             recent: recent::Recent::new(),
         })
     }

@@ -329,6 +329,12 @@ impl Passthrough {
         }
     }
 
+    /// Whether handle `fh` is in the kernel's passthrough mode (a READ
+    /// that comes to the daemon through it is then a writer's direct I/O).
+    pub(super) fn by_kernel(&self, fh: u64) -> bool {
+        self.table.lock().by_fh.get(&fh).is_some_and(|&(_, k)| k)
+    }
+
     /// Forgets handle `fh`; the last passthrough handle of an inode drops
     /// its backing id (the kernel closes its backing file).
     pub(super) fn release(&self, fh: u64) {

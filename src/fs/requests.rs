@@ -276,15 +276,30 @@ impl Filesystem for CutFs {
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // In flight until the reply is sent (`watch::Reads`).
-        let _reading = self.reads.enter(ino.0);
+        // In flight until the reply is sent (`inflight`).
+        let reads = self.kernel.reads();
+        let reading = reads.enter(ino.0);
         match self.guard("read", ino.0, || {
             CutFs::read_handle(self, fh.0, offset, size)
         }) {
+            Ok(d) if d.len() < size as usize => {
+                // Decided and answered one at a time per inode, so the
+                // kernel has taken one short answer before the next is
+                // weighed (`inflight`).
+                let _one = reads.answering_short(ino.0);
+                if self.short_read_fails(&reading, fh.0, (offset, size), d.len(), flags) {
+                    // Sent, perhaps, before an invalidation: the kernel
+                    // would keep the old size and show zeros; it asks again.
+                    reply.error(fuser::Errno::EINTR);
+                } else {
+                    reply.data(&d);
+                }
+                crate::io::recycle(d);
+            }
             Ok(d) => {
                 reply.data(&d);
                 crate::io::recycle(d);

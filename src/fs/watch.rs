@@ -54,7 +54,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,50 +143,6 @@ impl Timeouts {
     /// How long the kernel may keep a name of `ino`.
     pub fn entry(&self, ino: u64) -> Duration {
         self.entry.unwrap_or_else(|| self.default_for(ino))
-    }
-}
-
-/// Reads the daemon is serving, counted per slot of inode numbers. The
-/// kernel keeps a short read's smaller size only if no invalidation of the
-/// inode came while the read was in flight; one that did leaves the old
-/// size, and the read returns zeros past the new end. So the watch waits
-/// (at most [`SETTLE`]) until no read of the inode's slot is in flight
-/// before it drops the inode's contents.
-pub struct Reads([AtomicU32; 64]);
-
-/// The longest the watch waits for reads in flight.
-const SETTLE: Duration = Duration::from_millis(100);
-
-impl Default for Reads {
-    fn default() -> Reads {
-        Reads(std::array::from_fn(|_| AtomicU32::new(0)))
-    }
-}
-
-/// A read in flight, until dropped (after its reply is sent).
-pub struct Reading<'a>(&'a AtomicU32);
-
-impl Drop for Reading<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
-    }
-}
-
-impl Reads {
-    /// Counts a read of `ino` until the guard is dropped.
-    pub fn enter(&self, ino: u64) -> Reading<'_> {
-        let slot = &self.0[(ino % 64) as usize];
-        slot.fetch_add(1, Ordering::Acquire);
-        Reading(slot)
-    }
-
-    /// Waits until no read of `ino`'s slot is in flight (or [`SETTLE`]).
-    fn settle(&self, ino: u64) {
-        let slot = &self.0[(ino % 64) as usize];
-        let end = std::time::Instant::now() + SETTLE;
-        while slot.load(Ordering::Acquire) != 0 && std::time::Instant::now() < end {
-            std::thread::sleep(Duration::from_micros(200));
-        }
     }
 }
 
@@ -297,7 +253,6 @@ impl Watch {
         inodes: Arc<InodeTable>,
         kernel: Arc<Invalidator>,
         timeouts: &Timeouts,
-        reads: Arc<Reads>,
     ) -> std::io::Result<()> {
         let active = timeouts.watching.clone();
         active.store(true, Ordering::Release);
@@ -323,7 +278,7 @@ impl Watch {
                     for e in fanotify::events(&buf[..n]) {
                         batch.add(e, own);
                     }
-                    batch.apply(&self, &inodes, &kernel, &reads);
+                    batch.apply(&self, &inodes, &kernel);
                     std::thread::sleep(GATHER);
                 }
             })?;
@@ -396,7 +351,7 @@ impl Batch {
     }
 
     /// Tells the kernel; returns how many notifications were sent.
-    fn apply(self, w: &Watch, inodes: &InodeTable, kernel: &Invalidator, reads: &Reads) -> u64 {
+    fn apply(self, w: &Watch, inodes: &InodeTable, kernel: &Invalidator) -> u64 {
         if self.overflow {
             let epoch = kernel.everything();
             let all = inodes.numbers();
@@ -413,7 +368,6 @@ impl Batch {
                 )
             });
             for &ino in &all {
-                reads.settle(ino);
                 kernel.contents(ino);
             }
             return all.len() as u64 + u64::from(epoch);
@@ -429,7 +383,6 @@ impl Batch {
         }
         for fid in &self.contents {
             if let Some(i) = number(fid) {
-                reads.settle(i);
                 kernel.contents(i);
                 sent += 1;
             }

@@ -7,6 +7,8 @@
 
 use super::*;
 
+use std::sync::atomic::Ordering;
+
 impl CutFs {
     /// Opens a regular file: at once, or, when a long scan would be needed
     /// first, as `Opened::Later` for the scan threads to finish
@@ -227,6 +229,40 @@ impl CutFs {
         Err(Refused::KeepsChanging.into())
     }
 
+    /// Whether a READ through handle `fh` answered short (`got` bytes of
+    /// `size` at `offset`) must fail so the kernel asks again (see
+    /// `inflight`); if not, the kernel takes its end as the file's end.
+    pub(in crate::fs) fn short_read_fails(
+        &self,
+        reading: &crate::fs::inflight::Reading<'_>,
+        fh: u64,
+        (offset, size): (u64, u32),
+        got: usize,
+        flags: fuser::OpenFlags,
+    ) -> bool {
+        let Ok(h) = self.handles.file(fh) else {
+            return false;
+        };
+        let Handle::File(h) = &*h else {
+            return false;
+        };
+        let told = h.inode.told();
+        let was = told.load(Ordering::Relaxed);
+        let reads = self.kernel.reads();
+        let fails = reads.refuse_short(reading, (offset, size), (got, was), || {
+            flags.0 & libc::O_DIRECT != 0 || self.passthrough.by_kernel(fh)
+        });
+        let end = offset + got as u64;
+        if !fails && end < was {
+            // The kernel takes the smaller size if this READ was sent
+            // after the last change of its attributes, and that moves
+            // them on again: READs sent before are now suspect too.
+            told.fetch_min(end, Ordering::Relaxed);
+            reads.lowered(h.inode.ino);
+        }
+        fails
+    }
+
     /// The file's current state through handle `h` (see `OpenFile::current`).
     pub(in crate::fs) fn current<'a>(
         &self,
@@ -260,7 +296,12 @@ impl CutFs {
         if let Some(req) = kill {
             self.kill_privs(&h.inode, Some(&h.state), &h.file, req, true)?;
         }
-        self.write_file(h, offset, data)
+        let n = self.write_file(h, offset, data)?;
+        // The kernel's size grows to the write's end (`inflight`).
+        h.inode
+            .told()
+            .fetch_max(offset + u64::from(n), Ordering::Relaxed);
+        Ok(n)
     }
 
     /// close(2) of a handle open for writing: writes what is held back for

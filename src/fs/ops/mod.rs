@@ -179,6 +179,9 @@ pub(super) fn attr_with(
                 }
             }
         }
+        inode
+            .told()
+            .store(a.size, std::sync::atomic::Ordering::Relaxed);
     }
     a
 }
