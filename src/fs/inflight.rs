@@ -46,10 +46,11 @@
 //! the version on); man cutf8fs(1), CACHING, and the ignored test
 //! `two_readers_racing_truncations_in_backing_see_one_version_and_no_error`.
 //!
-//! **Bounded.** Counters in 64 slots of inode numbers, and one entry per
-//! inode invalidated within [`SUSPECT`] (older ones are dropped as new
-//! ones come), each holding at most [`RANGES`] failed ranges; a READ that
-//! finds no room is answered as it is.
+//! **Bounded.** Counters and locks in 64 slots of inode numbers, and one
+//! entry per inode invalidated within [`SUSPECT`] (expired ones are swept
+//! out as new ones come, once their count doubles, and the memory given
+//! back), each holding at most [`RANGES`] failed ranges; a READ that finds
+//! no room is answered as it is.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -78,7 +79,16 @@ pub struct Reads {
     /// Short answers being decided and sent, one at a time per slot.
     answering: [Mutex<()>; 64],
     /// Inodes invalidated within [`SUSPECT`].
-    recent: Mutex<HashMap<u64, Invalidated>>,
+    recent: Mutex<Recent>,
+}
+
+/// The recent invalidations, and the count at which expired ones are
+/// next swept out (twice the live ones after a sweep, so that invalidating
+/// every inode the kernel holds, after lost events, costs a sweep per
+/// doubling, not one per inode).
+struct Recent {
+    map: HashMap<u64, Invalidated>,
+    sweep_at: usize,
 }
 
 /// One inode's last invalidations.
@@ -104,7 +114,10 @@ impl Default for Reads {
         Reads {
             serving: std::array::from_fn(|_| AtomicU32::new(0)),
             answering: std::array::from_fn(|_| Mutex::new(())),
-            recent: Mutex::new(HashMap::new()),
+            recent: Mutex::new(Recent {
+                map: HashMap::new(),
+                sweep_at: SWEEP,
+            }),
         }
     }
 }
@@ -172,18 +185,20 @@ impl Reads {
     }
 
     fn note(&self, ino: u64, now: Instant, lowered: bool) {
-        let mut recent = self.recent.lock();
-        if recent.len() >= SWEEP {
-            recent.retain(|_, i| {
+        let mut guard = self.recent.lock();
+        let recent = &mut *guard;
+        if recent.map.len() >= recent.sweep_at {
+            recent.map.retain(|_, i| {
                 i.last()
                     .is_some_and(|t| now.saturating_duration_since(t) < SUSPECT)
             });
-            let live = recent.len();
-            if recent.capacity() > 4 * live + SWEEP {
-                recent.shrink_to(2 * live + SWEEP);
+            let live = recent.map.len();
+            if recent.map.capacity() > 4 * live + SWEEP {
+                recent.map.shrink_to(2 * live + SWEEP);
             }
+            recent.sweep_at = (2 * live).max(SWEEP);
         }
-        let e = recent.entry(ino).or_insert(Invalidated {
+        let e = recent.map.entry(ino).or_insert(Invalidated {
             at: None,
             lowered: None,
             failed: Vec::new(),
@@ -214,7 +229,7 @@ impl Reads {
             return false;
         }
         let mut recent = self.recent.lock();
-        let Some(inv) = recent.get_mut(&r.ino) else {
+        let Some(inv) = recent.map.get_mut(&r.ino) else {
             return false;
         };
         let now = Instant::now();
@@ -348,18 +363,39 @@ mod tests {
         for ino in 0..(SWEEP as u64 * 8) {
             reads.note(ino, t0, false);
         }
-        assert_eq!(reads.recent.lock().len(), SWEEP * 8, "live entries stay");
+        assert_eq!(
+            reads.recent.lock().map.len(),
+            SWEEP * 8,
+            "live entries stay"
+        );
         let later = t0 + SUSPECT * 2;
         for ino in 0..SWEEP as u64 + 1 {
             reads.note(1 << 32 | ino, later, false);
         }
         let recent = reads.recent.lock();
-        assert_eq!(recent.len(), SWEEP + 1, "only the live ones stay");
+        assert_eq!(recent.map.len(), SWEEP + 1, "only the live ones stay");
         assert!(
-            recent.capacity() <= 4 * recent.len() + SWEEP,
+            recent.map.capacity() <= 4 * recent.map.len() + SWEEP,
             "{}",
-            recent.capacity()
+            recent.map.capacity()
         );
+    }
+
+    #[test]
+    fn invalidating_every_inode_at_once_stays_linear() {
+        // After lost events the watch invalidates every inode the kernel
+        // holds: a sweep per invalidation would make that quadratic.
+        let reads = Reads::default();
+        let t = Instant::now();
+        for ino in 0..200_000u64 {
+            reads.invalidating(ino);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "200 000 invalidations took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(reads.recent.lock().map.len(), 200_000);
     }
 
     #[test]
