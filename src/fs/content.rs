@@ -268,11 +268,23 @@ pub fn scan_lock(ino: u64) -> parking_lot::MutexGuard<'static, ()> {
 /// any of these before the [`IndexCache`]'s lock; `Seen` and the cache's
 /// lock are leaves. The inode table's locks (`inodes`) may be taken under
 /// `content`, never the other way round.
-#[derive(Default)]
 pub struct OpenFile {
     /// The content lock. Reads hold it shared; anything that changes the
     /// content or the index (a write, a rebuild) holds it alone.
     pub content: RwLock<Content>,
+    /// The size the kernel was last told of the file while it is open:
+    /// attribute replies set it, writes through the mount raise it, short
+    /// reads lower it; unknown (`u64::MAX`) until then (`fs::inflight`).
+    pub told: std::sync::atomic::AtomicU64,
+}
+
+impl Default for OpenFile {
+    fn default() -> OpenFile {
+        OpenFile {
+            content: RwLock::default(),
+            told: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl OpenFile {

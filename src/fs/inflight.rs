@@ -31,8 +31,8 @@
 //! * A short answer the kernel takes moves the version on as well. Short
 //!   answers of one inode are weighed and sent one at a time
 //!   ([`Reads::answering_short`]), and one that lowers the size the kernel
-//!   was last told (`Inode::told`: attribute replies set it, writes raise
-//!   it, short answers lower it) makes the short READs then in flight
+//!   was last told (`OpenFile::told`: attribute replies set it, writes
+//!   raise it, short answers lower it) makes the short READs then in flight
 //!   suspect in turn ([`Reads::lowered`]).
 //!
 //! A short answer that ends at or past the size the kernel was last told

@@ -302,8 +302,6 @@ pub struct Inode {
     /// What is known of a regular file's content (`content::Seen`); for a
     /// directory, the stamp its listing was last opened at.
     seen: Mutex<Seen>,
-    /// The size the kernel was last told of a regular file (`inflight`).
-    told: AtomicU64,
 }
 
 /// While alive, keeps an inode's open state: the per-file state of a
@@ -561,12 +559,6 @@ impl Inode {
 
     pub fn is_dir(&self) -> bool {
         self.fmt() == libc::S_IFDIR
-    }
-
-    /// The size the kernel was last told of this regular file: by an
-    /// attribute reply, or lowered by a short read's (`inflight`).
-    pub fn told(&self) -> &AtomicU64 {
-        &self.told
     }
 
     /// What is known of the content (see `content::Seen`).
@@ -1037,7 +1029,6 @@ impl InodeTable {
                 })),
             }),
             seen: Mutex::new(Seen::default()),
-            told: AtomicU64::new(u64::MAX),
         });
         let mut t = Tables {
             next_foreign: FOREIGN_BASE,
@@ -1204,7 +1195,6 @@ impl InodeTable {
             shared: self.shared.clone(),
             inner: Mutex::new(Inner { anchor, held: None }),
             seen: Mutex::new(Seen::default()),
-            told: AtomicU64::new(u64::MAX),
         })
     }
 

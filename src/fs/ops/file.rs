@@ -246,7 +246,7 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return false;
         };
-        let told = h.inode.told();
+        let told = &h.state.told;
         let was = told.load(Ordering::Relaxed);
         let reads = self.kernel.reads();
         let fails = reads.refuse_short(reading, (offset, size), (got, was), || {
@@ -298,8 +298,8 @@ impl CutFs {
         }
         let n = self.write_file(h, offset, data)?;
         // The kernel's size grows to the write's end (`inflight`).
-        h.inode
-            .told()
+        h.state
+            .told
             .fetch_max(offset + u64::from(n), Ordering::Relaxed);
         Ok(n)
     }

@@ -178,10 +178,10 @@ pub(super) fn attr_with(
                     a.size += held.bytes.len() as u64;
                 }
             }
+            state
+                .told
+                .store(a.size, std::sync::atomic::Ordering::Relaxed);
         }
-        inode
-            .told()
-            .store(a.size, std::sync::atomic::Ordering::Relaxed);
     }
     a
 }
