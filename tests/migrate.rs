@@ -1050,3 +1050,60 @@ fn a_tree_of_many_directories_converts_within_a_small_descriptor_limit() {
         expected_cutf8(b"y\n")
     );
 }
+
+/// `--report` inside a named tree: the run's own report is never
+/// converted (a conversion would rename a copy over it, and the lines
+/// written after would go to the unlinked original: the report lost). It
+/// is reported as the run's own file, and holds every line.
+#[test]
+fn a_report_inside_the_tree_is_left_to_the_run_and_complete() {
+    let t = tmpdir();
+    let root = t.path().join("tree");
+    for d in 0..20 {
+        let dir = root.join(format!("d{d:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            fs::write(dir.join(format!("f{f:03}.txt")), format!("text {d} {f}\n")).unwrap();
+        }
+    }
+    // Walked after the directories whose files fill it.
+    fs::create_dir(root.join("zz")).unwrap();
+    let report = root.join("zz/report.jsonl");
+    for jobs in ["1", "4"] {
+        let out = cutf8(&[
+            root.as_os_str(),
+            os("--jobs"),
+            os(jobs),
+            os("--report"),
+            report.as_os_str(),
+        ]);
+        assert!(
+            out.status.code().is_some_and(|c| c <= 1),
+            "--jobs {jobs}: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = fs::read(&report).unwrap();
+        assert!(
+            !bytes.starts_with(&MAGIC),
+            "--jobs {jobs}: the report was converted while it was written"
+        );
+        let lines = read_report(&report, &root);
+        let own = lines
+            .get(b"zz/report.jsonl".as_slice())
+            .unwrap_or_else(|| panic!("--jobs {jobs}: the report does not list itself"));
+        assert_eq!(own["code"], "own-report", "--jobs {jobs}: {own}");
+        assert_eq!(
+            lines.len(),
+            2001,
+            "--jobs {jobs}: every file and the report itself, once each"
+        );
+        // Converted on the first run, already corrected on the second.
+        let line = &lines[b"d07/f042.txt".as_slice()];
+        if jobs == "1" {
+            assert_eq!(line["action"], "converted", "--jobs {jobs}: {line}");
+        } else {
+            assert_eq!(line["code"], "already-corrected", "--jobs {jobs}: {line}");
+        }
+    }
+}

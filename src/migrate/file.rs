@@ -37,6 +37,8 @@ pub struct Job {
     pub dry_run: bool,
     /// Convert scripts too (`--include-scripts`).
     pub include_scripts: bool,
+    /// Files the run writes itself (device, inode): never converted.
+    pub own: Vec<(u64, u64)>,
 }
 
 fn denied(e: &io::Error) -> bool {
@@ -164,6 +166,9 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
         Ok(md) => md,
         Err(e) => return Step::Done(Outcome::Failed(format!("cannot stat: {e}"))),
     };
+    if job.own.contains(&(md.dev(), md.ino())) {
+        return Step::Done(Outcome::Skipped(Reason::OwnReport));
+    }
     if md.nlink() > 1 {
         drop(file);
         return Step::Done(in_place(job, dirs, &dir, entry, bufs));
@@ -620,6 +625,7 @@ mod tests {
         direction: Direction::Encode,
         dry_run: false,
         include_scripts: false,
+        own: Vec::new(),
     };
 
     /// Flush a batch holding one pending file; its outcome.

@@ -80,6 +80,9 @@ pub struct Options {
     pub exclude: GlobSet,
     pub shard: Shard,
     pub one_file_system: bool,
+    /// Files the run writes itself, by device and inode (the `--report`
+    /// file): skipped as `own-report` if the walk finds them.
+    pub own: Vec<(u64, u64)>,
 }
 
 impl Options {
@@ -108,6 +111,7 @@ impl Options {
             exclude,
             shard: args.shard.unwrap_or(Shard::ALL),
             one_file_system: !args.cross_filesystems,
+            own: Vec::new(),
         })
     }
 }
@@ -164,6 +168,7 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         direction: opts.direction,
         dry_run: opts.dry_run,
         include_scripts: opts.include_scripts,
+        own: opts.own.clone(),
     };
     let next = AtomicUsize::new(0);
     let batch_files = batch_files(opts.jobs);

@@ -56,6 +56,8 @@ pub enum Reason {
     /// A multiply linked file with a name the walk did not find in the
     /// named trees (`names` links, `inside` of them found there).
     LinkedOutside { names: u64, inside: u64 },
+    /// The run's own `--report` file, found by the walk inside a named tree.
+    OwnReport,
 }
 
 impl Reason {
@@ -79,6 +81,7 @@ impl Reason {
             Reason::OtherFilesystem => "other-filesystem",
             Reason::OtherShard => "other-shard",
             Reason::LinkedOutside { .. } => "linked-outside",
+            Reason::OwnReport => "own-report",
         }
     }
 }
@@ -112,6 +115,7 @@ impl fmt::Display for Reason {
                 "hard-linked outside the tree ({names} names, {inside} of them here): \
                  converting it in place would change the file under its other names too"
             ),
+            Reason::OwnReport => write!(f, "this run's report (--report), written as the run goes"),
         }
     }
 }

@@ -36,8 +36,8 @@ pub enum Target {
 #[derive(Debug, Clone, clap::Args)]
 #[command(
     after_help = "Skip reasons (report codes): binary, script, contains-nul, c1-control, \
-invalid-utf8, already-corrected, empty, special-file, symlink, permission-denied, \
-excluded, other-filesystem; with --to utf8: not-corrected, not-convertible.\n\n\
+invalid-utf8, already-corrected, empty, special-file, symlink, linked-outside, \
+permission-denied, excluded, other-filesystem, own-report; with --to utf8: not-corrected, not-convertible.\n\n\
 Split a large archive over N machines or jobs: run `cutf8 migrate --shard K/N PATH` \
 for K = 1..N with the same PATH (see docs/migrate.md)."
 )]
@@ -434,7 +434,7 @@ fn create_report(p: &std::path::Path) -> io::Result<File> {
 
 /// `cutf8 migrate`: run with `args`, print, return the exit status.
 pub fn run(args: &MigrateArgs) -> i32 {
-    let opts = match Options::new(&args.settings()) {
+    let mut opts = match Options::new(&args.settings()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("cutf8: migrate: {e}");
@@ -448,7 +448,14 @@ pub fn run(args: &MigrateArgs) -> i32 {
     let report = match &args.report {
         None => None,
         Some(p) => match create_report(p) {
-            Ok(f) => Some(BufWriter::new(f)),
+            Ok(f) => {
+                // Found by the walk if it lies in a named tree: left alone.
+                if let Ok(md) = f.metadata() {
+                    use std::os::unix::fs::MetadataExt;
+                    opts.own.push((md.dev(), md.ino()));
+                }
+                Some(BufWriter::new(f))
+            }
             Err(e) => {
                 eprintln!(
                     "cutf8: migrate: cannot create the report {}: {e}",
