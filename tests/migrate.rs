@@ -1107,3 +1107,28 @@ fn a_report_inside_the_tree_is_left_to_the_run_and_complete() {
         }
     }
 }
+
+/// Directories named like a killed run's temporary file or journal are a
+/// user's, not the run's leftovers: walked as any other, nothing failed.
+#[test]
+fn a_directory_named_like_a_leftover_is_walked_as_any_other() {
+    let t = tmpdir();
+    let root = t.path().join("tree");
+    let tmp_dir = root.join(".cutf8-tmp.0123456789abcdef.1-1");
+    let journal_dir = root.join(".cutf8-journal.0123456789abcdef");
+    for d in [&tmp_dir, &journal_dir] {
+        fs::create_dir_all(d).unwrap();
+        fs::write(d.join("inside.txt"), "text\n").unwrap();
+    }
+    let report = t.path().join("report.jsonl");
+    let out = migrate(&[root.as_os_str(), os("--report"), report.as_os_str()], 0);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    for d in [&tmp_dir, &journal_dir] {
+        assert_eq!(
+            fs::read(d.join("inside.txt")).unwrap(),
+            expected_cutf8(b"text\n"),
+            "{}: entered and converted",
+            d.display()
+        );
+    }
+}

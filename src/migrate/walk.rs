@@ -411,6 +411,15 @@ impl<'a, 'e> Walker<'a, 'e> {
             Some(k) => k,
             None => return false,
         };
+        // A run never makes a directory under such a name: a user's
+        // directory is walked as any other (not failed at every run).
+        // Anything else is judged below (a planted symlink journal is
+        // refused and reported).
+        if stat_at(dirf, name)
+            .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
+        {
+            return false;
+        }
         if self.opts.dry_run || !self.opts.shard.owns(key) {
             return true;
         }
