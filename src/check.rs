@@ -276,19 +276,26 @@ impl Item {
 /// Opens `rel` below `root` the way the walk found it: no symbolic link
 /// followed in any component, nothing outside `root`, and only a regular
 /// file (reached as `O_PATH` and checked with `fstat` first, so a FIFO or
-/// device put in a file's place is never opened). What the walk listed
+/// device put in a file's place is never opened: `trust::reach` and
+/// `trust::open_reached`, as migrate opens files). What the walk listed
 /// may have been replaced since by whoever writes the tree.
 fn open_found(root: &OwnedFd, rel: &Path) -> std::io::Result<std::fs::File> {
-    let fd = beneath(root, rel, OFlag::O_PATH)?;
-    let st = nix::sys::stat::fstat(&fd)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let dir = beneath(root, dir, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+    let reached = crate::trust::reach(dir.as_fd(), name)?;
+    if reached.1.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(std::io::Error::other(
             "not a regular file any more (replaced during the run): not opened",
         ));
     }
-    crate::sys::reopen(
-        fd.as_fd(),
+    crate::trust::open_reached(
+        dir.as_fd(),
+        name,
+        &reached,
         libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
+        false,
     )
 }
 
