@@ -109,23 +109,50 @@ fn write_big(dir: &std::path::Path, chunk: &[u8], n: u64) {
     }
 }
 
+/// How many copies of the small file each test makes (`fresh-N.txt`),
+/// so that every small read can be the first of its file: a first read
+/// classifies the file, and must not wait for the big files' scans
+/// whatever its inode number (a classification of a cold small file once
+/// waited for any scan that shared one of 64 locks with it).
+const FRESH: usize = 600;
+
+/// `small.txt` and its [`FRESH`] copies in `dir`.
+fn write_small(dir: &std::path::Path, small: &[u8]) {
+    fs::write(dir.join("small.txt"), small).unwrap();
+    for i in 0..FRESH {
+        fs::write(dir.join(format!("fresh-{i}.txt")), small).unwrap();
+    }
+}
+
 /// Small reads one after another while `busy()` (big files' scans under
-/// way elsewhere): each reads `small.txt` whole and stats the 32 MiB raw
-/// `video.raw` if there is one, and notes when it started and ended. How
-/// long a scan takes depends on the machine and the codec, so the tests do
-/// not guess when the scans run: they keep reading until the scans' callers
-/// are done.
-fn small_reads_while(m: &Mount, small: &[u8], busy: impl Fn() -> bool) -> Vec<(Instant, Instant)> {
+/// way elsewhere): each reads a small file never read before (a copy of
+/// `small.txt` while `*next` < [`FRESH`], then `small.txt`) whole and stats
+/// the 32 MiB raw `video.raw` if there is one, and notes when it started
+/// and ended. How long a scan takes depends on the machine and the codec,
+/// so the tests do not guess when the scans run: they keep reading until
+/// the scans' callers are done.
+fn small_reads_while(
+    m: &Mount,
+    small: &[u8],
+    next: &mut usize,
+    busy: impl Fn() -> bool,
+) -> Vec<(Instant, Instant)> {
     let mut reads = Vec::new();
     let raw = m.b("video.raw").exists().then(|| m.m("video.raw"));
     std::thread::sleep(std::time::Duration::from_millis(20));
     while busy() {
+        let name = if *next < FRESH {
+            *next += 1;
+            format!("fresh-{}.txt", *next - 1)
+        } else {
+            "small.txt".to_owned()
+        };
         let start = Instant::now();
         // Read in this process, as `cat` would (lookup, open, read,
         // release): a process spawned on a loaded 2-CPU machine took 300 ms
         // to start, as long as a scan, without waiting for one.
-        let got = fs::read(m.m("small.txt")).unwrap();
-        assert_eq!(got, expected_view(small));
+        let got = fs::read(m.m(&name)).unwrap();
+        assert_eq!(got, expected_view(small), "{name}");
         if let Some(raw) = &raw {
             assert_eq!(fs::metadata(raw).unwrap().len(), 32 << 20);
         }
@@ -180,10 +207,11 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
     // for every entry without waiting out a timeout.
     let m = Mount::new(&["attr_timeout=0", "entry_timeout=0"], |d| {
         write_big(d, &chunk, n_chunks);
-        fs::write(d.join("small.txt"), &small).unwrap();
+        write_small(d, &small);
         // A large raw file: told raw by its head, never queued for a scan.
         fs::write(d.join("video.raw"), vec![0x5Au8; 32 << 20]).unwrap();
     });
+    let mut next = 0;
     let want_big = n_chunks * chunk_view;
     let t0 = Instant::now();
     let stats: Vec<_> = ["big1.txt", "big2.txt"]
@@ -197,7 +225,9 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
             })
         })
         .collect();
-    let reads = small_reads_while(&m, &small, || !stats.iter().all(|h| h.is_finished()));
+    let reads = small_reads_while(&m, &small, &mut next, || {
+        !stats.iter().all(|h| h.is_finished())
+    });
     let mut first_stat = None::<Instant>;
     let mut shortest = Duration::MAX;
     for (i, h) in stats.into_iter().enumerate() {
@@ -223,7 +253,7 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
         let out = Command::new("ls").arg("-ln").arg(&dir).output().unwrap();
         (out, t.elapsed(), Instant::now())
     });
-    let reads = small_reads_while(&m, &small, || !ls.is_finished());
+    let reads = small_reads_while(&m, &small, &mut next, || !ls.is_finished());
     let (ls_out, ls_took, ls_done) = ls.join().unwrap();
     assert!(ls_out.status.success(), "ls -l failed: {ls_out:?}");
     let listing = String::from_utf8_lossy(&ls_out.stdout).into_owned();
@@ -254,8 +284,9 @@ fn a_small_cat_completes_while_big_files_are_opened_without_a_cached_index() {
     let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
     let m = Mount::new(&["index_cache=0", "index_db=none"], |d| {
         write_big(d, &chunk, n_chunks);
-        fs::write(d.join("small.txt"), &small).unwrap();
+        write_small(d, &small);
     });
+    let mut next = 0;
     // Known class (the stats scan on the scan threads), no index kept.
     for name in ["big1.txt", "big2.txt"] {
         assert_eq!(
@@ -274,7 +305,9 @@ fn a_small_cat_completes_while_big_files_are_opened_without_a_cached_index() {
             })
         })
         .collect();
-    let reads = small_reads_while(&m, &small, || !opens.iter().all(|h| h.is_finished()));
+    let reads = small_reads_while(&m, &small, &mut next, || {
+        !opens.iter().all(|h| h.is_finished())
+    });
     let mut first_open = None::<Instant>;
     let mut shortest = Duration::MAX;
     for h in opens {

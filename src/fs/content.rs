@@ -251,20 +251,50 @@ impl Seen {
 }
 
 /// Held while a file is classified (its head read, maybe a scan), so two
-/// requests for one cold file scan it once: one of a fixed set of locks,
-/// picked by inode number (two files may share one, which only serialises
-/// their scans).
-pub fn scan_lock(ino: u64) -> parking_lot::MutexGuard<'static, ()> {
-    const LOCKS: usize = 64;
-    static SCANS: [Mutex<()>; LOCKS] = [const { Mutex::new(()) }; LOCKS];
-    SCANS[(ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % LOCKS].lock()
+/// requests for one cold file scan it once. The turn is the inode's own:
+/// a classification of another file never waits for it (a small file's
+/// first `cat` used to wait out a 2 GiB scan whenever the two inode
+/// numbers fell on one of a fixed set of locks). What it holds is one
+/// entry per file being classified right now.
+pub fn scan_turn(ino: u64) -> ScanTurn {
+    let (busy, freed) = &*SCANNING;
+    let mut busy = busy.lock();
+    while busy.contains(&ino) {
+        freed.wait(&mut busy);
+    }
+    busy.insert(ino);
+    ScanTurn(ino)
+}
+
+type Scanning = (Mutex<std::collections::HashSet<u64>>, parking_lot::Condvar);
+
+static SCANNING: std::sync::LazyLock<Scanning> = std::sync::LazyLock::new(Default::default);
+
+/// One inode's turn to be classified ([`scan_turn`]); the next caller for
+/// that inode goes on when it is dropped.
+#[must_use]
+pub struct ScanTurn(u64);
+
+impl Drop for ScanTurn {
+    fn drop(&mut self) {
+        let (busy, freed) = &*SCANNING;
+        let mut set = busy.lock();
+        set.remove(&self.0);
+        // Shrink what a burst of classifications grew (months of uptime).
+        let len = set.len();
+        if set.capacity() > 64 && len < set.capacity() / 4 {
+            set.shrink_to(len * 2);
+        }
+        drop(set);
+        freed.notify_all();
+    }
 }
 
 /// Per-file state while a regular file is open (or being changed by the
 /// mount), shared by all its handles; what outlives the open is in the
 /// inode's [`Seen`].
 ///
-/// Lock order: `content` before the inode's `Seen` and the scan locks, and
+/// Lock order: `content` before the inode's `Seen` and a scan turn, and
 /// any of these before the [`IndexCache`]'s lock; `Seen` and the cache's
 /// lock are leaves. The inode table's locks (`inodes`) may be taken under
 /// `content`, never the other way round.
@@ -511,7 +541,7 @@ fn learn_class(
     if let Some(c) = seen.lock().class(&stamp) {
         return Ok(Some(c));
     }
-    let _one = scan.then(|| scan_lock(ino));
+    let _one = scan.then(|| scan_turn(ino));
     if let Some(c) = seen.lock().class(&stamp) {
         return Ok(Some(c));
     }
@@ -788,6 +818,52 @@ mod tests {
             disk.resize(disk.len() + 4096 - n, b'a');
         }
         Arc::new(OffsetIndex::from_bytes(&disk))
+    }
+
+    /// A file's classification never waits for another file's, whatever
+    /// their inode numbers (the striped locks it replaced made 1 of 64
+    /// pairs wait); a second caller for the same file waits its turn.
+    #[test]
+    fn a_scan_turn_is_the_files_own() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::Duration;
+        // Numbers far from other tests' (the set is process-wide).
+        let base = 0x5CA0_0000_0000u64;
+        let held = scan_turn(base);
+        let others = std::thread::spawn(move || {
+            for ino in base + 1..base + 1000 {
+                drop(scan_turn(ino));
+            }
+        });
+        let t = std::time::Instant::now();
+        while !others.is_finished() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "another file's classification waited for this one's"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        others.join().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let second = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let _t = scan_turn(base);
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "two turns of one file at once"
+        );
+        drop(held);
+        second.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
+        assert!(
+            !SCANNING.0.lock().contains(&base),
+            "a finished turn is kept"
+        );
     }
 
     #[test]
