@@ -281,10 +281,15 @@ fn a_damaged_database_costs_one_log_line_and_is_rebuilt() {
     settle();
     check_sizes(&env.mount(&[]), &env.backing, &names, false);
     let len = fs::metadata(env.b(DB_FILE)).unwrap().len();
-    // Garbage of the same length, then a database cut short.
+    // Garbage of the same length after redb's header (which redb writes
+    // first and never rewrites), then a database cut short.
     for damage in ["garbage", "truncated"] {
         match damage {
-            "garbage" => fs::write(env.b(DB_FILE), vec![0xA5u8; len as usize]).unwrap(),
+            "garbage" => {
+                let mut bytes = fs::read(env.b(DB_FILE)).unwrap();
+                bytes[REDB_HEADER..].fill(0xA5);
+                fs::write(env.b(DB_FILE), bytes).unwrap();
+            }
             _ => {
                 drop(env.mount(&[]).m("a").metadata());
                 let db_len = fs::metadata(env.b(DB_FILE)).unwrap().len();
@@ -314,7 +319,25 @@ fn a_damaged_database_costs_one_log_line_and_is_rebuilt() {
         logs.matches("is damaged").count() >= 1,
         "no log line says the database was damaged:\n{logs}"
     );
+
+    // Garbage over the header too: not a database, whatever its mode (the
+    // daemon's 0600): left as it is, and the mount serves without it.
+    drop(d);
+    let garbage = vec![0xA5u8; len as usize];
+    fs::write(env.b(DB_FILE), &garbage).unwrap();
+    let d = env.mount(&[]);
+    check_sizes(&d, &env.backing, &names, true);
+    let log = d.log_text();
+    drop(d);
+    assert!(
+        fs::read(env.b(DB_FILE)).unwrap() == garbage,
+        "a file without redb's header was rewritten:\n{log}"
+    );
+    assert!(log.contains("not a database"), "{log}");
 }
+
+/// The length of redb's magic number at the start of its file.
+const REDB_HEADER: usize = 9;
 
 #[test]
 fn a_database_from_another_backing_is_emptied_not_trusted() {

@@ -147,16 +147,21 @@ fn check_over_a_changing_tree_neither_hangs_nor_leaves_it() {
 
 const ROOTS_DATA: &[u8] = b"root's own file, named index.redb; not a database\n";
 
-/// Makes `dir/keep` (root's, 0755) holding `index.redb` (root's, 0644,
-/// [`ROOTS_DATA`]): a directory of root's in a directory the user writes.
-fn roots_keep(dir: &Path) -> PathBuf {
+/// Makes `dir/keep` (root's, 0755) holding `index.redb` (root's, of
+/// `mode`, [`ROOTS_DATA`]): a directory of root's in a directory the user
+/// writes.
+fn roots_keep(dir: &Path, mode: u32) -> PathBuf {
     let keep = dir.join("keep");
     fs::create_dir(&keep).unwrap();
     chmod(&keep, 0o755);
     fs::write(keep.join("index.redb"), ROOTS_DATA).unwrap();
-    chmod(&keep.join("index.redb"), 0o644);
+    chmod(&keep.join("index.redb"), mode);
     keep
 }
+
+/// The modes of root's file: 0600 is the one the database is created
+/// with (such a file was once taken for a database with a damaged header).
+const ROOTS_MODES: [u32; 2] = [0o644, 0o600];
 
 /// The owner of BACKING's root renames a directory of root's there (one
 /// holding a file of root's named `index.redb`) to `.cutf8fs-index`: owner,
@@ -167,27 +172,29 @@ fn roots_keep(dir: &Path) -> PathBuf {
 #[test]
 fn the_daemon_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
     let a = user("cutf8t-a");
-    let m = crate::support::mount::Mount::new(&[], |b| {
-        chmod(b.parent().unwrap(), 0o755);
-        std::os::unix::fs::chown(b, Some(a.uid), Some(a.gid)).unwrap();
-        fs::write(b.join("text"), crate::support::mount::corrected(b"hello\n")).unwrap();
-        roots_keep(b);
-        let out = sh_as(a, "cd \"$1\" && mv keep .cutf8fs-index", &[b.as_os_str()]);
-        crate::support::run::succeeded(&out, format_args!("as the user: mv"));
-    });
-    assert_eq!(fs::read(m.m("text")).unwrap(), b"hello\n");
-    let held = m.b(".cutf8fs-index/index.redb");
-    assert_eq!(
-        fs::read(&held).unwrap(),
-        ROOTS_DATA,
-        "the daemon rewrote root's file:\n{}",
-        m.log_text()
-    );
-    assert!(
-        m.log_text().contains("not a database"),
-        "no line says why the database is not used:\n{}",
-        m.log_text()
-    );
+    for mode in ROOTS_MODES {
+        let m = crate::support::mount::Mount::new(&[], |b| {
+            chmod(b.parent().unwrap(), 0o755);
+            std::os::unix::fs::chown(b, Some(a.uid), Some(a.gid)).unwrap();
+            fs::write(b.join("text"), crate::support::mount::corrected(b"hello\n")).unwrap();
+            roots_keep(b, mode);
+            let out = sh_as(a, "cd \"$1\" && mv keep .cutf8fs-index", &[b.as_os_str()]);
+            crate::support::run::succeeded(&out, format_args!("as the user: mv"));
+        });
+        assert_eq!(fs::read(m.m("text")).unwrap(), b"hello\n");
+        let held = m.b(".cutf8fs-index/index.redb");
+        assert_eq!(
+            fs::read(&held).unwrap(),
+            ROOTS_DATA,
+            "the daemon rewrote root's file of mode {mode:o}:\n{}",
+            m.log_text()
+        );
+        assert!(
+            m.log_text().contains("not a database"),
+            "no line says why the database is not used (mode {mode:o}):\n{}",
+            m.log_text()
+        );
+    }
 }
 
 /// The same against root's `cutf8 migrate`: the user renames root's
@@ -196,31 +203,33 @@ fn the_daemon_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
 /// made a database).
 #[test]
 fn migrate_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
-    let fx = Fixture::new();
-    roots_keep(&fx.tree);
-    // Large enough for migrate to record it.
-    fx.as_a_checked(
-        "i=0; while [ $i -lt 9000 ]; do echo 'Grüße, eine Zeile'; i=$((i+1)); done > big.txt; \
-         mv keep .cutf8fs-index",
-        &[],
-    );
-    let out = Command::new(BIN)
-        .arg("migrate")
-        .arg(&fx.tree)
-        .env("CUTF8FS_RACY_MARGIN_MS", "0")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", shown(&out));
-    assert!(fs::read(fx.tree.join("big.txt"))
-        .unwrap()
-        .starts_with(&cutf8::MAGIC));
-    assert_eq!(
-        fs::read(fx.tree.join(".cutf8fs-index/index.redb")).unwrap(),
-        ROOTS_DATA,
-        "root's migrate rewrote root's file:\n{}",
-        shown(&out)
-    );
+    for mode in ROOTS_MODES {
+        let fx = Fixture::new();
+        roots_keep(&fx.tree, mode);
+        // Large enough for migrate to record it.
+        fx.as_a_checked(
+            "i=0; while [ $i -lt 9000 ]; do echo 'Grüße, eine Zeile'; i=$((i+1)); done > big.txt; \
+             mv keep .cutf8fs-index",
+            &[],
+        );
+        let out = Command::new(BIN)
+            .arg("migrate")
+            .arg(&fx.tree)
+            .env("CUTF8FS_RACY_MARGIN_MS", "0")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", shown(&out));
+        assert!(fs::read(fx.tree.join("big.txt"))
+            .unwrap()
+            .starts_with(&cutf8::MAGIC));
+        assert_eq!(
+            fs::read(fx.tree.join(".cutf8fs-index/index.redb")).unwrap(),
+            ROOTS_DATA,
+            "root's migrate rewrote root's file of mode {mode:o}:\n{}",
+            shown(&out)
+        );
+    }
 }
 
 // ------------------------------------------------------------ a FUSE mount inside

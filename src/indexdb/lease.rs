@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::finder::{Finder, Found};
-use super::store::{start_db, Opened};
+use super::store::{start_db, Db, Opened};
 use super::Shared;
 
 /// A database unused this long is let go.
@@ -24,7 +24,7 @@ pub(super) const RETRY: Duration = Duration::from_millis(250);
 
 /// The database, while this daemon holds it.
 pub(super) struct Lease {
-    db: Mutex<Option<Arc<redb::Database>>>,
+    db: Mutex<Option<Arc<Db>>>,
     finder: Finder,
     epoch: Instant,
     /// Milliseconds since `epoch` of the last use.
@@ -38,7 +38,7 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    pub(super) fn new(finder: Finder, db: Option<redb::Database>, exists: bool) -> Lease {
+    pub(super) fn new(finder: Finder, db: Option<Db>, exists: bool) -> Lease {
         Lease {
             db: Mutex::new(db.map(Arc::new)),
             finder,
@@ -57,12 +57,7 @@ impl Lease {
     /// The database: held, or opened now if no other process holds it
     /// (`tries` times 50 ms apart; created first when `create` and
     /// missing). None when it is held elsewhere, missing, or unusable.
-    pub(super) fn get(
-        &self,
-        shared: &Shared,
-        tries: u32,
-        create: bool,
-    ) -> Option<Arc<redb::Database>> {
+    pub(super) fn get(&self, shared: &Shared, tries: u32, create: bool) -> Option<Arc<Db>> {
         let mut held = self.db.lock();
         let now = self.now();
         if let Some(db) = held.as_ref() {
@@ -129,7 +124,7 @@ impl Lease {
     }
 
     /// The database if held now (no open tried).
-    pub(super) fn held(&self) -> Option<Arc<redb::Database>> {
+    pub(super) fn held(&self) -> Option<Arc<Db>> {
         self.db.lock().clone()
     }
 }

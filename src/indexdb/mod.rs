@@ -64,10 +64,11 @@
 //! skipped by migrate (`trust::is_internal`). It is opened like the
 //! journal (`place`): relative to BACKING's root descriptor, `O_NOFOLLOW`,
 //! owned by the daemon's user, not writable by group or others, on BACKING's
-//! filesystem; the file ours, regular, one link, and empty, a redb file
-//! (its magic number) or of mode 0600 as created: the owner of BACKING's root can rename a directory
-//! of ours there, and a file of ours in it under the database's name that
-//! is something else is left as it is (`store`), never emptied to rebuild. When BACKING is read-only
+//! filesystem; the file ours, regular, one link, and empty or a redb file
+//! (its magic number, whatever its mode): the owner of BACKING's root can
+//! rename a directory of ours there, and a file of ours in it under the
+//! database's name that is something else is left as it is (`store`),
+//! never emptied to rebuild. When BACKING is read-only
 //! (`-o ro` too) or that place fails a check (say BACKING's owner planted a
 //! symlink or a directory of theirs there), the database lives in a cache
 //! directory instead (`/var/cache/cutf8fs` for root, else
@@ -98,7 +99,8 @@
 //! Missing: created with the first record (an index, or a node record —
 //! `nodes`, which the first lookup of a mount stores). Truncated, damaged, or a record that does not decode:
 //! one log line, the file is emptied and rebuilt (records that do not
-//! decode are skipped). Busy, or not trusted: one log line, memory only or
+//! decode are skipped); a file that does not begin with redb's header is
+//! not a database, and is left as it is. Busy, or not trusted: one log line, memory only or
 //! the cache directory. No failure here fails a mount or a request; a panic
 //! inside the database code is caught and turns the database off.
 //!
@@ -393,7 +395,7 @@ impl IndexDb {
         }
     }
 
-    fn db(&self) -> Option<(&Shared, Arc<redb::Database>)> {
+    fn db(&self) -> Option<(&Shared, Arc<store::Db>)> {
         let s = &self.inner.as_ref()?.shared;
         if s.off.load(Ordering::Relaxed) {
             return None;
@@ -592,9 +594,11 @@ mod tests {
         assert!(db.is_open());
         assert_eq!(db.get(&st), None);
         drop(db);
-        // Garbage, then a cut.
-        let len = std::fs::metadata(&file).unwrap().len();
-        std::fs::write(&file, vec![0x5a; len as usize]).unwrap();
+        // Garbage after redb's header, then a cut.
+        let mut bytes = std::fs::read(&file).unwrap();
+        let len = bytes.len() as u64;
+        bytes[9..].fill(0x5a);
+        std::fs::write(&file, bytes).unwrap();
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(db.is_open());
         assert_eq!(db.get(&st), None);
@@ -605,6 +609,27 @@ mod tests {
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(db.is_open());
         assert_eq!(db.get(&st), None);
+    }
+
+    /// A database damaged while it is open (redb's header intact, garbage
+    /// after it) is closed without taking the process down: redb's check
+    /// at closing panicked on the daemon's main thread at the unmount.
+    #[test]
+    fn a_database_damaged_while_open_closes_without_a_panic() {
+        let d = tempfile::tempdir().unwrap();
+        let index = text_index(2);
+        stored(d.path(), &state(4, 8 + index.disk_len()), &index);
+        let file = d.path().join(DIR).join(place::FILE);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.get(&state(4, 8 + index.disk_len())).is_some());
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[9..].fill(0xA5);
+        std::fs::write(&file, &bytes).unwrap();
+        for n in 0..50 {
+            db.put(&state(100 + n, 8 + index.disk_len()), now(), &index);
+        }
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.close()));
+        assert!(closed.is_ok(), "closing a damaged database panicked");
     }
 
     /// Two openers of one database (two mounts of one BACKING) take turns:

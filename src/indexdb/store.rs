@@ -20,9 +20,45 @@ use super::{quiet, META, RECORDS, ROOT};
 /// the pages themselves stay in the kernel's page cache.)
 const CACHE: usize = 1 << 20;
 
+/// An open database, closed under the same guard as its use: redb
+/// checks the file again as it closes it, and a damaged one (redb's
+/// header intact, garbage after it) made that check panic on the
+/// daemon's main thread at the unmount (exit 101).
+pub(super) struct Db(Option<redb::Database>);
+
+impl Db {
+    fn new(db: redb::Database) -> Db {
+        Db(Some(db))
+    }
+}
+
+impl std::ops::Deref for Db {
+    type Target = redb::Database;
+
+    fn deref(&self) -> &redb::Database {
+        // Taken only by `drop`.
+        self.0
+            .as_ref()
+            .expect("a database is open until it is dropped")
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            if quiet(move || drop(db)).is_err() {
+                log::warn!(
+                    "index database: redb failed an internal check closing it (a damaged \
+                     database; the next open checks it again and rebuilds it if needed)"
+                );
+            }
+        }
+    }
+}
+
 /// What opening the database came to.
 pub(super) enum Opened {
-    Db(redb::Database),
+    Db(Db),
     /// Another process holds it.
     Busy,
     /// Damaged beyond rebuilding, or the disk refuses it (logged).
@@ -45,10 +81,9 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
         }
         return Opened::Busy;
     }
-    // Only an empty file, a redb database or one of mode 0600 (ours with
-    // its header damaged) is ever rebuilt or written:
-    // a directory of ours renamed into the database's place by whoever
-    // owns BACKING's root may hold a file of ours under that name that is
+    // Only an empty file or a redb database is ever rebuilt or written: a
+    // directory of ours renamed into the database's place by whoever owns
+    // BACKING's root may hold a file of ours under that name that is
     // something else, which must stay as it is.
     match is_redb(&file) {
         Ok(true) => {}
@@ -71,10 +106,10 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
     if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
         crate::sys::fadvise(&file, libc::POSIX_FADV_WILLNEED);
     }
-    let create = |f: &File| -> Result<redb::Database, Failed> {
+    let create = |f: &File| -> Result<Db, Failed> {
         let dup = f.try_clone().map_err(|e| Failed::of(e.into()))?;
         match quiet(|| redb::Builder::new().set_cache_size(CACHE).create_file(dup)) {
-            Ok(r) => r.map_err(|e| Failed::of(e.into())),
+            Ok(r) => r.map(Db::new).map_err(|e| Failed::of(e.into())),
             Err(_) => Err(Failed::Damaged(
                 "redb failed an internal check reading it".into(),
             )),
@@ -116,19 +151,16 @@ pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32)
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
 /// Whether `file` may be opened (and, when damaged, rebuilt) as the
-/// database: empty (ours, just created), beginning with redb's magic
-/// number, or with a damaged header but the mode 0600 the database is
-/// created with.
+/// database: empty (ours, just created) or beginning with redb's magic
+/// number, which redb writes first and never changes. Anything else under
+/// its name is not ours, whatever its mode: a file of root's of mode 0600
+/// (the mode the database is created with), in a directory of root's that
+/// the owner of BACKING's root renamed into the database's place, used to
+/// be taken for a database with a damaged header and emptied.
 fn is_redb(file: &File) -> std::io::Result<bool> {
     let mut head = [0u8; REDB_MAGIC.len()];
     let got = crate::io::read_full_at(file, &mut head, 0)?;
-    if got == 0 || (got == head.len() && head == REDB_MAGIC) {
-        return Ok(true);
-    }
-    // A damaged header of ours: the file has the mode 0600 it was created
-    // with (and is rebuilt); anything else under its name is not ours.
-    use std::os::unix::fs::PermissionsExt;
-    Ok(file.metadata()?.permissions().mode() & 0o7777 == 0o600)
+    Ok(got == 0 || (got == head.len() && head == REDB_MAGIC))
 }
 
 /// Why the database could not be opened or written: its content (rebuilt),
@@ -172,9 +204,9 @@ fn rebuild(
     file: &File,
     path: &Path,
     why: Failed,
-    create: &dyn Fn(&File) -> Result<redb::Database, Failed>,
+    create: &dyn Fn(&File) -> Result<Db, Failed>,
     root_id: (u64, u64),
-) -> Option<redb::Database> {
+) -> Option<Db> {
     let why = match why {
         Failed::Disk(e) => {
             disk_failed(path, &e);
