@@ -212,7 +212,7 @@ impl CutFs {
         let inodes = Arc::new(InodeTable::new(root)?);
         let cache = Arc::new(IndexCache::with_db(opts.index_cache, db));
         inodes.set_nodes(Arc::new(export::Nodes::new(Some(cache.clone()))));
-        let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads));
+        let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads + STALLED_THREADS));
         let kernel = Arc::<invalidate::Invalidator>::default();
         let ttl = watch::Timeouts::new(opts.attr_timeout, opts.entry_timeout);
         match watch {
@@ -279,6 +279,13 @@ impl CutFs {
         }
     }
 }
+
+/// Threads the request loop may add, above `-o threads`, while every
+/// thread has been inside one request for a second (`fuser::STALL`: a
+/// request waiting for a stalled filesystem mounted inside BACKING holds
+/// its thread); they stay until the unmount (man cutf8fs, "Filesystems
+/// mounted inside BACKING").
+pub const STALLED_THREADS: usize = 32;
 
 /// Each user's share of the descriptors (`share`): the limit in force,
 /// less the daemon's own — those open now (BACKING, journal, index

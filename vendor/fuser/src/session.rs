@@ -13,7 +13,10 @@ use std::os::fd::BorrowedFd;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use std::thread::{self};
 
 use log::debug;
@@ -289,6 +292,21 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        // (cutf8fs patch) Each thread's stamp, for the grower; a clone of
+        // the first channel to clone more from.
+        let pool = Arc::new(Pool {
+            epoch: Instant::now(),
+            stamps: Mutex::new(Vec::new()),
+            ending: AtomicBool::new(false),
+            extra: Mutex::new(Vec::new()),
+            working: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+            grower: OnceLock::new(),
+        });
+        let grow_from = channels
+            .last()
+            .cloned()
+            .filter(|_| config.clone_fd && config.max_threads.is_some_and(|m| m > n_threads));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -298,6 +316,8 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                busy: pool.stamp(),
+                pool: pool.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -305,9 +325,23 @@ impl<FS: Filesystem> Session<FS> {
                     .spawn(move || event_loop.event_loop())?,
             );
         }
+        let grower = match grow_from {
+            Some(ch) => {
+                let (pool, fs) = (pool.clone(), filesystem.clone());
+                let max = config.max_threads.unwrap_or(n_threads);
+                Some(
+                    thread::Builder::new()
+                        .name("fuser-grow".into())
+                        .spawn(move || grow(&pool, &ch, &fs, allowed, session_owner, max))?,
+                )
+            }
+            None => None,
+        };
 
         let mut reply: io::Result<()> = Ok(());
-        for thread in threads {
+        // The first threads end with the session; then the grower, and
+        // any thread it started (each ends at ENODEV like the first).
+        let mut done = |thread: JoinHandle<io::Result<()>>| -> io::Result<()> {
             let res = match thread.join() {
                 Ok(res) => res,
                 Err(_) => {
@@ -319,7 +353,22 @@ impl<FS: Filesystem> Session<FS> {
                     reply = Err(e);
                 }
             }
+            Ok(())
+        };
+        for thread in threads {
+            done(thread)?;
         }
+        pool.end();
+        if let Some(g) = grower {
+            let _ = g.join();
+        }
+        loop {
+            let Some(thread) = pool.extra.lock().pop() else {
+                break;
+            };
+            done(thread)?;
+        }
+        drop(done);
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
             return Err(io::Error::other(
@@ -518,6 +567,151 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// (cutf8fs patch) Since when this thread is inside a request
+    /// ([`Pool::stamp`]).
+    pub(crate) busy: Arc<AtomicU64>,
+    pub(crate) pool: Arc<Pool>,
+}
+
+/// (cutf8fs patch) How long every event loop thread must have been inside
+/// one request before another is started (`Config::max_threads`).
+pub const STALL: Duration = Duration::from_secs(1);
+
+/// (cutf8fs patch) The event loop threads' stamps: 0 while a thread waits
+/// for a request, else 1 + the milliseconds since `epoch` at which it took
+/// the one it is in.
+pub(crate) struct Pool {
+    epoch: Instant,
+    stamps: Mutex<Vec<Arc<AtomicU64>>>,
+    /// The session is ending: no thread is started any more.
+    ending: AtomicBool,
+    /// Threads the grower started, joined at the end.
+    extra: Mutex<Vec<JoinHandle<io::Result<()>>>>,
+    /// Threads inside a request now.
+    working: AtomicUsize,
+    /// The grower sleeps until a thread takes a request (an idle daemon
+    /// is not woken ten times a second for months).
+    parked: AtomicBool,
+    grower: OnceLock<thread::Thread>,
+}
+
+impl Pool {
+    /// A new thread's stamp (waiting).
+    fn stamp(&self) -> Arc<AtomicU64> {
+        let s = Arc::new(AtomicU64::new(0));
+        self.stamps.lock().push(s.clone());
+        s
+    }
+
+    fn now(&self) -> u64 {
+        1 + self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A thread took a request (`stamp` its stamp).
+    fn enter(&self, stamp: &AtomicU64) {
+        stamp.store(self.now(), Ordering::Release);
+        // SeqCst with the grower's `parked` then `working`: either it sees
+        // this thread working or this sees it parked.
+        if self.working.fetch_add(1, Ordering::SeqCst) == 0 && self.parked.load(Ordering::SeqCst)
+        {
+            if let Some(g) = self.grower.get() {
+                g.unpark();
+            }
+        }
+    }
+
+    /// The thread answered its request.
+    fn leave(&self, stamp: &AtomicU64) {
+        stamp.store(0, Ordering::Release);
+        self.working.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Parks the grower while no thread is inside a request.
+    fn wait_for_work(&self) {
+        self.parked.store(true, Ordering::SeqCst);
+        if self.working.load(Ordering::SeqCst) == 0 && !self.ending.load(Ordering::Acquire) {
+            thread::park();
+        }
+        self.parked.store(false, Ordering::SeqCst);
+    }
+
+    /// The session ends: no thread is started any more.
+    fn end(&self) {
+        self.ending.store(true, Ordering::Release);
+        if let Some(g) = self.grower.get() {
+            g.unpark();
+        }
+    }
+
+    /// Every thread has been inside one request for `STALL`.
+    fn stalled(&self) -> bool {
+        let now = self.now();
+        let stall = STALL.as_millis() as u64;
+        self.stamps.lock().iter().all(|s| {
+            let since = s.load(Ordering::Acquire);
+            since != 0 && now.saturating_sub(since) >= stall
+        })
+    }
+}
+
+/// (cutf8fs patch) Starts another event loop thread (on a clone of `ch`)
+/// whenever every thread has been inside one request for [`STALL`], up to
+/// `max` threads; ends with the session.
+fn grow<FS: Filesystem>(
+    pool: &Arc<Pool>,
+    ch: &Channel,
+    fs: &Arc<FilesystemHolder<FS>>,
+    allowed: SessionACL,
+    session_owner: Uid,
+    max: usize,
+) {
+    let _ = pool.grower.set(thread::current());
+    loop {
+        pool.wait_for_work();
+        thread::sleep(STALL / 10);
+        if pool.ending.load(Ordering::Acquire) {
+            return;
+        }
+        let n = pool.stamps.lock().len();
+        if n >= max || !pool.stalled() {
+            continue;
+        }
+        let ch = match ch.clone_fd() {
+            Ok(ch) => ch,
+            Err(e) => {
+                warn!("cannot add a thread for requests: {e}");
+                continue;
+            }
+        };
+        let thread_name = format!("fuser-{n}");
+        let event_loop = SessionEventLoop {
+            thread_name: thread_name.clone(),
+            filesystem: fs.clone(),
+            ch,
+            allowed,
+            session_owner,
+            busy: pool.stamp(),
+            pool: pool.clone(),
+        };
+        match thread::Builder::new()
+            .name(thread_name)
+            .spawn(move || event_loop.event_loop())
+        {
+            Ok(t) => {
+                warn!(
+                    "every thread for requests has been inside one for {} s: added one \
+                     ({} now, at most {max})",
+                    STALL.as_secs(),
+                    n + 1
+                );
+                pool.extra.lock().push(t);
+            }
+            Err(e) => {
+                pool.stamps.lock().pop();
+                warn!("cannot add a thread for requests: {e}");
+            }
+        }
+    }
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -537,7 +731,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            self.pool.enter(&self.busy);
+                            req.dispatch(self);
+                            self.pool.leave(&self.busy);
                         }
                     }
                     // Quit loop on illegal request
@@ -548,7 +744,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         ));
                     }
                 },
-                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                Err(nix::errno::Errno::ENODEV) => {
+                    self.pool.end();
+                    return Ok(());
+                }
                 Err(err) => return Err(err.into()),
             }
         }

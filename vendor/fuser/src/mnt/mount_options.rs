@@ -18,6 +18,14 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// (cutf8fs patch) With `clone_fd`, the most event loop threads: while
+    /// every thread has been inside one request for [`STALL`], another is
+    /// started (one per check, every tenth of it), so requests that block
+    /// (a stalled mount beneath the filesystem's source) leave threads for
+    /// the others. None or not above `n_threads`: a fixed pool.
+    ///
+    /// [`STALL`]: crate::STALL
+    pub max_threads: Option<usize>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
