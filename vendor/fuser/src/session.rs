@@ -292,8 +292,8 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
-        // (cutf8fs patch) Each thread's stamp, for the grower; a clone of
-        // the first channel to clone more from.
+        // (cutf8fs patch) Each thread's stamp, for the grower, and the
+        // session's own channel (the last) to clone more from.
         let pool = Arc::new(Pool {
             epoch: Instant::now(),
             stamps: Mutex::new(Vec::new()),
@@ -356,7 +356,10 @@ impl<FS: Filesystem> Session<FS> {
             Ok(())
         };
         for thread in threads {
-            done(thread)?;
+            if let Err(e) = done(thread) {
+                pool.end();
+                return Err(e);
+            }
         }
         pool.end();
         if let Some(g) = grower {
