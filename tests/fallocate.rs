@@ -340,9 +340,13 @@ fn suid_and_sgid_are_dropped_as_natively() {
     let a = crate::support::users::user("cutf8t-a");
     let disk = cutf8::encode_strict(TEXT.as_bytes()).unwrap();
     let view = view_of(&disk);
-    let m = Mount::new(&[], |_| {});
-    fs::set_permissions(m.dir(), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::set_permissions(&m.backing, fs::Permissions::from_mode(0o755)).unwrap();
+    // Opened to the user before the mount: a chmod of BACKING's root
+    // after it reaches the kernel through the watch, a moment later (CI
+    // once ran the user's open first: EACCES).
+    let m = Mount::new(&[], |b| {
+        fs::set_permissions(b.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(b, fs::Permissions::from_mode(0o755)).unwrap();
+    });
     let native_dir = m.dir().join("native");
     fs::create_dir(&native_dir).unwrap();
     fs::set_permissions(&native_dir, fs::Permissions::from_mode(0o755)).unwrap();
