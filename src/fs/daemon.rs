@@ -415,7 +415,7 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     let mut fc = fuser::Config::default();
     fc.n_threads = Some(c.opts.threads);
     fc.clone_fd = true;
-    fc.max_threads = Some(c.opts.threads + super::STALLED_THREADS);
+    fc.max_threads = Some(super::most_threads(c.opts.threads));
     let session = match fuser::Session::from_fd(fs, m.dev, acl, fc) {
         Ok(s) => s,
         Err(e) => {

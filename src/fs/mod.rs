@@ -212,7 +212,7 @@ impl CutFs {
         let inodes = Arc::new(InodeTable::new(root)?);
         let cache = Arc::new(IndexCache::with_db(opts.index_cache, db));
         inodes.set_nodes(Arc::new(export::Nodes::new(Some(cache.clone()))));
-        let shares = share::Shares::new(descriptor_policy(&inodes, opts.threads + STALLED_THREADS));
+        let shares = share::Shares::new(descriptor_policy(&inodes, most_threads(opts.threads)));
         let kernel = Arc::<invalidate::Invalidator>::default();
         let ttl = watch::Timeouts::new(opts.attr_timeout, opts.entry_timeout);
         match watch {
@@ -285,7 +285,12 @@ impl CutFs {
 /// request waiting for a stalled filesystem mounted inside BACKING holds
 /// its thread); they stay until the unmount (man cutf8fs, "Filesystems
 /// mounted inside BACKING").
-pub const STALLED_THREADS: usize = 32;
+const STALLED_THREADS: usize = 32;
+
+/// The most threads serving requests with `-o threads=threads`.
+pub fn most_threads(threads: usize) -> usize {
+    threads + STALLED_THREADS
+}
 
 /// Each user's share of the descriptors (`share`): the limit in force,
 /// less the daemon's own — those open now (BACKING, journal, index

@@ -309,21 +309,7 @@ impl<FS: Filesystem> Session<FS> {
             .filter(|_| config.clone_fd && config.max_threads.is_some_and(|m| m > n_threads));
 
         for (i, ch) in channels.into_iter().enumerate() {
-            let thread_name = format!("fuser-{i}");
-            let event_loop = SessionEventLoop {
-                thread_name: thread_name.clone(),
-                filesystem: filesystem.clone(),
-                ch,
-                allowed,
-                session_owner,
-                busy: pool.stamp(),
-                pool: pool.clone(),
-            };
-            threads.push(
-                thread::Builder::new()
-                    .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
-            );
+            threads.push(start_loop(&pool, i, ch, &filesystem, allowed, session_owner)?);
         }
         let grower = match grow_from {
             Some(ch) => {
@@ -686,20 +672,7 @@ fn grow<FS: Filesystem>(
                 continue;
             }
         };
-        let thread_name = format!("fuser-{n}");
-        let event_loop = SessionEventLoop {
-            thread_name: thread_name.clone(),
-            filesystem: fs.clone(),
-            ch,
-            allowed,
-            session_owner,
-            busy: pool.stamp(),
-            pool: pool.clone(),
-        };
-        match thread::Builder::new()
-            .name(thread_name)
-            .spawn(move || event_loop.event_loop())
-        {
+        match start_loop(pool, n, ch, fs, allowed, session_owner) {
             Ok(t) => {
                 warn!(
                     "every thread for requests has been inside one for {} s: added one \
@@ -709,12 +682,37 @@ fn grow<FS: Filesystem>(
                 );
                 pool.extra.lock().push(t);
             }
-            Err(e) => {
-                pool.stamps.lock().pop();
-                warn!("cannot add a thread for requests: {e}");
-            }
+            Err(e) => warn!("cannot add a thread for requests: {e}"),
         }
     }
+}
+
+/// Starts event loop thread number `i` on `ch`, its stamp in `pool` (taken
+/// back if the thread cannot be started).
+fn start_loop<FS: Filesystem>(
+    pool: &Arc<Pool>,
+    i: usize,
+    ch: Channel,
+    fs: &Arc<FilesystemHolder<FS>>,
+    allowed: SessionACL,
+    session_owner: Uid,
+) -> io::Result<JoinHandle<io::Result<()>>> {
+    let thread_name = format!("fuser-{i}");
+    let event_loop = SessionEventLoop {
+        thread_name: thread_name.clone(),
+        filesystem: fs.clone(),
+        ch,
+        allowed,
+        session_owner,
+        busy: pool.stamp(),
+        pool: pool.clone(),
+    };
+    thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || event_loop.event_loop())
+        .inspect_err(|_| {
+            pool.stamps.lock().pop();
+        })
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
