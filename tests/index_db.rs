@@ -20,7 +20,7 @@ use crate::support::mount::{enc, expected_view, Mount};
 use crate::support::users::{sh_as, user};
 
 const DB_DIR: &str = ".cutf8fs-index";
-const DB_FILE: &str = ".cutf8fs-index/index.redb";
+const DB_FILE: &str = ".cutf8fs-index/index.sqlite";
 
 /// The racy margin the daemons and `cutf8 migrate` of these tests use
 /// (`CUTF8FS_RACY_MARGIN_MS`; 2.1 s by default), far above any timestamp
@@ -281,13 +281,13 @@ fn a_damaged_database_costs_one_log_line_and_is_rebuilt() {
     settle();
     check_sizes(&env.mount(&[]), &env.backing, &names, false);
     let len = fs::metadata(env.b(DB_FILE)).unwrap().len();
-    // Garbage of the same length after redb's header (which redb writes
-    // first and never rewrites), then a database cut short.
+    // Garbage of the same length after SQLite's header (which holds the
+    // application id that makes the file ours), then a database cut short.
     for damage in ["garbage", "truncated"] {
         match damage {
             "garbage" => {
                 let mut bytes = fs::read(env.b(DB_FILE)).unwrap();
-                bytes[REDB_HEADER..].fill(0xA5);
+                bytes[SQLITE_HEADER..].fill(0xA5);
                 fs::write(env.b(DB_FILE), bytes).unwrap();
             }
             _ => {
@@ -331,13 +331,13 @@ fn a_damaged_database_costs_one_log_line_and_is_rebuilt() {
     drop(d);
     assert!(
         fs::read(env.b(DB_FILE)).unwrap() == garbage,
-        "a file without redb's header was rewritten:\n{log}"
+        "a file without SQLite's header was rewritten:\n{log}"
     );
     assert!(log.contains("not a database"), "{log}");
 }
 
-/// The length of redb's magic number at the start of its file.
-const REDB_HEADER: usize = 9;
+/// The length of SQLite's database header at the start of its file.
+const SQLITE_HEADER: usize = 100;
 
 #[test]
 fn a_database_from_another_backing_is_emptied_not_trusted() {
@@ -489,9 +489,9 @@ fn a_hostile_backing_owner_cannot_plant_or_redirect_the_database() {
         // The directory is a symlink to a directory of root's.
         "ln -s \"$2\" .cutf8fs-index",
         // The directory is the owner's, its file a symlink to root's file.
-        "mkdir .cutf8fs-index && ln -s \"$3\" .cutf8fs-index/index.redb",
+        "mkdir .cutf8fs-index && ln -s \"$3\" .cutf8fs-index/index.sqlite",
         // The owner's directory, open to all, with a file of the owner's.
-        "mkdir -m 777 .cutf8fs-index && head -c 8192 /dev/urandom > .cutf8fs-index/index.redb",
+        "mkdir -m 777 .cutf8fs-index && head -c 8192 /dev/urandom > .cutf8fs-index/index.sqlite",
     ];
     for case in cases {
         run("rm -rf .cutf8fs-index");
@@ -524,7 +524,7 @@ fn index_db_none_creates_nothing_and_index_db_path_is_used() {
     check_sizes(&d, &env.backing, &["f"], false);
     drop(d);
     assert!(!env.b(DB_DIR).exists());
-    let file = env.dir.path().join("my.redb");
+    let file = env.dir.path().join("my.sqlite");
     let opt = format!("index_db={}", file.display());
     drop(env.mount(&[&opt]).m("f").metadata());
     let d = env.mount(&[&opt]);
@@ -700,7 +700,7 @@ fn migrate_back_to_utf8_removes_the_archives_index_database() {
 
 /// A full BACKING is not a damaged database: when the database cannot be
 /// created for lack of space, the log says so (and the mount goes on with
-/// its indexes in memory), rather than "index.redb is damaged".
+/// its indexes in memory), rather than "index.sqlite is damaged".
 #[test]
 fn a_full_disk_is_not_logged_as_a_damaged_database() {
     let env = Env::new();

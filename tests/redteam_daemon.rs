@@ -145,17 +145,17 @@ fn check_over_a_changing_tree_neither_hangs_nor_leaves_it() {
 
 // ------------------------------------------------------------ index database
 
-const ROOTS_DATA: &[u8] = b"root's own file, named index.redb; not a database\n";
+const ROOTS_DATA: &[u8] = b"root's own file, named index.sqlite; not a database\n";
 
-/// Makes `dir/keep` (root's, 0755) holding `index.redb` (root's, of
+/// Makes `dir/keep` (root's, 0755) holding `index.sqlite` (root's, of
 /// `mode`, [`ROOTS_DATA`]): a directory of root's in a directory the user
 /// writes.
 fn roots_keep(dir: &Path, mode: u32) -> PathBuf {
     let keep = dir.join("keep");
     fs::create_dir(&keep).unwrap();
     chmod(&keep, 0o755);
-    fs::write(keep.join("index.redb"), ROOTS_DATA).unwrap();
-    chmod(&keep.join("index.redb"), mode);
+    fs::write(keep.join("index.sqlite"), ROOTS_DATA).unwrap();
+    chmod(&keep.join("index.sqlite"), mode);
     keep
 }
 
@@ -164,7 +164,7 @@ fn roots_keep(dir: &Path, mode: u32) -> PathBuf {
 const ROOTS_MODES: [u32; 2] = [0o644, 0o600];
 
 /// The owner of BACKING's root renames a directory of root's there (one
-/// holding a file of root's named `index.redb`) to `.cutf8fs-index`: owner,
+/// holding a file of root's named `index.sqlite`) to `.cutf8fs-index`: owner,
 /// mode, link count and device are what the database's place asks for.
 /// The root daemon must leave root's file as it is (before: it took the
 /// file for a damaged database and emptied it, rebuilding it as one) and
@@ -182,7 +182,7 @@ fn the_daemon_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
             crate::support::run::succeeded(&out, format_args!("as the user: mv"));
         });
         assert_eq!(fs::read(m.m("text")).unwrap(), b"hello\n");
-        let held = m.b(".cutf8fs-index/index.redb");
+        let held = m.b(".cutf8fs-index/index.sqlite");
         assert_eq!(
             fs::read(&held).unwrap(),
             ROOTS_DATA,
@@ -224,7 +224,7 @@ fn migrate_leaves_roots_file_in_a_directory_renamed_to_the_index_place() {
             .unwrap()
             .starts_with(&cutf8::MAGIC));
         assert_eq!(
-            fs::read(fx.tree.join(".cutf8fs-index/index.redb")).unwrap(),
+            fs::read(fx.tree.join(".cutf8fs-index/index.sqlite")).unwrap(),
             ROOTS_DATA,
             "root's migrate rewrote root's file of mode {mode:o}:\n{}",
             shown(&out)

@@ -431,7 +431,7 @@ fn mount_on_disk(
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let db = format!("index_db={}", tmp.path().join("index.redb").display());
+    let db = format!("index_db={}", tmp.path().join("index.sqlite").display());
     let mut start = Mount::with(&[&db]);
     if !by_handle {
         start = start.env("CUTF8FS_NO_FILE_HANDLES", "1");

@@ -566,18 +566,18 @@ mod tests {
         assert!(o.read_only());
         assert_eq!(o.allow_other, Some(true));
         assert_eq!(o.index_cache, 16 << 20);
-        let db = parse(&["index_db=/var/lib/a.redb"]).unwrap();
+        let db = parse(&["index_db=/var/lib/a.sqlite"]).unwrap();
         assert_eq!(
             db.index_db,
-            crate::indexdb::Location::File("/var/lib/a.redb".into())
+            crate::indexdb::Location::File("/var/lib/a.sqlite".into())
         );
         assert_eq!(
             parse(&["index_db=none"]).unwrap().index_db,
             crate::indexdb::Location::None
         );
-        assert!(parse(&["index_db=rel.redb"])
+        assert!(parse(&["index_db=rel.sqlite"])
             .unwrap_err()
-            .contains("index_db=rel.redb"));
+            .contains("index_db=rel.sqlite"));
         assert_eq!(o.attr_timeout, Some(Duration::from_millis(500)));
         assert!(!parse(&["watch=off"]).unwrap().watch);
         assert!(parse(&["watch=maybe"]).unwrap_err().contains("auto, off"));

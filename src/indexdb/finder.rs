@@ -25,8 +25,21 @@ pub(super) struct Finder {
     pub(super) ro_fs: bool,
 }
 
+/// A database file judged usable, with the directory it was opened in
+/// (SQLite reaches the file and its companions through that directory's
+/// descriptor: `store`).
+pub(super) struct Place {
+    pub(super) dir: OwnedFd,
+    /// The file's name in `dir`.
+    pub(super) name: PathBuf,
+    /// The file, opened and checked (kept open while SQLite uses it).
+    pub(super) file: File,
+    /// Its path, for messages.
+    pub(super) path: PathBuf,
+}
+
 pub(super) enum Found {
-    Here(File, PathBuf),
+    Here(Place),
     /// BACKING has no database yet: created with the first record.
     Later,
     Nothing,
@@ -41,11 +54,16 @@ impl Finder {
                 let dir = p.parent().unwrap_or(Path::new(""));
                 let name = p.file_name().map(Path::new).unwrap_or(Path::new(""));
                 let r = match place::open_given_dir(dir) {
-                    Ok(d) => place::open_file(d.as_fd(), name),
+                    Ok(d) => place::open_file(d.as_fd(), name).map(|f| (d, f)),
                     Err(e) => Err(format!("its directory cannot be opened ({e})")),
                 };
                 return match r {
-                    Ok(f) => Found::Here(f, p.clone()),
+                    Ok((d, file)) => Found::Here(Place {
+                        dir: d,
+                        name: name.to_path_buf(),
+                        file,
+                        path: p.clone(),
+                    }),
                     Err(why) => {
                         log::warn!(
                             "index database {}: {why}; indexes kept in memory only. Give \
@@ -67,7 +85,14 @@ impl Finder {
                 );
                 match dir {
                     Ok(d) => match place::open_file(d.as_fd(), Path::new(place::FILE)) {
-                        Ok(f) => return Found::Here(f, here.join(place::FILE)),
+                        Ok(file) => {
+                            return Found::Here(Place {
+                                dir: d,
+                                name: PathBuf::from(place::FILE),
+                                file,
+                                path: here.join(place::FILE),
+                            })
+                        }
                         Err(why) => Some(format!("{}: {why}", place::FILE)),
                     },
                     Err(Unusable::Missing) if place::writable(self.root.as_fd()) => {
@@ -93,10 +118,16 @@ impl Finder {
             Some(dir) => {
                 let r = place::open_cache_dir(&dir).and_then(|fd| {
                     let name = place::cache_file_name(&self.backing);
-                    place::open_file(fd.as_fd(), &name).map(|f| (f, dir.join(name)))
+                    let file = place::open_file(fd.as_fd(), &name)?;
+                    Ok(Place {
+                        path: dir.join(&name),
+                        dir: fd,
+                        name,
+                        file,
+                    })
                 });
                 match (r, why) {
-                    (Ok((f, p)), None) => {
+                    (Ok(pl), None) => {
                         let why = if self.ro_mount {
                             "a read-only mount (-o ro) writes nothing to BACKING"
                         } else if self.ro_fs {
@@ -104,17 +135,17 @@ impl Finder {
                         } else {
                             "BACKING's root directory is not writable by the daemon's user"
                         };
-                        log::info!("{why}: index database kept in {}", p.display());
-                        Found::Here(f, p)
+                        log::info!("{why}: index database kept in {}", pl.path.display());
+                        Found::Here(pl)
                     }
-                    (Ok((f, p)), Some(why)) => {
+                    (Ok(pl), Some(why)) => {
                         log::warn!(
                             "index database {}: {why}; not used (remove it to let the mount \
                              create its own), kept in {} instead",
                             here.display(),
-                            p.display()
+                            pl.path.display()
                         );
-                        Found::Here(f, p)
+                        Found::Here(pl)
                     }
                     (Err(e), _) => {
                         log::warn!(

@@ -59,16 +59,20 @@
 //!
 //! # Where, and who may write it
 //!
-//! By default `BACKING/.cutf8fs-index/index.redb`, so every machine that
+//! By default `BACKING/.cutf8fs-index/index.sqlite`, so every machine that
 //! mounts the archive benefits; the directory is hidden by the mount and
 //! skipped by migrate (`trust::is_internal`). It is opened like the
 //! journal (`place`): relative to BACKING's root descriptor, `O_NOFOLLOW`,
 //! owned by the daemon's user, not writable by group or others, on BACKING's
-//! filesystem; the file ours, regular, one link, and empty or a redb file
-//! (its magic number, whatever its mode): the owner of BACKING's root can
-//! rename a directory of ours there, and a file of ours in it under the
-//! database's name that is something else is left as it is (`store`),
-//! never emptied to rebuild. When BACKING is read-only
+//! filesystem; the file ours, regular, one link, and empty or an SQLite
+//! file with our application id (`store`): the owner of BACKING's root can
+//! rename a directory of root's there, and a file of root's in it under the
+//! database's name (any other file, or another program's SQLite database)
+//! is left as it is, never emptied to rebuild. SQLite opens the file and
+//! its companions (`-wal`, `-shm`, `-journal`) as `/proc/self/fd/N/NAME`,
+//! N the directory checked once, through a VFS that never resolves that
+//! name again (`crate::sys::sqlite`): a rename of the directory between two
+//! of SQLite's opens cannot lead it elsewhere. When BACKING is read-only
 //! (`-o ro` too) or that place fails a check (say BACKING's owner planted a
 //! symlink or a directory of theirs there), the database lives in a cache
 //! directory instead (`/var/cache/cutf8fs` for root, else
@@ -76,73 +80,94 @@
 //! `-o index_db=PATH` names the file, `-o index_db=none` keeps indexes in
 //! memory only.
 //!
-//! # Why redb
+//! # Several daemons at the same moment: why SQLite
 //!
-//! redb (pure Rust, copy-on-write B-trees, checksummed commits) over SQLite
-//! (`rusqlite`): redb runs on a file we opened and checked ourselves
-//! ([`redb::Builder::create_file`]) and writes nothing else, while SQLite
-//! opens its database, `-journal`, `-wal` and `-shm` files by path, next to
-//! each other — names in a tree the daemon does not trust, which it would
-//! resolve again and again. redb also builds without a C compiler. Its cost:
-//! one process at a time holds the file (an exclusive `flock`). So a mount
-//! holds it only while it uses it and lets go after a second idle
-//! (`lease`): a second mount of the same BACKING (or a `cutf8 migrate`
-//! while it is mounted) that finds it held does without it for that
-//! moment (one log line), tries again at most every quarter second, and is
-//! as warm as the first once that is quiet; the file is never written by
-//! two at once. (Other designs: one shard per daemon would leave a second
-//! mount cold on what the first learned; opening per transaction costs an
-//! open and a header write per lookup.)
+//! Every daemon of a BACKING (a second mount, another host over shared
+//! storage, a new daemon while the old one is still exiting) reads and
+//! writes the one database at the same moment, and nothing one learned is
+//! dropped because another was using it. Until version 3 the store was
+//! redb, which lets one process at a time hold the file: a second mount
+//! listing at the same moment did without it (4.1–8.4× as long as one
+//! mount alone, reading half the tree's bytes to size files), a batch of
+//! node records refused was dropped (file handles answered ESTALE after a
+//! restart), and the holder kept it open for writing. The candidates, and
+//! why this one:
+//!
+//! * **SQLite** (`rusqlite`, built in): many readers and one writer
+//!   across processes. On a local filesystem in WAL mode readers never
+//!   wait and a writer waits for another's commit (`busy_timeout`) instead
+//!   of giving up; on a network or FUSE filesystem (no shared memory
+//!   between hosts) the rollback journal, which needs only POSIX locks,
+//!   and readers wait out a commit (`store::local`). Damage is an error
+//!   code, never a crash. Its one hazard here, opening companions by path
+//!   in a tree the daemon does not trust, is closed by the pinned VFS.
+//! * LMDB (`heed`): as concurrent, but a damaged file (a bad page
+//!   pointer in a memory map) can crash the daemon, its map size is fixed
+//!   in advance, and it never works over NFS.
+//! * Per-daemon files others read: a daemon would be cold on what the
+//!   others learned until it merged them; merging is the database again.
+//! * `trusted.` extended attributes on each file: unforgeable by users
+//!   and kept with the file, but setting one changes the file's ctime,
+//!   which is exactly what a record is checked against ("Never stale"),
+//!   node records have no file to live on, and NFS has no `trusted.`.
+//!
+//! Measured with two mounts of one BACKING listing at the same moment
+//! (`scripts/bench-mount.sh`, docs/performance.md): see the figure there.
+//!
+//! A daemon holds a connection only while it uses it (`pool`: closed
+//! after a second idle), so an idle daemon holds nothing of the database
+//! open: BACKING's filesystem can be remounted read-only, or unmounted as
+//! soon as the view is. A daemon that is closing commits everything it
+//! queued before it ends, and a daemon starting meanwhile that misses a
+//! node record waits for that (`closing`).
 //!
 //! # Never worse than without it
 //!
 //! Missing: created with the first record (an index, or a node record —
-//! `nodes`, which the first lookup of a mount stores). Truncated, damaged, or a record that does not decode:
-//! one log line, the file is emptied and rebuilt (records that do not
-//! decode are skipped); a file that does not begin with redb's header is
-//! not a database, and is left as it is. Busy, or not trusted: one log line, memory only or
-//! the cache directory. No failure here fails a mount or a request; a panic
-//! inside the database code is caught and turns the database off.
+//! `nodes`, which the first lookup of a mount stores). Damaged (found when
+//! a mount starts, which checks it): one log line, removed and made
+//! afresh; damage found later turns it off for the rest of that mount. A
+//! file that is not ours is left as it is. A full or failing disk: one
+//! log line, memory only, the file kept. No failure here fails a mount or
+//! a request.
 //!
 //! Writes never wait on the disk in a request: stored records go through a
-//! bounded queue to one writer thread, which commits them in batches (one
-//! fsync per batch); a full queue drops the record (costs only speed). A
-//! record used a week or more after it was last dated is dated again; at unmount, records unused for [`MAX_AGE_DAYS`] are
-//! collected, and beyond [`MAX_RECORDS`] the least recently used go, so
-//! the file stays bounded however many files come and go. One record per
-//! inode: a file that changes replaces its record.
+//! bounded queue to one writer thread, which commits them in batches; a
+//! full queue drops an index record (it costs only speed) and makes a node
+//! record wait (bounded: a lost one is a handle that no longer opens). A
+//! record used a week or more after it was last dated is dated again; at
+//! unmount, records unused for [`MAX_AGE_DAYS`] are collected, and beyond
+//! [`MAX_RECORDS`] the least recently used go, so the file stays bounded
+//! however many files come and go. One record per inode: a file that
+//! changes replaces its record.
 
-// redb's error type is large; it travels only on the rare failure path,
-// where it is logged once.
-#![allow(clippy::result_large_err)]
-
+mod closing;
 mod finder;
-mod lease;
 mod nodes;
 mod place;
+mod pool;
 mod record;
 mod store;
 mod trees;
 mod writer;
 
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use redb::TableDefinition;
+use rusqlite::OptionalExtension;
 
 use crate::io::Stamp;
 use crate::view::OffsetIndex;
 use finder::{Finder, Found};
-use lease::Lease;
 pub use place::DIR;
-use store::{start_db, Opened};
+use pool::Pool;
+use store::Failed;
 pub use trees::{record_written, remove_unused, Removal};
 
 /// A scan must start this long after the file's last change (ctime) for
@@ -160,18 +185,13 @@ pub const MAX_RECORDS: u64 = 4 << 20;
 /// `cutf8 migrate` records written files at least this large.
 pub const MIGRATE_MIN: u64 = 64 << 10;
 
-/// Tries (50 ms apart) to lock a database another process holds.
-const LOCK_TRIES: u32 = 40;
-
 /// Records waiting for the writer thread.
 const QUEUE: usize = 8192;
 /// Longest wait before a batch is committed.
 const BATCH_WAIT: Duration = Duration::from_millis(300);
-
-const RECORDS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("records");
-const META: TableDefinition<&str, (u64, u64)> = TableDefinition::new("meta");
-/// META key: BACKING root's `(st_dev, st_ino)`.
-const ROOT: &str = "root";
+/// How long a node record waits for room in a full queue before it is
+/// dropped (the writer is then stuck on a disk that does not answer).
+const NODE_QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 /// Where the database is, from `-o index_db=`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -208,14 +228,16 @@ enum Op {
 
 /// What lookups and the writer share.
 struct Shared {
-    /// The database while this daemon holds it (`lease`: opened when
-    /// needed, by the writer when the first record creates it, and let go
-    /// when idle).
-    lease: Lease,
-    /// Where it is, for messages.
-    path: Mutex<PathBuf>,
-    /// Set once a panic turned the database off.
-    off: AtomicBool,
+    pool: Pool,
+    /// Records sent and not yet taken care of by the writer.
+    queued: AtomicUsize,
+}
+
+impl Shared {
+    /// The writer took care of `n` records (committed or given up on).
+    fn done(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::Relaxed);
+    }
 }
 
 struct Open {
@@ -261,59 +283,6 @@ pub fn settled(ctime: (i64, i64), started: (i64, i64)) -> bool {
     to_ns(started) - to_ns(ctime) > racy_margin().as_nanos() as i128
 }
 
-thread_local! {
-    /// How many [`quiet`] calls this thread is inside.
-    static QUIET: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// One read of the database (`read`, run under [`quiet`]): its value, or
-/// None when there is none or the read failed. A failed internal check
-/// (a panic in redb) turns the database off for the rest of the mount,
-/// said once.
-fn read_one(
-    shared: &Shared,
-    read: impl FnOnce() -> Result<Option<Vec<u8>>, redb::Error>,
-) -> Option<Vec<u8>> {
-    match quiet(read) {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            log::debug!("index database: lookup failed: {e}");
-            None
-        }
-        Err(_) => {
-            if !shared.off.swap(true, Ordering::Relaxed) {
-                log::warn!(
-                    "index database {}: redb failed an internal check on a lookup; \
-                     not used for the rest of this mount",
-                    shared.path.lock().display()
-                );
-            }
-            None
-        }
-    }
-}
-
-/// Runs database code, catching a panic (redb asserts on some damaged
-/// files): the caller turns it into "no database". Such a panic is logged
-/// at debug level only; the caller logs the one line that matters.
-fn quiet<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if QUIET.with(|q| q.get()) > 0 {
-                log::debug!("index database code failed: {info}");
-            } else {
-                previous(info);
-            }
-        }));
-    });
-    QUIET.with(|q| q.set(q.get() + 1));
-    let r = catch_unwind(AssertUnwindSafe(f));
-    QUIET.with(|q| q.set(q.get() - 1));
-    r
-}
-
 impl IndexDb {
     /// No database: indexes live in memory only.
     pub fn none() -> IndexDb {
@@ -347,42 +316,23 @@ impl IndexDb {
             ro_fs: fs_ro,
         };
         let path = finder.backing.join(DIR).join(place::FILE);
-        let (db, exists, path) = match finder.find(false) {
-            Found::Here(file, path) => match start_db(file, &path, finder.root_id, 1) {
-                Opened::Db(db) => (Some(db), true, path),
-                Opened::Busy => {
-                    log::info!(
-                        "index database {} is in use by another mount (or migrate): this \
-                         mount uses it whenever the other has let it go (after {} s idle)",
-                        path.display(),
-                        lease::IDLE.as_secs()
-                    );
-                    (None, true, path)
-                }
-                Opened::Failed => return IndexDb::none(),
-            },
-            Found::Later => (None, false, path),
-            Found::Nothing => return IndexDb::none(),
+        let (db, path) = match first_open(&finder) {
+            Ok(Some(db)) => {
+                let p = db.pin().path().to_path_buf();
+                (Some(db), p)
+            }
+            Ok(None) => (None, path),
+            Err(()) => return IndexDb::none(),
         };
         let shared = Arc::new(Shared {
-            lease: Lease::new(finder, db, exists),
-            path: Mutex::new(path),
-            off: AtomicBool::new(false),
+            pool: Pool::new(finder, path, db),
+            queued: AtomicUsize::new(0),
         });
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let w = shared.clone();
         let writer = std::thread::Builder::new()
             .name("index-db".into())
-            .spawn(move || {
-                if quiet(|| writer::writer(&w, rx)).is_err() {
-                    w.off.store(true, Ordering::Relaxed);
-                    log::warn!(
-                        "index database {}: its writer failed an internal check; not used \
-                         for the rest of this mount",
-                        w.path.lock().display()
-                    );
-                }
-            });
+            .spawn(move || writer::writer(&w, rx));
         let Ok(writer) = writer else {
             return IndexDb::none();
         };
@@ -395,34 +345,28 @@ impl IndexDb {
         }
     }
 
-    fn db(&self) -> Option<(&Shared, Arc<store::Db>)> {
-        let s = &self.inner.as_ref()?.shared;
-        if s.off.load(Ordering::Relaxed) {
-            return None;
-        }
-        let db = s.lease.get(s, 1, false)?;
-        Some((s, db))
-    }
-
     /// Whether there is a database, open or to be created with the first
     /// record.
     fn is_usable(&self) -> bool {
         self.inner.is_some()
     }
 
-    /// Whether a database is open now (not only to be created).
+    /// Whether the database can be read now (it exists and is usable).
     pub fn is_open(&self) -> bool {
-        self.db().is_some()
+        self.inner
+            .as_ref()
+            .is_some_and(|o| o.shared.pool.read(|_| Ok(Some(()))).is_some())
     }
 
     /// The index stored for exactly `state`, if any.
     pub fn get(&self, state: &Stamp) -> Option<OffsetIndex> {
-        let (shared, db) = self.db()?;
+        let pool = &self.inner.as_ref()?.shared.pool;
         let key = (state.dev, state.ino);
-        let bytes = read_one(shared, || {
-            let r = db.begin_read()?;
-            let t = r.open_table(RECORDS)?;
-            Ok(t.get(key)?.map(|v| v.value().to_vec()))
+        let bytes = pool.read(|db| {
+            db.conn
+                .prepare_cached("SELECT value FROM records WHERE dev = ?1 AND ino = ?2")?
+                .query_row([key.0 as i64, key.1 as i64], |r| r.get::<_, Vec<u8>>(0))
+                .optional()
         })?;
         let rec = record::decode(state.dev, state.ino, &bytes)?;
         if rec.state != *state
@@ -432,7 +376,10 @@ impl IndexDb {
         }
         let today = day_of(now());
         if rec.seen_day.saturating_add(7) <= today {
-            self.send(key, record::encode(state, today, &rec.index));
+            self.send_op(
+                Op::Put(key, record::encode(state, today, &rec.index)),
+                false,
+            );
         }
         Some(rec.index)
     }
@@ -445,38 +392,114 @@ impl IndexDb {
             return;
         }
         let today = day_of(now());
-        self.send((state.dev, state.ino), record::encode(state, today, index));
+        let op = Op::Put((state.dev, state.ino), record::encode(state, today, index));
+        self.send_op(op, false);
     }
 
-    fn send(&self, key: (u64, u64), bytes: Vec<u8>) {
-        self.send_op(Op::Put(key, bytes));
-    }
-
-    fn send_op(&self, op: Op) {
+    /// Queues `op` for the writer. A full queue drops an index record (it
+    /// costs only speed) but makes a node record wait, up to
+    /// [`NODE_QUEUE_WAIT`]: a lost one is a file handle that no longer
+    /// opens.
+    fn send_op(&self, op: Op, wait: bool) {
         let Some(open) = self.inner.as_ref() else {
             return;
         };
-        if open.shared.off.load(Ordering::Relaxed) {
+        if open.shared.pool.off.load(Ordering::Relaxed) {
             return;
         }
-        if let Some(tx) = open.tx.lock().as_ref() {
+        let Some(tx) = open.tx.lock().clone() else {
+            return;
+        };
+        open.shared.queued.fetch_add(1, Ordering::Relaxed);
+        let mut op = op;
+        let until = Instant::now() + NODE_QUEUE_WAIT;
+        loop {
             match tx.try_send(op) {
-                Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-                Err(TrySendError::Full(_)) => log::debug!("index database queue full"),
+                Ok(()) => return,
+                Err(TrySendError::Full(back)) if wait && Instant::now() < until => {
+                    op = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TrySendError::Full(_)) => {
+                    log::debug!("index database queue full");
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => break,
             }
         }
+        open.shared.done(1);
     }
 
-    /// Commits every record stored so far; stores no more.
+    /// Commits every record stored so far; stores no more. While it does,
+    /// a daemon starting on the same BACKING that misses a node record
+    /// waits for it (`closing`).
     pub fn close(&self) {
         let Some(open) = self.inner.as_ref() else {
             return;
         };
+        let pending = open.shared.queued.load(Ordering::Relaxed) > 0;
+        let closing = pending.then(|| closing::begin(&open.shared.pool)).flatten();
         drop(open.tx.lock().take());
         if let Some(w) = open.writer.lock().take() {
             let _ = w.join();
         }
-        open.shared.lease.release();
+        open.shared.pool.release();
+        drop(closing);
+    }
+}
+
+/// The database as the mount starts: opened and checked once, so a
+/// damaged one is rebuilt now, before any other thread uses it. Ok(None):
+/// none yet (created with the first record); Err: none for this mount.
+fn first_open(finder: &Finder) -> Result<Option<store::Db>, ()> {
+    let place = match finder.find(false) {
+        Found::Here(p) => p,
+        Found::Later => return Ok(None),
+        Found::Nothing => return Err(()),
+    };
+    let path = place.path.clone();
+    let refused = |why: Failed| match why {
+        Failed::NotOurs(why) => log::warn!(
+            "index database {}: {why}: left as it is; indexes kept in memory only (move it \
+             away to let the mount create its database)",
+            path.display()
+        ),
+        Failed::Disk(e) => store::disk_failed(&path, &e),
+        Failed::Busy => log::warn!(
+            "index database {}: locked by another daemon for over {} s; indexes kept in \
+             memory only",
+            path.display(),
+            pool::WRITE_WAIT.as_secs()
+        ),
+        Failed::Damaged(why) => log::warn!(
+            "index database {}: cannot create it ({why}); indexes kept in memory only",
+            path.display()
+        ),
+    };
+    let pin = store::pin(place).map_err(&refused)?;
+    match store::open(&pin, finder.root_id, pool::WRITE_WAIT) {
+        Ok(db) => Ok(Some(db)),
+        Err(Failed::Damaged(why)) => {
+            log::warn!(
+                "index database {} is damaged ({why}); rebuilding it (sizes are learned again \
+                 by reading the files)",
+                path.display()
+            );
+            store::remove(&pin);
+            drop(pin);
+            let place = match finder.find(true) {
+                Found::Here(p) => p,
+                Found::Later | Found::Nothing => return Err(()),
+            };
+            let pin = store::pin(place).map_err(&refused)?;
+            store::open(&pin, finder.root_id, pool::WRITE_WAIT)
+                .map(Some)
+                .map_err(&refused)
+        }
+        Err(e) => {
+            refused(e);
+            Err(())
+        }
     }
 }
 
@@ -594,15 +617,22 @@ mod tests {
         assert!(db.is_open());
         assert_eq!(db.get(&st), None);
         drop(db);
-        // Garbage after redb's header, then a cut.
+        // Garbage after SQLite's header, then a cut.
         let mut bytes = std::fs::read(&file).unwrap();
         let len = bytes.len() as u64;
-        bytes[9..].fill(0x5a);
+        bytes[100..].fill(0x5a);
         std::fs::write(&file, bytes).unwrap();
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(db.is_open());
         assert_eq!(db.get(&st), None);
         db.put(&st, now(), &index);
+        drop(db);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(
+            db.get(&st),
+            Some(index.clone()),
+            "the rebuilt database works"
+        );
         drop(db);
         let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
         f.set_len(len / 3).unwrap();
@@ -611,9 +641,8 @@ mod tests {
         assert_eq!(db.get(&st), None);
     }
 
-    /// A database damaged while it is open (redb's header intact, garbage
-    /// after it) is closed without taking the process down: redb's check
-    /// at closing panicked on the daemon's main thread at the unmount.
+    /// A database damaged while it is open is closed without taking the
+    /// process down, and the next open rebuilds it.
     #[test]
     fn a_database_damaged_while_open_closes_without_a_panic() {
         let d = tempfile::tempdir().unwrap();
@@ -623,19 +652,23 @@ mod tests {
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(db.get(&state(4, 8 + index.disk_len())).is_some());
         let mut bytes = std::fs::read(&file).unwrap();
-        bytes[9..].fill(0xA5);
+        bytes[100..].fill(0xA5);
         std::fs::write(&file, &bytes).unwrap();
         for n in 0..50 {
             db.put(&state(100 + n, 8 + index.disk_len()), now(), &index);
         }
         let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.close()));
         assert!(closed.is_ok(), "closing a damaged database panicked");
+        drop(db);
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.is_open());
     }
 
-    /// Two openers of one database (two mounts of one BACKING) take turns:
-    /// each lets go when idle, and the other then reads what it stored.
+    /// Two openers of one database (two mounts of one BACKING) read and
+    /// write it at the same moment: neither waits for the other to let go,
+    /// and each reads what the other stored as soon as it is committed.
     #[test]
-    fn two_openers_take_turns_and_each_reads_what_the_other_stored() {
+    fn two_openers_at_once_each_read_what_the_other_stored() {
         let d = tempfile::tempdir().unwrap();
         let index = text_index(1);
         let st = state(5, 8 + index.disk_len());
@@ -644,34 +677,105 @@ mod tests {
         let first = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         let second = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert!(first.is_open());
-        assert!(!second.is_open(), "two processes hold the database");
-        first.put(&st, now(), &index);
+        assert!(second.is_open(), "the second opener was kept out");
         let turn = |db: &IndexDb, st: &Stamp| {
-            let until = std::time::Instant::now() + Duration::from_secs(20);
+            let until = std::time::Instant::now() + Duration::from_secs(5);
             while std::time::Instant::now() < until {
                 if let Some(i) = db.get(st) {
                     return Some(i);
                 }
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(10));
             }
             None
         };
-        assert_eq!(
-            turn(&second, &st),
-            Some(index.clone()),
-            "second never got it"
-        );
-        second.put(&st2, now(), &index);
-        assert_eq!(
-            turn(&first, &st2),
-            Some(index.clone()),
-            "first never got it back"
-        );
+        // Both keep reading all along.
+        let busy = std::sync::atomic::AtomicBool::new(true);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while busy.load(Ordering::Relaxed) {
+                    assert!(first.get(&state(4, 8)).is_some());
+                    assert!(second.get(&state(4, 8)).is_some());
+                }
+            });
+            first.put(&st, now(), &index);
+            second.put(&st2, now(), &index);
+            assert_eq!(
+                turn(&second, &st),
+                Some(index.clone()),
+                "second never got it"
+            );
+            assert_eq!(
+                turn(&first, &st2),
+                Some(index.clone()),
+                "first never got it"
+            );
+            busy.store(false, Ordering::Relaxed);
+        });
+        // A node record stored by one is read by the other.
+        first.put_node(77, b"rec".to_vec());
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while second.node(77).is_none() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(second.node(77), Some(b"rec".to_vec()));
         drop(first);
         drop(second);
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert_eq!(db.get(&st), Some(index.clone()));
         assert_eq!(db.get(&st2), Some(index));
+    }
+
+    /// A node record queued by a daemon that is closing is found by a
+    /// lookup of another that starts meanwhile: the lookup waits for the
+    /// closing one's commit instead of answering "unknown".
+    #[test]
+    fn a_node_record_of_a_closing_opener_is_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
+        let old = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        let new = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(new.is_open());
+        for ino in 1000..3000 {
+            old.put_node(ino, ino.to_le_bytes().to_vec());
+        }
+        // Closing at once: the records are still queued (BATCH_WAIT).
+        std::thread::scope(|s| {
+            s.spawn(|| old.close());
+            let lock = d.path().join(DIR).join(format!("{}-closing", place::FILE));
+            let until = std::time::Instant::now() + Duration::from_secs(5);
+            while !lock.exists() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            assert_eq!(new.node(2999), Some(2999u64.to_le_bytes().to_vec()));
+        });
+        // An unknown node costs no wait once nobody is closing.
+        let t = std::time::Instant::now();
+        assert_eq!(new.node(5), None);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+
+    /// An idle opener holds nothing of the database open.
+    #[test]
+    fn an_idle_opener_holds_no_descriptor_of_the_database() {
+        let d = tempfile::tempdir().unwrap();
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
+        let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert!(db.get(&state(4, 8)).is_some());
+        let held = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+                .filter(|p| p.starts_with(d.path().join(DIR)))
+                .count()
+        };
+        assert!(held() > 0);
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while held() > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(held(), 0, "still open after the idle time");
+        assert!(db.get(&state(4, 8)).is_some(), "opened again when needed");
     }
 
     #[test]
@@ -703,7 +807,10 @@ mod tests {
         let st = state(5, 8 + index.disk_len());
         stored(d.path(), &st, &index);
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
-        writer::collect(&db.db().unwrap().1, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        let pool = &db.inner.as_ref().unwrap().shared.pool;
+        let w = pool.writer().ok().unwrap();
+        writer::collect(&w.conn, day_of(now()) + MAX_AGE_DAYS + 1).unwrap();
+        drop(w);
         assert_eq!(db.get(&st), None);
     }
 }

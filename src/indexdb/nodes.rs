@@ -4,73 +4,52 @@
 //! name), so that a file handle made through the mount opens its file
 //! after the kernel forgot the inode and after the daemon restarted.
 //! Called by `fs::export`; stored through the writer thread like the
-//! index records, collected like them when unused for
+//! index records (a full queue makes the caller wait, bounded, instead of
+//! dropping one: `IndexDb::put_node`), collected like them when unused for
 //! [`MAX_AGE_DAYS`](super::MAX_AGE_DAYS).
 //!
-//! A stored value is the day it was last written (4 bytes, little endian)
-//! followed by the record. The writer skips a record equal to the stored
-//! one unless that was written a week or more ago, so a warm mount's
-//! lookups write nothing.
+//! A row is the inode number, the day it was last written and the record.
+//! The writer leaves a row equal to the new record alone unless it was
+//! written a week or more ago ([`WRITE`]), so a warm mount's lookups
+//! change nothing.
 
-use redb::{ReadableTable, TableDefinition};
+use rusqlite::OptionalExtension;
 
-use super::{day_of, now, read_one, IndexDb, Op};
-
-/// Inode number → day written + record.
-pub(super) const NODES: TableDefinition<u64, &[u8]> = TableDefinition::new("nodes");
+use super::{day_of, now, IndexDb, Op};
 
 /// A stored record is written again once it is this many days old.
 const REDATE_DAYS: u32 = 7;
 
+/// The writer's statement: `?1` inode, `?2` today, `?3` the record.
+pub(super) const WRITE: &str = "INSERT INTO nodes(ino, day, rec) VALUES (?1, ?2, ?3) \
+     ON CONFLICT(ino) DO UPDATE SET day = excluded.day, rec = excluded.rec \
+     WHERE nodes.rec != excluded.rec OR nodes.day + 7 <= excluded.day";
+
+const _: () = assert!(REDATE_DAYS == 7, "WRITE names the week");
+
 impl IndexDb {
-    /// The record stored for inode number `ino`, if any.
+    /// The record stored for inode number `ino`, if any. When there is
+    /// none but a daemon of this BACKING is still committing what it
+    /// queued before it closed (a restart at once after an unmount), waits
+    /// for that, at most [`super::closing::WAIT`], and looks again.
     pub fn node(&self, ino: u64) -> Option<Vec<u8>> {
-        let (shared, db) = self.db()?;
-        read_one(shared, || {
-            let r = db.begin_read()?;
-            let t = match r.open_table(NODES) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            Ok(t.get(ino)?.map(|v| v.value().to_vec()))
-        })
-        .and_then(|v| v.get(4..).map(<[u8]>::to_vec))
+        let pool = &self.inner.as_ref()?.shared.pool;
+        let read = || {
+            pool.read(|db| {
+                db.conn
+                    .prepare_cached("SELECT rec FROM nodes WHERE ino = ?1")?
+                    .query_row([ino as i64], |r| r.get::<_, Vec<u8>>(0))
+                    .optional()
+            })
+        };
+        read().or_else(|| super::closing::waited(pool).then(read).flatten())
     }
 
     /// Stores `record` for inode number `ino` (through the writer thread;
-    /// dropped when its queue is full).
+    /// waits while its queue is full).
     pub fn put_node(&self, ino: u64, record: Vec<u8>) {
-        self.send_op(Op::Node(ino, record));
+        self.send_op(Op::Node(ino, record), true);
     }
-}
-
-/// Writes one node record in the writer's transaction, unless the stored
-/// one is the same and recent. Returns whether anything changed.
-pub(super) fn write(
-    t: &mut redb::Table<'_, u64, &[u8]>,
-    ino: u64,
-    record: &[u8],
-    today: u32,
-) -> Result<bool, redb::Error> {
-    if let Some(v) = t.get(ino)? {
-        let v = v.value();
-        if v.get(4..) == Some(record) && day(v).saturating_add(REDATE_DAYS) > today {
-            return Ok(false);
-        }
-    }
-    let mut v = Vec::with_capacity(4 + record.len());
-    v.extend_from_slice(&today.to_le_bytes());
-    v.extend_from_slice(record);
-    t.insert(ino, v.as_slice())?;
-    Ok(true)
-}
-
-/// The day a stored value was written.
-pub(super) fn day(v: &[u8]) -> u32 {
-    v.get(..4)
-        .and_then(|d| d.try_into().ok())
-        .map_or(0, u32::from_le_bytes)
 }
 
 /// Today, for the writer.

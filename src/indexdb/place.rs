@@ -22,7 +22,7 @@ use crate::trust::{self, Access, Rule, Unusable};
 /// The directory at BACKING's root that holds the database.
 pub const DIR: &str = ".cutf8fs-index";
 /// The database file in its directory.
-pub const FILE: &str = "index.redb";
+pub const FILE: &str = "index.sqlite";
 
 fn euid() -> u32 {
     trust::euid()
@@ -106,7 +106,7 @@ pub fn cache_file_name(backing: &Path) -> PathBuf {
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .take(32)
         .collect();
-    PathBuf::from(format!("index-{base}-{h:016x}.redb"))
+    PathBuf::from(format!("index-{base}-{h:016x}.sqlite"))
 }
 
 /// Opens the cache directory (creating it and its parents), checked.

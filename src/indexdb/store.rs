@@ -1,278 +1,300 @@
-//! Opening the redb file of an index database: our own lock on it first,
-//! then redb; a database that is damaged or another BACKING's is emptied
-//! and started afresh, one that the disk will not let us write is left as
-//! it is. Called by `IndexDb::open` and the writer thread.
-
-// redb's error type is large; it travels only on the rare failure path,
-// where it is logged once.
-#![allow(clippy::result_large_err)]
+//! The SQLite file of an index database: judged ours before it is used
+//! (empty, or SQLite with our application id: a file of anyone else's
+//! under its name is left as it is), opened through the descriptor of the
+//! directory it was found in (`crate::sys::sqlite`), made BACKING's (a
+//! database from another BACKING is emptied), and rebuilt when damaged.
+//! Called by the connection pool (`pool`), which knows when to open it.
 
 use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{quiet, META, RECORDS, ROOT};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-/// redb's page cache: 1 MiB, not its default of a GiB, so what a burst of
-/// writes caches is little and goes when the database is let go. (The
-/// node records a first `ls -l` of a huge directory stores fill any cache:
-/// 4 MiB here came to 17 bytes an inode at 200 000, docs/performance.md;
-/// the pages themselves stay in the kernel's page cache.)
-const CACHE: usize = 1 << 20;
+use super::finder::Place;
 
-/// An open database, closed under the same guard as its use: redb
-/// checks the file again as it closes it, and a damaged one (redb's
-/// header intact, garbage after it) made that check panic on the
-/// daemon's main thread at the unmount (exit 101).
-pub(super) struct Db(Option<redb::Database>);
+/// `PRAGMA application_id` of our databases ("cu8i"): an SQLite file
+/// without it is somebody else's and never written.
+const APP_ID: i64 = 0x6375_3869;
+/// `PRAGMA user_version` of the schema below.
+const SCHEMA: i64 = 1;
+/// SQLite's page cache per connection, in KiB (its default is 2 MiB): what
+/// a burst caches is little and goes when the connection closes.
+const CACHE_KIB: i64 = 512;
+
+/// A database file judged ours, with the directory descriptor SQLite
+/// reaches it (and its `-wal`, `-shm`, `-journal`) through. Kept while a
+/// connection of this process uses it: closing any descriptor of an SQLite
+/// file would drop the POSIX locks SQLite holds on it, so the file's own
+/// descriptor is closed only once no connection is open (`pool`).
+pub(super) struct Pinned {
+    place: Place,
+    /// `/proc/self/fd/N/NAME`, N `place.dir`.
+    sqlite_name: String,
+    /// The schema and BACKING's identity were checked once for this file.
+    checked: AtomicBool,
+}
+
+impl Pinned {
+    /// The file's path, for messages.
+    pub(super) fn path(&self) -> &Path {
+        &self.place.path
+    }
+
+    /// Opens `NAME` + `suffix` beside the database (the closing lock,
+    /// `closing`): created when `create`, checked like the database.
+    pub(super) fn companion(&self, suffix: &str, create: bool) -> Option<File> {
+        let mut name = self.place.name.clone().into_os_string();
+        name.push(suffix);
+        let rule = crate::trust::Rule::our_file(crate::trust::Access::NotShared);
+        crate::trust::open_file(self.place.dir.as_fd(), &name, libc::O_RDWR, &rule, create).ok()
+    }
+}
+
+/// Why a database could not be used.
+#[derive(Debug)]
+pub(super) enum Failed {
+    /// Its content: rebuilt at the next mount's start (`rebuild`).
+    Damaged(String),
+    /// The disk under it (full, read-only, an I/O error): kept as it is.
+    Disk(String),
+    /// Not ours (no SQLite header, or another application's): left alone.
+    NotOurs(String),
+    /// Another connection holds a lock longer than the wait allowed.
+    Busy,
+}
+
+impl From<rusqlite::Error> for Failed {
+    fn from(e: rusqlite::Error) -> Failed {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Failed::Busy,
+            // SQLite's code does not carry the errno: ENOSPC or EDQUOT.
+            Some(ErrorCode::DiskFull) => {
+                Failed::Disk("No space left on device, or a quota is reached".into())
+            }
+            Some(
+                ErrorCode::ReadOnly
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+                | ErrorCode::PermissionDenied
+                | ErrorCode::NoLargeFileSupport
+                | ErrorCode::OutOfMemory,
+            ) => Failed::Disk(e.to_string()),
+            _ => Failed::Damaged(e.to_string()),
+        }
+    }
+}
+
+/// SQLite's header, the first bytes of every SQLite database.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Judges the file `place` found: empty (just created) or an SQLite file.
+/// Anything else under its name is somebody's (a directory of root's that
+/// the owner of BACKING's root renamed into the database's place may hold
+/// a file of root's of that name) and is left as it is.
+pub(super) fn pin(place: Place) -> Result<Arc<Pinned>, Failed> {
+    if !crate::sys::sqlite::register() {
+        return Err(Failed::Disk("SQLite has no default VFS".into()));
+    }
+    let mut head = [0u8; SQLITE_MAGIC.len()];
+    let got = crate::io::read_full_at(&place.file, &mut head, 0)
+        .map_err(|e| Failed::Disk(crate::convert::io_message(&e)))?;
+    if got != 0 && (got != head.len() || head != *SQLITE_MAGIC) {
+        return Err(Failed::NotOurs(
+            "it is not a database (it does not begin with SQLite's header)".into(),
+        ));
+    }
+    let dir = format!("/proc/self/fd/{}", place.dir.as_raw_fd());
+    // Without /proc the directory could only be named by a path resolved
+    // again at each open, which the owner of BACKING's root could redirect.
+    if !nix::sys::stat::stat(dir.as_str()).is_ok_and(|st| {
+        nix::sys::stat::fstat(&place.dir)
+            .is_ok_and(|d| (d.st_dev, d.st_ino) == (st.st_dev, st.st_ino))
+    }) {
+        return Err(Failed::Disk(
+            "/proc is not mounted, so its directory cannot be pinned".into(),
+        ));
+    }
+    let sqlite_name = format!("{dir}/{}", place.name.display());
+    Ok(Arc::new(Pinned {
+        place,
+        sqlite_name,
+        checked: AtomicBool::new(false),
+    }))
+}
+
+/// One connection to a pinned database.
+pub(super) struct Db {
+    // Declared first: closed before `pin` lets go of the file.
+    pub(super) conn: Connection,
+    pin: Arc<Pinned>,
+}
 
 impl Db {
-    fn new(db: redb::Database) -> Db {
-        Db(Some(db))
+    pub(super) fn pin(&self) -> &Arc<Pinned> {
+        &self.pin
     }
 }
 
-impl std::ops::Deref for Db {
-    type Target = redb::Database;
-
-    fn deref(&self) -> &redb::Database {
-        // Taken only by `drop`.
-        self.0
-            .as_ref()
-            .expect("a database is open until it is dropped")
+/// Opens a connection, waiting up to `busy` for another's lock; the first
+/// connection to a file checks (or creates) its schema and makes it
+/// BACKING's `root_id`.
+pub(super) fn open(pin: &Arc<Pinned>, root_id: (u64, u64), busy: Duration) -> Result<Db, Failed> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn =
+        Connection::open_with_flags_and_vfs(&pin.sqlite_name, flags, crate::sys::sqlite::VFS)?;
+    conn.busy_timeout(busy)?;
+    conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
+    if !pin.checked.load(Ordering::Acquire) {
+        init(&conn, pin, root_id)?;
+        pin.checked.store(true, Ordering::Release);
     }
+    let wal: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    // WAL: a commit is durable against a crash of the process at once and
+    // against power loss at the next checkpoint; rollback journal: every
+    // commit synced (SQLite's default).
+    let sync = if wal.eq_ignore_ascii_case("wal") {
+        "NORMAL"
+    } else {
+        "FULL"
+    };
+    conn.pragma_update(None, "synchronous", sync)?;
+    Ok(Db {
+        conn,
+        pin: pin.clone(),
+    })
 }
 
-impl Drop for Db {
-    fn drop(&mut self) {
-        if let Some(db) = self.0.take() {
-            if quiet(move || drop(db)).is_err() {
-                log::warn!(
-                    "index database: redb failed an internal check closing it (a damaged \
-                     database; the next open checks it again and rebuilds it if needed)"
-                );
-            }
+/// Filesystems whose shared memory and locks every opener of the file
+/// shares (one kernel): WAL mode, where readers never wait for a writer.
+/// On anything else (NFS, SMB, CephFS, a FUSE filesystem: possibly several
+/// hosts) the rollback journal, which needs only POSIX locks.
+fn local(fs_type: i64) -> bool {
+    const LOCAL: [i64; 13] = [
+        0xEF53,      // ext2/3/4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0xF2F5_2010, // f2fs
+        0x2FC1_2FC1, // zfs
+        0xCA45_1A4E, // bcachefs
+        0x3153_464A, // jfs
+        0x5265_4973, // reiserfs
+        0x2011_BAB0, // exfat
+        0x4D44,      // vfat
+        0x3434,      // nilfs
+        0x794C_7630, // overlayfs
+    ];
+    LOCAL.contains(&fs_type)
+}
+
+/// Checks the database is ours and BACKING's, creating the schema in an
+/// empty file; empties one that is another BACKING's.
+fn init(conn: &Connection, pin: &Pinned, root_id: (u64, u64)) -> Result<(), Failed> {
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    if pages == 0 {
+        let fs_type = nix::sys::statfs::fstatfs(&pin.place.dir)
+            .map(|s| s.filesystem_type().0)
+            .unwrap_or(0);
+        let mode = if local(fs_type) { "WAL" } else { "DELETE" };
+        conn.pragma_update(None, "journal_mode", mode)?;
+        conn.pragma_update(None, "application_id", APP_ID)?;
+    } else {
+        let app: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        if app != APP_ID {
+            return Err(Failed::NotOurs(
+                "it is another program's SQLite database".into(),
+            ));
         }
     }
-}
-
-/// What opening the database came to.
-pub(super) enum Opened {
-    Db(Db),
-    /// Another process holds it.
-    Busy,
-    /// Damaged beyond rebuilding, or the disk refuses it (logged).
-    Failed,
-}
-
-/// Opens the database in `file` (rebuilding it when damaged or foreign),
-/// trying `tries` times, 50 ms apart, while another process holds it.
-pub(super) fn start_db(file: File, path: &Path, root_id: (u64, u64), tries: u32) -> Opened {
-    // Our own lock on the open file, held while redb opens (redb's flock
-    // on a dup of it shares it), so that emptying a damaged file can never
-    // hit a database another mount is using.
-    let mut tried = 0;
-    // An error (not EWOULDBLOCK) is treated as "busy".
-    while !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
-        tried += 1;
-        if tried < tries {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        }
-        return Opened::Busy;
+    let tx = conn.unchecked_transaction()?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version != 0 && version != SCHEMA {
+        return Err(Failed::Damaged(format!("schema version {version}")));
     }
-    // Only an empty file or a redb database is ever rebuilt or written: a
-    // directory of ours renamed into the database's place by whoever owns
-    // BACKING's root may hold a file of ours under that name that is
-    // something else, which must stay as it is.
-    match is_redb(&file) {
-        Ok(true) => {}
-        Ok(false) => {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, a INTEGER NOT NULL, \
+             b INTEGER NOT NULL) WITHOUT ROWID;
+         CREATE TABLE IF NOT EXISTS records(dev INTEGER NOT NULL, ino INTEGER NOT NULL, \
+             value BLOB NOT NULL, PRIMARY KEY(dev, ino)) WITHOUT ROWID;
+         CREATE TABLE IF NOT EXISTS nodes(ino INTEGER PRIMARY KEY, day INTEGER NOT NULL, \
+             rec BLOB NOT NULL);",
+    )?;
+    tx.pragma_update(None, "user_version", SCHEMA)?;
+    let found: Option<(i64, i64)> = tx
+        .query_row("SELECT a, b FROM meta WHERE key = 'root'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    let ours = (root_id.0 as i64, root_id.1 as i64);
+    match found {
+        Some(id) if id == ours => {}
+        Some(_) => {
             log::warn!(
-                "index database {} is not a database (it does not begin with redb's \
-                 header): left as it is; indexes kept in memory only (move it away to let \
-                 the mount create its database)",
-                path.display()
+                "index database {} belongs to another BACKING (or BACKING moved to another \
+                 device); starting it afresh",
+                pin.path().display()
             );
-            return Opened::Failed;
+            tx.execute_batch("DELETE FROM records; DELETE FROM nodes;")?;
         }
-        Err(e) => {
-            disk_failed(path, &e);
-            return Opened::Failed;
-        }
+        None => {}
     }
-    // Lookups of a cold mount touch most pages: one sequential read-ahead
-    // instead of a random read each (small databases only).
-    if file.metadata().is_ok_and(|m| m.len() <= 64 << 20) {
-        crate::sys::fadvise(&file, libc::POSIX_FADV_WILLNEED);
+    tx.execute(
+        "INSERT OR REPLACE INTO meta(key, a, b) VALUES ('root', ?1, ?2)",
+        [ours.0, ours.1],
+    )?;
+    // Reads the whole file once: a damaged page fails here, at the start,
+    // not in a lookup later (cheap for a database of a few MB; a large
+    // one is read by the lookups of a cold mount anyway).
+    let ok: String = tx.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    if ok != "ok" {
+        return Err(Failed::Damaged(ok));
     }
-    let create = |f: &File| -> Result<Db, Failed> {
-        let dup = f.try_clone().map_err(|e| Failed::of(e.into()))?;
-        match quiet(|| redb::Builder::new().set_cache_size(CACHE).create_file(dup)) {
-            Ok(r) => r.map(Db::new).map_err(|e| Failed::of(e.into())),
-            Err(_) => Err(Failed::Damaged(
-                "redb failed an internal check reading it".into(),
-            )),
-        }
-    };
-    // `file` (our lock's descriptor) closes on return; redb's dup holds
-    // the lock from then on.
-    let db = match create(&file) {
-        Ok(db) => match check_root(&db, root_id) {
-            Ok(true) => Some(db),
-            Ok(false) => {
-                log::warn!(
-                    "index database {} belongs to another BACKING (or BACKING moved to \
-                     another device); starting it afresh",
-                    path.display()
-                );
-                match clear(&db, root_id) {
-                    Ok(()) => Some(db),
-                    Err(e) => {
-                        drop(db);
-                        rebuild(&file, path, e, &create, root_id)
-                    }
-                }
-            }
-            Err(e) => {
-                drop(db);
-                rebuild(&file, path, e, &create, root_id)
-            }
-        },
-        Err(e) => rebuild(&file, path, e, &create, root_id),
-    };
-    match db {
-        Some(db) => Opened::Db(db),
-        None => Opened::Failed,
+    tx.commit()?;
+    Ok(())
+}
+
+/// Removes a damaged database and its companions from their directory
+/// (by name in the pinned directory, never by a path): a daemon still
+/// using the old file keeps its own descriptors to it until it lets go,
+/// and every later open makes a fresh one.
+pub(super) fn remove(pin: &Pinned) {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = pin.place.name.clone().into_os_string();
+        name.push(suffix);
+        let _ = unlinkat(&pin.place.dir, name.as_os_str(), UnlinkatFlags::NoRemoveDir);
     }
 }
 
-/// redb's magic number, the first bytes of every redb file.
-const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
-
-/// Whether `file` may be opened (and, when damaged, rebuilt) as the
-/// database: empty (ours, just created) or beginning with redb's magic
-/// number, which redb writes first and never changes. Anything else under
-/// its name is not ours, whatever its mode: a file of root's of mode 0600
-/// (the mode the database is created with), in a directory of root's that
-/// the owner of BACKING's root renamed into the database's place, used to
-/// be taken for a database with a damaged header and emptied.
-fn is_redb(file: &File) -> std::io::Result<bool> {
-    let mut head = [0u8; REDB_MAGIC.len()];
-    let got = crate::io::read_full_at(file, &mut head, 0)?;
-    Ok(got == 0 || (got == head.len() && head == REDB_MAGIC))
-}
-
-/// Why the database could not be opened or written: its content (rebuilt),
-/// or the disk under it (a full disk, a quota, an I/O error: the file may
-/// be perfectly good, so it is left as it is).
-#[derive(Debug)]
-enum Failed {
-    Damaged(String),
-    Disk(std::io::Error),
-}
-
-impl Failed {
-    fn of(e: redb::Error) -> Failed {
-        match e {
-            redb::Error::Io(io)
-                if matches!(
-                    io.raw_os_error(),
-                    Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
-                ) =>
-            {
-                Failed::Disk(io)
-            }
-            other => Failed::Damaged(other.to_string()),
-        }
-    }
-}
-
-/// The one line for a database the disk would not let us write: not
+/// The one line for a database the disk would not let us use: not
 /// damaged, so not rebuilt; this mount keeps its indexes in memory.
-fn disk_failed(path: &Path, e: &std::io::Error) {
+pub(super) fn disk_failed(path: &Path, e: &str) {
     log::warn!(
-        "index database {}: cannot write it ({}); this mount keeps its indexes in memory \
+        "index database {}: cannot write it ({e}); this mount keeps its indexes in memory \
          only (a full or failing disk, not a fault of the database: it is kept, and used \
          again once it can be written)",
         path.display(),
-        crate::convert::io_message(e)
     );
 }
 
-fn rebuild(
-    file: &File,
-    path: &Path,
-    why: Failed,
-    create: &dyn Fn(&File) -> Result<Db, Failed>,
-    root_id: (u64, u64),
-) -> Option<Db> {
-    let why = match why {
-        Failed::Disk(e) => {
-            disk_failed(path, &e);
-            return None;
-        }
-        Failed::Damaged(why) => why,
-    };
-    log::warn!(
-        "index database {} is damaged ({why}); rebuilding it (sizes are learned again by \
-         reading the files)",
-        path.display()
+/// Whether the open file behind `pin` is still the one at its name (a
+/// damaged database removed by another daemon is not).
+pub(super) fn current(pin: &Pinned) -> bool {
+    let at = nix::sys::stat::fstatat(
+        &pin.place.dir,
+        pin.place.name.as_path(),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     );
-    if let Err(e) = file.set_len(0) {
-        log::warn!(
-            "index database {}: cannot empty it ({e}); indexes kept in memory only",
-            path.display()
-        );
-        return None;
-    }
-    match create(file).and_then(|db| clear(&db, root_id).map(|()| db)) {
-        Ok(db) => Some(db),
-        Err(Failed::Disk(e)) => {
-            disk_failed(path, &e);
-            None
-        }
-        Err(Failed::Damaged(e)) => {
-            log::warn!(
-                "index database {}: cannot create it ({e}); indexes kept in memory only",
-                path.display()
-            );
-            None
-        }
-    }
-}
-
-/// Whether the database is BACKING's (an empty one becomes so).
-fn check_root(db: &redb::Database, root_id: (u64, u64)) -> Result<bool, Failed> {
-    let found = quiet(|| -> Result<Option<(u64, u64)>, redb::Error> {
-        let r = db.begin_read()?;
-        let t = match r.open_table(META) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        Ok(t.get(ROOT)?.map(|v| v.value()))
-    })
-    .map_err(|_| Failed::Damaged("redb failed an internal check reading it".into()))?
-    .map_err(Failed::of)?;
-    match found {
-        Some(id) => Ok(id == root_id),
-        None => clear(db, root_id).map(|()| true),
-    }
-}
-
-/// Empties the records and makes the database BACKING's.
-fn clear(db: &redb::Database, root_id: (u64, u64)) -> Result<(), Failed> {
-    quiet(|| -> Result<(), redb::Error> {
-        let w = db.begin_write()?;
-        w.delete_table(RECORDS)?;
-        w.open_table(RECORDS)?;
-        w.delete_table(super::nodes::NODES)?;
-        w.open_table(super::nodes::NODES)?;
-        w.open_table(META)?.insert(ROOT, root_id)?;
-        w.commit()?;
-        Ok(())
-    })
-    .map_err(|_| Failed::Damaged("redb failed an internal check writing it".into()))?
-    .map_err(Failed::of)
+    let now = nix::sys::stat::fstat(&pin.place.file);
+    matches!((at, now), (Ok(a), Ok(b)) if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino))
 }

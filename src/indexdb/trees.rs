@@ -121,9 +121,9 @@ pub enum Removal {
 /// by the same checks a mount makes before trusting it (`place`: no
 /// symlink, owned by this user, not writable by others, on the tree's
 /// filesystem, the file regular with one link), holds nothing else, and
-/// no mount is using it: a mount holds the database's lock, and a mount of
-/// the tree that has no database yet may make one at any time, so neither
-/// is disturbed. Everything is reached through descriptors (`unlinkat`),
+/// the tree is not mounted here (a mount of the tree, even one that has
+/// no database yet, may write one at any time). A daemon elsewhere (another
+/// host) that used it only loses what it learned: it makes a new one. Everything is reached through descriptors (`unlinkat`),
 /// never by a path resolved again.
 pub fn remove_unused(root: &Path) -> Removal {
     use nix::unistd::{unlinkat, UnlinkatFlags};
@@ -147,29 +147,36 @@ pub fn remove_unused(root: &Path) -> Removal {
     if let Some(at) = crate::mountinfo::cutf8fs_mounts_of_source(&mounts, &real).first() {
         return kept(format!("the tree is mounted at {} (cutf8fs)", at.display()));
     }
-    let others: Vec<String> = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-    {
+    // The database and the companions SQLite and the daemons make beside
+    // it; anything else is somebody's.
+    let ours = |n: &str| {
+        n.strip_prefix(place::FILE)
+            .is_some_and(|rest| ["", "-wal", "-shm", "-journal", "-closing"].contains(&rest))
+    };
+    let names: Vec<String> = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
         Ok(it) => it
             .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .filter(|n| n != place::FILE)
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect(),
         Err(e) => return kept(format!("it cannot be listed ({e})")),
     };
+    let others: Vec<&String> = names.iter().filter(|n| !ours(n)).collect();
     if !others.is_empty() {
+        let others: Vec<&str> = others.iter().map(|s| s.as_str()).collect();
         return kept(format!("it holds other files ({})", others.join(", ")));
     }
-    match place::open_file(dir.as_fd(), Path::new(place::FILE)) {
-        Ok(file) => {
-            if !crate::sys::try_lock_exclusive(&file).unwrap_or(false) {
-                return kept("a mount or another migrate is using it".into());
-            }
-            if let Err(e) = unlinkat(&dir, place::FILE, UnlinkatFlags::NoRemoveDir) {
-                return kept(format!("{} cannot be removed ({e})", place::FILE));
-            }
+    let rule = crate::trust::Rule::our_file(crate::trust::Access::NotShared);
+    for name in &names {
+        // Each judged like the database before it goes: ours, regular,
+        // one link.
+        if let Err(why) =
+            crate::trust::open_file(dir.as_fd(), name.as_ref(), libc::O_RDONLY, &rule, false)
+        {
+            return kept(format!("{name} {why}: not removed"));
         }
-        Err(why) => return kept(format!("{} {why}: not removed", place::FILE)),
+        if let Err(e) = unlinkat(&dir, name.as_str(), UnlinkatFlags::NoRemoveDir) {
+            return kept(format!("{name} cannot be removed ({e})"));
+        }
     }
     match unlinkat(&rootfd, DIR, UnlinkatFlags::RemoveDir) {
         Ok(()) => Removal::Removed(dir_path),

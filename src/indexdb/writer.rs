@@ -1,36 +1,39 @@
 //! The index database's writer thread: records stored by lookups' callers
-//! come through a bounded queue and are committed in batches; at the end
-//! (the unmount) old records are collected so the file stays bounded.
+//! come through a bounded queue and are committed in batches; a batch
+//! another daemon's commit holds up waits for it (never dropped for it);
+//! at the end (the unmount) every queued record is committed, then old
+//! records are collected so the file stays bounded.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::Instant;
 
-use super::lease::IDLE;
-use super::{
-    day_of, nodes, now, record, Op, Shared, BATCH_WAIT, LOCK_TRIES, MAX_AGE_DAYS, MAX_RECORDS,
-    RECORDS,
-};
-use redb::{ReadableTable, ReadableTableMetadata};
+use rusqlite::{params, Connection};
 
-/// The writer thread: takes the database (`lease`; creating it when the
+use super::pool::IDLE;
+use super::store::{Db, Failed};
+use super::{day_of, nodes, now, record, Op, Shared, BATCH_WAIT, MAX_AGE_DAYS, MAX_RECORDS};
+
+/// Tries of one batch while other daemons keep the database locked (each
+/// waits up to `pool::WRITE_WAIT`).
+const TRIES: u32 = 6;
+
+/// The writer thread: takes a connection (creating the database when the
 /// first record comes if it was not there at mount), commits queued
-/// records in batches until the queue closes, lets the database go when
-/// it is idle, then collects garbage.
+/// records in batches until the queue closes, closes the connection when
+/// idle, then collects garbage.
 pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
-    let collected = |db: &redb::Database| {
-        if let Err(e) = collect(db, day_of(now())) {
-            log::warn!(
-                "index database {}: collecting old records failed: {e}",
-                shared.path.lock().display()
-            );
-        }
-    };
+    let mut db: Option<Db> = None;
+    let mut used = Instant::now();
     let mut batch = Vec::new();
-    let mut failed = false;
+    let mut told = false;
     loop {
         let first = match rx.recv_timeout(IDLE / 2) {
             Ok(op) => op,
             Err(RecvTimeoutError::Timeout) => {
-                shared.lease.release_if_idle();
+                if used.elapsed() >= IDLE {
+                    db = None;
+                }
+                shared.pool.release_if_idle();
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -38,68 +41,102 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
         batch.push(first);
         let closed = gather(&rx, &mut batch);
         // In key order: the records of a listing come in the directory's
-        // order, scattered over the table; sorted, a batch reads and
-        // dirties each page of the table once (stable: two records of one
-        // key keep their order).
+        // order, scattered over the table; sorted, a batch touches each
+        // page of the table once (stable: two records of one key keep
+        // their order).
         batch.sort_by_key(|op| match op {
             Op::Put(key, _) => (0, *key),
             Op::Node(ino, _) => (1, (*ino, 0)),
         });
-        // Held by another mount: wait for it a little (a batch is small),
-        // else the batch is dropped (it costs only speed).
-        let Some(db) = shared.lease.get(shared, LOCK_TRIES, true) else {
-            batch.clear();
-            if closed {
+        let n = batch.len();
+        let mut tries = 0;
+        loop {
+            if shared.pool.off.load(std::sync::atomic::Ordering::Relaxed) {
                 break;
             }
-            continue;
-        };
-        let r = (|| -> Result<(), redb::Error> {
-            let w = db.begin_write()?;
-            let today = nodes::today();
-            let mut changed = false;
-            {
-                let mut t = w.open_table(RECORDS)?;
-                let mut n = w.open_table(nodes::NODES)?;
-                for op in batch.drain(..) {
-                    match op {
-                        Op::Put(key, bytes) => {
-                            t.insert(key, bytes.as_slice())?;
-                            changed = true;
-                        }
-                        Op::Node(ino, record) => {
-                            changed |= nodes::write(&mut n, ino, &record, today)?;
-                        }
+            if db.is_none() {
+                match shared.pool.writer() {
+                    Ok(d) => db = Some(d),
+                    Err(Failed::Busy) if tries < TRIES => {
+                        tries += 1;
+                        continue;
+                    }
+                    Err(e) => {
+                        shared.pool.failed(e);
+                        break;
                     }
                 }
             }
-            if changed {
-                w.commit()?;
-            } else {
-                w.abort()?;
-            }
-            Ok(())
-        })();
-        batch.clear();
-        if let Err(e) = r {
-            if !failed {
-                log::warn!(
-                    "index database {}: cannot store records: {e}",
-                    shared.path.lock().display()
-                );
-                failed = true;
+            let Some(d) = db.as_ref() else { break };
+            match commit(&d.conn, &batch) {
+                Ok(()) => break,
+                Err(e) => match Failed::from(e) {
+                    Failed::Busy if tries < TRIES => tries += 1,
+                    Failed::Disk(e) => {
+                        // The disk, not the database: this batch is lost,
+                        // later ones are tried again.
+                        if !told {
+                            store_failed(shared, &e);
+                            told = true;
+                        }
+                        break;
+                    }
+                    e => {
+                        db = None;
+                        shared.pool.failed(e);
+                        break;
+                    }
+                },
             }
         }
-        drop(db);
+        shared.done(n);
+        batch.clear();
+        used = Instant::now();
         if closed {
             break;
         }
     }
     // At the end (the unmount), not at the start, where it would compete
     // with the first lookups of a cold mount for the disk.
-    if let Some(db) = shared.lease.held() {
-        collected(&db);
+    if let Some(d) = db.as_ref() {
+        if let Err(e) = collect(&d.conn, day_of(now())) {
+            log::warn!(
+                "index database {}: collecting old records failed: {e}",
+                shared.pool.path.lock().display()
+            );
+        }
     }
+}
+
+fn store_failed(shared: &Shared, e: &str) {
+    log::warn!(
+        "index database {}: cannot store records: {e}",
+        shared.pool.path.lock().display()
+    );
+}
+
+/// Writes one batch in one transaction (taking the write lock at once,
+/// waiting for another daemon's commit).
+fn commit(conn: &Connection, batch: &[Op]) -> rusqlite::Result<()> {
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    let today = nodes::today();
+    {
+        let mut put = tx.prepare_cached(
+            "INSERT OR REPLACE INTO records(dev, ino, value) VALUES (?1, ?2, ?3)",
+        )?;
+        let mut node = tx.prepare_cached(nodes::WRITE)?;
+        for op in batch {
+            match op {
+                Op::Put((dev, ino), bytes) => {
+                    put.execute(params![*dev as i64, *ino as i64, bytes])?;
+                }
+                Op::Node(ino, rec) => {
+                    node.execute(params![*ino as i64, today, rec])?;
+                }
+            }
+        }
+    }
+    tx.commit()
 }
 
 /// Records a batch holds at most.
@@ -134,81 +171,55 @@ fn gather(rx: &Receiver<Op>, batch: &mut Vec<Op>) -> bool {
 }
 
 /// Removes records not used for [`MAX_AGE_DAYS`] and, beyond
-/// [`MAX_RECORDS`], the least recently used.
-pub(super) fn collect(db: &redb::Database, today: u32) -> Result<(), redb::Error> {
-    let r = db.begin_read()?;
-    let t = r.open_table(RECORDS)?;
-    let count = t.len()?;
-    let mut days: Vec<((u64, u64), u32)> = Vec::new();
-    let mut old = Vec::new();
-    for item in t.iter()? {
-        let (k, v) = item?;
-        let key = k.value();
-        let seen = record::seen_day(v.value()).unwrap_or(0);
-        if seen.saturating_add(MAX_AGE_DAYS) < today {
-            old.push(key);
-        } else if count > MAX_RECORDS {
-            days.push((key, seen));
-        }
-    }
-    drop(t);
-    drop(r);
-    let live = count - old.len() as u64;
-    if live > MAX_RECORDS {
-        days.sort_by_key(|&(_, d)| d);
-        let extra = (live - MAX_RECORDS) as usize;
-        old.extend(days.iter().take(extra).map(|&(k, _)| k));
-    }
-    let old_nodes = old_nodes(&db.begin_read()?, today)?;
-    if old.is_empty() && old_nodes.is_empty() {
-        return Ok(());
-    }
-    let w = db.begin_write()?;
+/// [`MAX_RECORDS`], the least recently used; node records the same by
+/// the day they were written.
+pub(super) fn collect(conn: &Connection, today: u32) -> rusqlite::Result<()> {
+    let mut old: Vec<(i64, i64)> = Vec::new();
+    let mut days: Vec<((i64, i64), u32)> = Vec::new();
+    let count: i64 = conn.query_row("SELECT count(*) FROM records", [], |r| r.get(0))?;
     {
-        let mut t = w.open_table(RECORDS)?;
-        for k in &old {
-            t.remove(*k)?;
-        }
-        let mut n = w.open_table(nodes::NODES)?;
-        for k in &old_nodes {
-            n.remove(*k)?;
-        }
-    }
-    w.commit()?;
-    log::info!(
-        "index database: {} records and {} node records of old or vanished files collected",
-        old.len(),
-        old_nodes.len()
-    );
-    Ok(())
-}
-
-/// The node records not written for [`MAX_AGE_DAYS`] (a live file's is
-/// written again weekly while the mount looks it up) and, beyond
-/// [`MAX_RECORDS`], the oldest.
-fn old_nodes(r: &redb::ReadTransaction, today: u32) -> Result<Vec<u64>, redb::Error> {
-    let t = match r.open_table(nodes::NODES) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    let count = t.len()?;
-    let mut old = Vec::new();
-    let mut days = Vec::new();
-    for item in t.iter()? {
-        let (k, v) = item?;
-        let day = nodes::day(v.value());
-        if day.saturating_add(MAX_AGE_DAYS) < today {
-            old.push(k.value());
-        } else if count > MAX_RECORDS {
-            days.push((k.value(), day));
+        let mut st = conn.prepare("SELECT dev, ino, value FROM records")?;
+        let mut rows = st.query([])?;
+        while let Some(row) = rows.next()? {
+            let key = (row.get::<_, i64>(0)?, row.get::<_, i64>(1)?);
+            let v = row.get_ref(2)?.as_blob().unwrap_or(&[]);
+            let seen = record::seen_day(v).unwrap_or(0);
+            if seen.saturating_add(MAX_AGE_DAYS) < today {
+                old.push(key);
+            } else if count as u64 > MAX_RECORDS {
+                days.push((key, seen));
+            }
         }
     }
-    let live = count - old.len() as u64;
+    let live = count as u64 - old.len() as u64;
     if live > MAX_RECORDS {
         days.sort_by_key(|&(_, d)| d);
         let extra = (live - MAX_RECORDS) as usize;
         old.extend(days.iter().take(extra).map(|&(k, _)| k));
     }
-    Ok(old)
+    let old_day = i64::from(today.saturating_sub(MAX_AGE_DAYS)) - 1;
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    {
+        let mut del = tx.prepare("DELETE FROM records WHERE dev = ?1 AND ino = ?2")?;
+        for k in &old {
+            del.execute(params![k.0, k.1])?;
+        }
+    }
+    let mut nodes_gone = tx.execute("DELETE FROM nodes WHERE day <= ?1", [old_day])?;
+    let node_count: i64 = tx.query_row("SELECT count(*) FROM nodes", [], |r| r.get(0))?;
+    if node_count as u64 > MAX_RECORDS {
+        nodes_gone += tx.execute(
+            "DELETE FROM nodes WHERE ino IN (SELECT ino FROM nodes ORDER BY day LIMIT ?1)",
+            [node_count - MAX_RECORDS as i64],
+        )?;
+    }
+    tx.commit()?;
+    if !old.is_empty() || nodes_gone > 0 {
+        log::info!(
+            "index database: {} records and {nodes_gone} node records of old or vanished \
+             files collected",
+            old.len(),
+        );
+    }
+    Ok(())
 }

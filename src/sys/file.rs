@@ -346,6 +346,12 @@ pub fn lock_exclusive(f: &File) -> io::Result<()> {
     fcntl::flock(f.as_raw_fd(), fcntl::FlockArg::LockExclusive).map_err(from_nix)
 }
 
+/// `flock(fd, LOCK_SH)`, held like [`lock_exclusive`]'s.
+#[allow(deprecated)]
+pub fn lock_shared(f: &File) -> io::Result<()> {
+    fcntl::flock(f.as_raw_fd(), fcntl::FlockArg::LockShared).map_err(from_nix)
+}
+
 /// `flock(fd, LOCK_EX | LOCK_NB)`: false when another open file holds a
 /// lock on it (EWOULDBLOCK); held like [`lock_exclusive`]'s.
 #[allow(deprecated)]

@@ -26,6 +26,8 @@
 //!   filesystem, and a lazy unmount of exactly the mount a descriptor is on.
 //! * [`process`]: the open-file limit, daemonizing, stop signals, and the
 //!   descriptor fusermount3 sends back.
+//! * [`sqlite`]: SQLite opening its files by the names it is given
+//!   (`/proc/self/fd/N/NAME`), never resolved again.
 //!
 //! Errors are `std::io::Error`s carrying the errno, so callers decide what
 //! to tell the user (and the FUSE side which errno to answer).
@@ -37,6 +39,7 @@ pub mod ident;
 pub mod lock;
 pub mod mount;
 pub mod process;
+pub mod sqlite;
 pub mod xattr;
 
 use std::ffi::{CStr, CString, OsStr, OsString};
