@@ -7,7 +7,7 @@
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
-//! export (`locks`, `export`, `file_handles`, `several_daemons`), the daemon's life and words (`daemon_cli`,
+//! export (`locks`, `export`, `file_handles`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
 //! tree's owner beyond migrate (`redteam_daemon`), the index database
@@ -84,6 +84,7 @@ mod scripts;
 mod security_acl;
 mod security_journal;
 mod several_daemons;
+mod shared_state;
 mod sys;
 mod unmount;
 mod write_dense;

@@ -1,9 +1,11 @@
 //! The hand-over between a daemon that is closing and one starting on the
-//! same BACKING (`umount && mount` at once; xfstests' generic/477): the
-//! closing daemon holds a shared `flock` on the database's `-closing`
-//! companion from the start of its close until its last queued records are
-//! committed, and a lookup of a node record that finds none waits for that
-//! lock (exclusive, at most [`WAIT`]) before it looks again. A file handle
+//! same BACKING (`umount && mount` at once; xfstests' generic/477): a
+//! daemon holds a shared `flock` on the database's `-closing` companion
+//! while it has records queued and not yet committed (the writer, from a
+//! batch's first record to its commit; `close`, until the last), and a
+//! lookup of a node record that finds none waits for that lock (exclusive,
+//! at most [`WAIT`]) before it looks again. The old daemon may not even
+//! have seen the unmount yet when the new one is asked. A file handle
 //! taken through the old mount a moment before the unmount so opens
 //! through the new one; a node that is really unknown costs the wait only
 //! while some daemon is closing. Called by `IndexDb::close` and
@@ -32,7 +34,7 @@ pub(super) struct Closing {
 /// Takes the closing lock (creating the database and the lock file when
 /// records are queued for a database that does not exist yet).
 pub(super) fn begin(pool: &Pool) -> Option<Closing> {
-    let pin = pool.pinned(true)?;
+    let pin = pool.pinned(true, true)?;
     let file = pin.companion(SUFFIX, true)?;
     crate::sys::lock_shared(&file).ok()?;
     Some(Closing {
@@ -44,7 +46,7 @@ pub(super) fn begin(pool: &Pool) -> Option<Closing> {
 /// Waits, at most [`WAIT`], for every daemon that is closing to have
 /// committed; true if one was (so a second look may find more).
 pub(super) fn waited(pool: &Pool) -> bool {
-    let Some(pin) = pool.pinned(false) else {
+    let Some(pin) = pool.pinned(false, true) else {
         return false;
     };
     let Some(file) = pin.companion(SUFFIX, false) else {

@@ -23,6 +23,9 @@ pub(super) const IDLE: Duration = Duration::from_secs(1);
 /// How long a lookup waits for another connection's lock (a commit with
 /// a rollback journal; WAL readers never wait).
 const READ_WAIT: Duration = Duration::from_millis(500);
+/// How often a database that was missing is looked for again (another
+/// daemon of the BACKING may have made it).
+const LOOK_AGAIN: Duration = Duration::from_millis(250);
 /// How long the writer waits for another daemon's commit.
 pub(super) const WRITE_WAIT: Duration = Duration::from_secs(5);
 
@@ -34,8 +37,11 @@ pub(super) struct Pool {
     epoch: Instant,
     /// Milliseconds since `epoch` of the reader's last use.
     read_used: AtomicU64,
-    /// The file exists (else only the writer creates it).
+    /// The file exists (else only the writer creates it, or another
+    /// daemon: looked for again at most every [`LOOK_AGAIN`]).
     exists: AtomicBool,
+    /// Milliseconds since `epoch` when a missing file was last looked for.
+    looked: AtomicU64,
     /// Set once the database turned out unusable for the rest of the mount.
     pub(super) off: AtomicBool,
     /// The file's path, for messages.
@@ -53,6 +59,7 @@ impl Pool {
             epoch: Instant::now(),
             read_used: AtomicU64::new(0),
             exists: AtomicBool::new(exists),
+            looked: AtomicU64::new(0),
             off: AtomicBool::new(false),
             path: Mutex::new(path),
         }
@@ -64,8 +71,10 @@ impl Pool {
 
     /// The pinned database file: the one in use, else found again (created
     /// when `create`). A file another daemon removed (rebuilt) is found
-    /// afresh once no connection of ours uses the old one.
-    pub(super) fn pinned(&self, create: bool) -> Option<Arc<Pinned>> {
+    /// afresh once no connection of ours uses the old one. A missing one
+    /// is looked for again now when `now`, else at most every
+    /// [`LOOK_AGAIN`].
+    pub(super) fn pinned(&self, create: bool, now: bool) -> Option<Arc<Pinned>> {
         let mut place = self.place.lock();
         if let Some(p) = place.as_ref() {
             if Arc::strong_count(p) > 1 || store::current(p) {
@@ -74,11 +83,21 @@ impl Pool {
             place.take();
         }
         if !create && !self.exists.load(Ordering::Relaxed) {
-            return None;
+            let t = self.now();
+            let last = self.looked.load(Ordering::Relaxed);
+            if !now && last != 0 && t < last + LOOK_AGAIN.as_millis() as u64 {
+                return None;
+            }
+            self.looked.store(t.max(1), Ordering::Relaxed);
         }
         let found = match self.finder.find(create) {
             Found::Here(p) => p,
-            Found::Later | Found::Nothing => return None,
+            Found::Later => return None,
+            // Said once by the finder; not looked for again.
+            Found::Nothing => {
+                self.off.store(true, Ordering::Relaxed);
+                return None;
+            }
         };
         self.exists.store(true, Ordering::Relaxed);
         *self.path.lock() = found.path.clone();
@@ -129,7 +148,7 @@ impl Pool {
         }
         let mut reader = self.reader.lock();
         if reader.is_none() {
-            let pin = self.pinned(false)?;
+            let pin = self.pinned(false, false)?;
             match store::open(&pin, self.finder.root_id, READ_WAIT) {
                 Ok(db) => *reader = Some(db),
                 Err(Failed::Busy) => return None,
@@ -163,7 +182,7 @@ impl Pool {
     /// A connection for the writer (the file created if missing).
     pub(super) fn writer(&self) -> Result<Db, Failed> {
         let pin = self
-            .pinned(true)
+            .pinned(true, true)
             .ok_or_else(|| Failed::Disk("no place for it".into()))?;
         store::open(&pin, self.finder.root_id, WRITE_WAIT)
     }

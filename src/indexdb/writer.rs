@@ -39,6 +39,9 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
             Err(RecvTimeoutError::Disconnected) => break,
         };
         batch.push(first);
+        // Held until this batch is committed: a daemon of the BACKING that
+        // misses a node record meanwhile waits for it (`closing`).
+        let pending = super::closing::begin(&shared.pool);
         let closed = gather(&rx, &mut batch);
         // In key order: the records of a listing come in the directory's
         // order, scattered over the table; sorted, a batch touches each
@@ -90,6 +93,7 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
             }
         }
         shared.done(n);
+        drop(pending);
         batch.clear();
         used = Instant::now();
         if closed {
