@@ -7,7 +7,7 @@
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
-//! export (`locks`, `export`, `file_handles`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
+//! export (`locks`, `export`, `export_restart`, `file_handles`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
 //! tree's owner beyond migrate (`redteam_daemon`), the index database
@@ -47,6 +47,7 @@ mod descriptors;
 mod docs;
 mod encode_remedies;
 mod export;
+mod export_restart;
 mod fallocate;
 mod file_handles;
 mod first_read;

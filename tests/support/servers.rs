@@ -116,6 +116,12 @@ impl Server {
     /// NFS-Ganesha exporting `path` over NFSv4 as `/`[`SHARE`], root not
     /// squashed, with the fixed filesystem id `fsid` ("major.minor").
     pub fn ganesha(path: &Path, fsid: &str) -> Server {
+        Server::ganesha_fsal(path, fsid, "")
+    }
+
+    /// [`Server::ganesha`] with `fsal` added to the export's `FSAL { Name =
+    /// VFS; … }` block (such as `fsid_type = Major64;`).
+    pub fn ganesha_fsal(path: &Path, fsid: &str, fsal: &str) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("ganesha-")
             .tempdir()
@@ -153,7 +159,7 @@ impl Server {
                  \x20   Transports = TCP;\n\
                  \x20   SecType = sys;\n\
                  \x20   Filesystem_Id = {fsid};\n\
-                 \x20   FSAL {{ Name = VFS; }}\n\
+                 \x20   FSAL {{ Name = VFS; {fsal} }}\n\
                  }}\n\
                  LOG {{ Default_Log_Level = EVENT; }}\n",
                 plugins = ganesha_plugins().display(),
@@ -317,6 +323,24 @@ impl Server {
             .output()
             .unwrap()
     }
+
+    /// The NFS file handle (hex) the server gives for `rel` in the export.
+    pub fn nfs_handle(&self, rel: &str) -> String {
+        let path = format!("/{}", rel.trim_start_matches('/'));
+        let out = self.nfs_op("fh", &[&path]);
+        assert!(
+            out.status.success(),
+            "nfsop fh {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Reads the file with the NFS handle `hex` ([`Server::nfs_handle`]),
+    /// no name looked up: `nfsop readfh` (exit 3 for NFS4ERR_STALE).
+    pub fn nfs_read_handle(&self, hex: &str) -> Output {
+        self.nfs_op("readfh", &[hex])
+    }
 }
 
 impl Drop for Server {
@@ -351,8 +375,12 @@ fn glob_one(root: &str, name: &str) -> Option<PathBuf> {
 
 /// The libnfs helper for what libnfs-utils' tools do not do: `nfsop URL
 /// OP ARGS…` with OP one of `mv FROM TO`, `rm PATH`, `mkdir PATH`, `rmdir
-/// PATH`, `size PATH` (prints the size); paths inside the export. Exit 0,
-/// or 1 with libnfs's error on stderr. Built once per test run.
+/// PATH`, `size PATH` (prints the size), `fh PATH` (prints the file's
+/// NFS handle in hex, as the server gave it) and `readfh HEX` (prints the
+/// first 64 KiB of the file with that handle: PUTFH and READ with the
+/// anonymous stateid, nothing looked up by name); paths inside the export.
+/// Exit 0, or 1 with libnfs's error on stderr (3 for NFS4ERR_STALE). Built
+/// once per test run.
 pub fn nfsop() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -385,7 +413,77 @@ const NFSOP_C: &str = r#"
 #include <stdint.h>
 #include <fcntl.h>
 #include <sys/time.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <nfsc/libnfs.h>
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-raw-nfs4.h>
+
+/* What nfs_get_fh returns: libnfs 4.0's own struct nfs_fh (private). */
+struct raw_fh { int len; char *val; };
+
+struct reply { int done; int status; char err[256]; char *data; unsigned len; };
+
+static void read_cb(struct rpc_context *rpc, int status, void *data, void *priv) {
+    struct reply *r = priv;
+    COMPOUND4res *res = data;
+    r->done = 1;
+    if (status != RPC_STATUS_SUCCESS) {
+        r->status = -1;
+        snprintf(r->err, sizeof r->err, "rpc: %s", rpc_get_error(rpc));
+        return;
+    }
+    r->status = res->status;
+    if (res->status != NFS4_OK) {
+        snprintf(r->err, sizeof r->err, "nfsstat4 %d (op %u of PUTFH, READ)",
+                 res->status, res->resarray.resarray_len);
+        return;
+    }
+    READ4resok *ok = &res->resarray.resarray_val[1].nfs_resop4_u.opread.READ4res_u.resok4;
+    r->len = ok->data.data_len;
+    r->data = malloc(r->len + 1);
+    memcpy(r->data, ok->data.data_val, r->len);
+}
+
+/* PUTFH HEX; READ 64 KiB at 0 with the anonymous stateid. */
+static int read_by_handle(struct nfs_context *nfs, const char *hex) {
+    size_t n = strlen(hex) / 2;
+    char *fh = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        if (sscanf(hex + 2 * i, "%2hhx", (unsigned char *)&fh[i]) != 1) {
+            fprintf(stderr, "readfh: not hex: %s\n", hex); return 2;
+        }
+    nfs_argop4 ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].argop = OP_PUTFH;
+    ops[0].nfs_argop4_u.opputfh.object.nfs_fh4_len = n;
+    ops[0].nfs_argop4_u.opputfh.object.nfs_fh4_val = fh;
+    ops[1].argop = OP_READ;
+    ops[1].nfs_argop4_u.opread.count = 65536;
+    COMPOUND4args args;
+    memset(&args, 0, sizeof args);
+    args.argarray.argarray_len = 2;
+    args.argarray.argarray_val = ops;
+    struct rpc_context *rpc = nfs_get_rpc_context(nfs);
+    struct reply r;
+    memset(&r, 0, sizeof r);
+    if (rpc_nfs4_compound_async(rpc, read_cb, &args, &r) != 0) {
+        fprintf(stderr, "readfh: %s\n", rpc_get_error(rpc)); return 1;
+    }
+    while (!r.done) {
+        struct pollfd p = { .fd = rpc_get_fd(rpc), .events = rpc_which_events(rpc) };
+        if (poll(&p, 1, 100) < 0) { perror("poll"); return 1; }
+        if (rpc_service(rpc, p.revents) < 0) {
+            fprintf(stderr, "readfh: %s\n", rpc_get_error(rpc)); return 1;
+        }
+    }
+    if (r.status != 0) {
+        fprintf(stderr, "readfh: %s\n", r.err);
+        return r.status == NFS4ERR_STALE ? 3 : 1;
+    }
+    fwrite(r.data, 1, r.len, stdout);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: nfsop URL OP ARGS...\n"); return 2; }
@@ -406,6 +504,17 @@ int main(int argc, char **argv) {
         struct nfs_stat_64 st;
         r = nfs_stat64(nfs, argv[3], &st);
         if (r == 0) printf("%llu\n", (unsigned long long)st.nfs_size);
+    } else if (!strcmp(op, "fh") && argc == 4) {
+        struct nfsfh *fh;
+        r = nfs_open(nfs, argv[3], O_RDONLY, &fh);
+        if (r == 0) {
+            struct raw_fh *raw = (struct raw_fh *)nfs_get_fh(fh);
+            for (int i = 0; i < raw->len; i++) printf("%02x", (unsigned char)raw->val[i]);
+            printf("\n");
+            r = nfs_close(nfs, fh);
+        }
+    } else if (!strcmp(op, "readfh") && argc == 4) {
+        return read_by_handle(nfs, argv[3]);
     } else { fprintf(stderr, "unknown op %s\n", op); return 2; }
     if (r != 0) { fprintf(stderr, "%s: %s\n", op, nfs_get_error(nfs)); return 1; }
     nfs_destroy_url(url);
