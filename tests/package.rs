@@ -4,8 +4,9 @@
 //! helper, the iconv charset registered with glibc and the file(1) entry;
 //! the installed `cutf8fs` mounts (directly and through `mount -t
 //! fuse.cutf8fs`), the installed `iconv` converts; `apt remove` and `apt
-//! purge` leave every file of the system as it was. And
-//! `scripts/install.sh --uninstall` undoes `scripts/install.sh`.
+//! purge` leave every file of the system as it was; lintian finds
+//! nothing against the package. And `scripts/install.sh --uninstall`
+//! undoes `scripts/install.sh`.
 //!
 //! The package is installed on this machine as seen through an overlay of
 //! its root filesystem, in a mount namespace of the test's own: apt, dpkg,
@@ -173,6 +174,35 @@ fn the_debian_package_installs_works_and_removes_cleanly() {
     assert!(
         out.status.success() && said.trim_end().ends_with("ok"),
         "the package scenario failed ({:?}):\n{said}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Debian's own checker has nothing to say against the package: no
+/// error and no warning (the maintainer, changelog, copyright and a man
+/// page for every program are what it checks most).
+#[test]
+fn lintian_finds_no_error_or_warning_in_the_package() {
+    let t = tempfile::Builder::new()
+        .prefix("cutf8fs-lintian-")
+        .tempdir()
+        .unwrap();
+    let deb = build_deb(&t.path().join("deb"));
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--tag-display-limit", "0"])
+        .arg(&deb)
+        .output()
+        .expect("lintian (scripts/setup.sh installs it)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let complaints: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("E: ") || l.starts_with("W: "))
+        .collect();
+    assert!(
+        out.status.success() && complaints.is_empty(),
+        "lintian {} ({:?}):\n{said}\n{}",
+        deb.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
