@@ -18,8 +18,9 @@
 #   iconvconfig in postinst, unregistered by iconvconfig in postrm.
 # Nothing else on the system is changed: /etc/magic (libmagic's conffile)
 # is left alone; docs/install.md says how to use the magic entry. purge
-# also removes the daemon's logs and cache (/var/log/cutf8fs,
-# /var/cache/cutf8fs). Install: apt install ./target/debian/cutf8fs_*.deb
+# also removes the logs and index caches the package's daemons made, by
+# the rule in debian/postrm (docs/install.md, "Removing").
+# Install: apt install ./target/debian/cutf8fs_*.deb
 #
 # debian/ holds the files written by hand: changelog (its first entry's
 # version must be Cargo.toml's), copyright (DEP-5), postinst, postrm.
