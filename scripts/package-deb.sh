@@ -11,7 +11,8 @@
 #   /usr/share/man/man1/cutf8.1.gz, cutf8fs.1.gz, cutf8-lessopen.1.gz,
 #   man7/cutf8-gconv.7.gz, man8/mount.fuse.cutf8fs.8.gz
 #   shell completions for bash, zsh and fish
-#   /usr/share/doc/cutf8fs/ (README, docs/*.md, changelog.gz, copyright)
+#   /usr/share/doc/cutf8fs/ (README, docs/*.md, changelog.gz, copyright,
+#   examples/archive: the sample archive of the README's quick start)
 #   /usr/share/cutf8fs/magic (file -m), corrected-utf-8.vim
 #   /usr/lib/<multiarch>/gconv/CORRECTED-UTF-8.so and
 #   gconv-modules.d/cutf8fs.conf: registered with glibc's iconv by
@@ -114,10 +115,13 @@ done
 
 doc=$root/usr/share/doc/cutf8fs
 install -d "$doc" "$root/usr/share/cutf8fs"
-install -m 0644 README.md docs/format.md docs/behaviour.md docs/migrate.md docs/charset.md docs/install.md \
+install -m 0644 README.md docs/format.md docs/behaviour.md docs/migrate.md docs/charset.md docs/install.md docs/design.md \
     docs/performance.md "$doc/"
 install -m 0644 debian/copyright "$doc/copyright"
 gzip -9n <debian/changelog >"$doc/changelog.gz"
+install -d "$doc/examples"
+cp -r sample/archive "$doc/examples/archive"
+find "$doc/examples" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
 install -m 0644 gconv/cutf8.magic "$root/usr/share/cutf8fs/magic"
 install -m 0644 gconv/corrected-utf-8.vim "$root/usr/share/cutf8fs/corrected-utf-8.vim"
 

@@ -3,7 +3,8 @@
 //! it gives stripped binaries, man pages, completions, docs, the mount
 //! helper, the iconv charset registered with glibc and the file(1) entry;
 //! the installed `cutf8fs` mounts (directly and through `mount -t
-//! fuse.cutf8fs`), the installed `iconv` converts; `apt remove` and `apt purge` leave every file of
+//! fuse.cutf8fs`), the installed `iconv` converts, the README's quick
+//! start runs as written; `apt remove` and `apt purge` leave every file of
 //! the system as it was, purge removing what the package's daemons made
 //! and nothing that others made (the rule in debian/postrm). lintian finds
 //! nothing against the package. And `scripts/install.sh --uninstall`
@@ -138,8 +139,16 @@ umount "$T/m2"
 for i in $(seq 50); do pgrep -x cutf8fs >/dev/null || break; sleep 0.1; done
 pgrep -x cutf8fs >/dev/null && fail "a daemon is still running"
 
+# The README's quick start, as written (its /tmp paths are this copy's).
+rm -rf /tmp/archive /tmp/view
+(cd /root && bash -e "$T/quickstart.sh") >"$T/quickstart.out" 2>&1 || { cat "$T/quickstart.out"; fail "the README's quick start"; }
+grep -q 'Café crème' "$T/quickstart.out" || { cat "$T/quickstart.out"; fail "quick start: no café-menu.txt as UTF-8"; }
+grep -q 'Μοῦσα' "$T/quickstart.out" || { cat "$T/quickstart.out"; fail "quick start: grep found nothing"; }
+mountpoint -q /tmp/view && fail "quick start left /tmp/view mounted"
+rm -rf /tmp/archive /tmp/view
+for i in $(seq 50); do pgrep -x cutf8fs >/dev/null || break; sleep 0.1; done
 # The package's daemons logged (no syslog here): what purge is to remove.
-ls /var/log/cutf8fs/*m2.log >/dev/null 2>&1 || fail "no daemon log: $(ls /var/log/cutf8fs)"
+[ -f /var/log/cutf8fs/tmp-view.log ] || fail "no daemon log: $(ls /var/log/cutf8fs)"
 
 apt-get remove -y -q cutf8fs >"$T/apt-remove.log" 2>&1 || { cat "$T/apt-remove.log"; fail "apt remove"; }
 iconv -f UTF-8 -t CORRECTED-UTF-8 "$T/plain" >/dev/null 2>&1 && fail "CORRECTED-UTF-8 still known after remove"
@@ -169,6 +178,7 @@ fn the_debian_package_installs_works_and_removes_cleanly() {
     let ovl = t.path().join("ovl");
     std::fs::create_dir(&ovl).unwrap();
     std::fs::write(work.join("scenario.sh"), SCENARIO).unwrap();
+    std::fs::write(work.join("quickstart.sh"), readme_quick_start()).unwrap();
     let record_before = dpkg_record();
     // The overlay: the machine's root read-only below, the changes in a
     // tmpfs above; /dev (for /dev/fuse), /proc and /sys as they are.
@@ -204,6 +214,21 @@ fn the_debian_package_installs_works_and_removes_cleanly() {
         record_before,
         "this machine's dpkg record of cutf8fs changed"
     );
+}
+
+/// The shell block under the README's "Quick start" heading, verbatim.
+fn readme_quick_start() -> String {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Quick start"))
+        .expect("README.md has a \"## Quick start\" section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the quick start has a ```sh block");
+    block.to_string()
 }
 
 /// What dpkg on this machine (not the test's copy) records of cutf8fs:
