@@ -163,6 +163,21 @@ apt-get purge -y -q cutf8fs >"$T/apt-purge.log" 2>&1 || { cat "$T/apt-purge.log"
 dpkg-query -W cutf8fs >/dev/null 2>&1 && fail "dpkg still records cutf8fs after purge"
 snapshot >"$T/after-purge"
 diff "$T/before" "$T/after-purge" >"$T/diff-purge" || { cat "$T/diff-purge"; fail "purge left the system changed"; }
+
+# Beside a cutf8fs installed from source, whose daemons write the same
+# names, purge cannot tell whose a log is: it keeps them all.
+apt-get install -y -q "$DEB" >"$T/apt-install2.log" 2>&1 || { cat "$T/apt-install2.log"; fail "apt install, again"; }
+mkdir -p "$T/m3"
+/usr/bin/cutf8fs "$T/b" "$T/m3" 2>"$T/mount3.err" || { cat "$T/mount3.err"; fail "cutf8fs mount, again"; }
+fusermount3 -u "$T/m3"
+for i in $(seq 50); do pgrep -x cutf8fs >/dev/null || break; sleep 0.1; done
+cp /usr/bin/cutf8fs /usr/local/bin/cutf8fs
+apt-get purge -y -q cutf8fs >"$T/apt-purge2.log" 2>&1 || { cat "$T/apt-purge2.log"; fail "apt purge, again"; }
+ls /var/log/cutf8fs/*m3.log >/dev/null 2>&1 || fail "purge removed a log while another cutf8fs was installed"
+grep -q '/usr/local/bin/cutf8fs is installed too' "$T/apt-purge2.log" || { cat "$T/apt-purge2.log"; fail "purge did not say why it kept the logs"; }
+rm -f /usr/local/bin/cutf8fs /var/log/cutf8fs/*m3.log
+snapshot >"$T/after-purge2"
+diff "$T/before" "$T/after-purge2" >"$T/diff-purge2" || { cat "$T/diff-purge2"; fail "the second purge left the system changed"; }
 echo ok
 "#;
 
