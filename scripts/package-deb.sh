@@ -8,17 +8,25 @@
 # not shipped) and lays out, as Debian's own packages do:
 #   /usr/bin/cutf8, /usr/bin/cutf8fs, /usr/bin/cutf8-lessopen
 #   /usr/sbin/mount.fuse.cutf8fs -> ../bin/cutf8fs (mount -t fuse.cutf8fs, fstab)
-#   /usr/share/man/man1/cutf8.1.gz, cutf8fs.1.gz, man7/cutf8-gconv.7.gz
+#   /usr/share/man/man1/cutf8.1.gz, cutf8fs.1.gz, cutf8-lessopen.1.gz,
+#   man7/cutf8-gconv.7.gz, man8/mount.fuse.cutf8fs.8.gz
 #   shell completions for bash, zsh and fish
-#   /usr/share/doc/cutf8fs/ (README, docs/*.md, copyright)
+#   /usr/share/doc/cutf8fs/ (README, docs/*.md, changelog.gz, copyright,
+#   examples/archive: the sample archive of the README's quick start)
 #   /usr/share/cutf8fs/magic (file -m), corrected-utf-8.vim
 #   /usr/lib/<multiarch>/gconv/CORRECTED-UTF-8.so and
 #   gconv-modules.d/cutf8fs.conf: registered with glibc's iconv by
 #   iconvconfig in postinst, unregistered by iconvconfig in postrm.
 # Nothing else on the system is changed: /etc/magic (libmagic's conffile)
 # is left alone; docs/install.md says how to use the magic entry. purge
-# also removes the daemon's logs and cache (/var/log/cutf8fs,
-# /var/cache/cutf8fs). Install: apt install ./target/debian/cutf8fs_*.deb
+# also removes the logs and index caches the package's daemons made, by
+# the rule in debian/postrm (docs/install.md, "Removing").
+# Install: apt install ./target/debian/cutf8fs_*.deb
+#
+# debian/ holds the files written by hand: changelog (its first entry's
+# version must be Cargo.toml's), copyright (DEP-5), postinst, postrm.
+# Maintainer: "$DEBFULLNAME <$DEBEMAIL>" when DEBEMAIL is set, else the
+# first of Cargo.toml's authors.
 #
 # CUTF8_BIN_DIR=DIR takes cutf8 and cutf8fs from DIR, CUTF8_GCONV_SO=FILE
 # the module, instead of building them (the tests package what they built).
@@ -32,6 +40,20 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture)
+if [[ -n ${DEBEMAIL:-} ]]; then
+    maintainer="${DEBFULLNAME:-$DEBEMAIL} <$DEBEMAIL>"
+else
+    maintainer=$(sed -n 's/^authors = \["\([^"]*\)".*/\1/p' Cargo.toml | head -1)
+fi
+[[ $maintainer == *' <'*@*.*'>' ]] || {
+    echo "package-deb: no maintainer: set DEBFULLNAME and DEBEMAIL, or authors in Cargo.toml" >&2
+    exit 1
+}
+changed=$(sed -n '1s/^cutf8fs (\(.*\)) .*/\1/p' debian/changelog)
+[[ $changed == "$version" ]] || {
+    echo "package-deb: debian/changelog's first entry is $changed, Cargo.toml says $version" >&2
+    exit 1
+}
 
 bin=${CUTF8_BIN_DIR:-}
 so=${CUTF8_GCONV_SO:-}
@@ -74,12 +96,13 @@ install -D -m 0755 gconv/cutf8-lessopen "$root/usr/bin/cutf8-lessopen"
 install -d "$root/usr/sbin"
 ln -s ../bin/cutf8fs "$root/usr/sbin/mount.fuse.cutf8fs"
 
+# A man page for every program shipped.
 man=$root/usr/share/man
-install -d "$man/man1" "$man/man7"
-for page in man/cutf8.1 man/cutf8fs.1; do
-    gzip -9n <"$page" >"$man/man1/$(basename "$page").gz"
+for page in man/cutf8.1 man/cutf8fs.1 man/cutf8-lessopen.1 man/cutf8-gconv.7 \
+    man/mount.fuse.cutf8fs.8; do
+    install -d "$man/man${page##*.}"
+    gzip -9n <"$page" >"$man/man${page##*.}/$(basename "$page").gz"
 done
-gzip -9n <man/cutf8-gconv.7 >"$man/man7/cutf8-gconv.7.gz"
 
 comp=$root/usr/share
 install -d "$comp/bash-completion/completions" "$comp/zsh/vendor-completions" \
@@ -92,30 +115,13 @@ done
 
 doc=$root/usr/share/doc/cutf8fs
 install -d "$doc" "$root/usr/share/cutf8fs"
-install -m 0644 README.md docs/format.md docs/behaviour.md docs/migrate.md docs/charset.md docs/install.md \
+install -m 0644 README.md docs/format.md docs/behaviour.md docs/migrate.md docs/charset.md docs/install.md docs/design.md \
     docs/performance.md "$doc/"
-cat >"$doc/copyright" <<EOF
-Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
-Upstream-Name: cutf8fs
-Comment: Corrected UTF-8: the cutf8 converter, the cutf8fs FUSE mount and
- the CORRECTED-UTF-8 iconv module.
-
-Files: *
-Copyright: the cutf8fs authors
-License: MIT or Apache-2.0
- Licensed under either of the Apache License, Version 2.0 (see
- /usr/share/common-licenses/Apache-2.0) or the MIT license, at your option.
- .
- MIT: Permission is hereby granted, free of charge, to any person obtaining
- a copy of this software and associated documentation files (the
- "Software"), to deal in the Software without restriction, including without
- limitation the rights to use, copy, modify, merge, publish, distribute,
- sublicense, and/or sell copies of the Software, and to permit persons to
- whom the Software is furnished to do so, subject to the following
- conditions: The above copyright notice and this permission notice shall be
- included in all copies or substantial portions of the Software. THE
- SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND.
-EOF
+install -m 0644 debian/copyright "$doc/copyright"
+gzip -9n <debian/changelog >"$doc/changelog.gz"
+install -d "$doc/examples"
+cp -r sample/archive "$doc/examples/archive"
+find "$doc/examples" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
 install -m 0644 gconv/cutf8.magic "$root/usr/share/cutf8fs/magic"
 install -m 0644 gconv/corrected-utf-8.vim "$root/usr/share/cutf8fs/corrected-utf-8.vim"
 
@@ -142,7 +148,7 @@ cat >"$root/DEBIAN/control" <<EOF
 Package: cutf8fs
 Version: $version
 Architecture: $arch
-Maintainer: cutf8fs developers <cutf8fs@localhost>
+Maintainer: $maintainer
 Installed-Size: $size
 Depends: $depends
 Section: utils
@@ -156,33 +162,7 @@ Description: Corrected UTF-8 archives that every legacy tool can read
  CORRECTED-UTF-8 charset for glibc's iconv (iconv(1), git, vim) and a
  file(1) magic entry.
 EOF
-cat >"$root/DEBIAN/postinst" <<'EOF'
-#!/bin/sh
-# Registers CORRECTED-UTF-8 with glibc's iconv: its gconv-modules.d entry
-# is in place, iconvconfig puts it into glibc's module cache.
-set -e
-if [ "$1" = configure ] && command -v iconvconfig >/dev/null 2>&1; then
-    iconvconfig || echo "cutf8fs: iconvconfig failed; run it to make CORRECTED-UTF-8 known to iconv" >&2
-fi
-exit 0
-EOF
-cat >"$root/DEBIAN/postrm" <<'EOF'
-#!/bin/sh
-# Unregisters CORRECTED-UTF-8: the module and its entry are gone, so
-# iconvconfig writes glibc's module cache without them. purge also
-# removes what the daemon kept: its logs and its index-database cache.
-set -e
-case "$1" in
-remove | purge | abort-install | disappear)
-    if command -v iconvconfig >/dev/null 2>&1; then iconvconfig || true; fi
-    ;;
-esac
-if [ "$1" = purge ]; then
-    rm -rf /var/log/cutf8fs /var/cache/cutf8fs
-fi
-exit 0
-EOF
-chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
+install -m 0755 debian/postinst debian/postrm "$root/DEBIAN/"
 (cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum) >"$root/DEBIAN/md5sums"
 
 deb=$out/cutf8fs_${version}_${arch}.deb

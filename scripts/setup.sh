@@ -15,11 +15,11 @@ SUDO=""
 need=()
 # libc6-dev (<gconv.h>), binutils (ar), file and less: the gconv module and its recipes.
 # The Debian package (scripts/package-deb.sh, tests/package.rs): dpkg-deb,
-# binutils (objcopy, strip), apt, man-db (man -w), procps (pgrep).
+# binutils (objcopy, strip), apt, man-db (man -w), procps (pgrep), lintian.
 # samba, smbclient, nfs-ganesha(-vfs), libnfs-utils and libnfs-dev: the servers and
 # clients of the export tests (tests/support/servers.rs starts them itself).
 for pkg in fuse3 bindfs gocryptfs vim rsync attr acl git perl python3 util-linux psmisc gcc \
-    libc6-dev binutils file less e2fsprogs libcap2-bin sqlite3 dpkg apt man-db procps \
+    libc6-dev binutils file less e2fsprogs libcap2-bin sqlite3 dpkg apt man-db procps lintian \
     samba smbclient nfs-ganesha nfs-ganesha-vfs libnfs-utils libnfs-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done

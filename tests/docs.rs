@@ -48,7 +48,14 @@ fn every_relative_link_in_readme_and_docs_resolves_inside_the_repository() {
 
 #[test]
 fn man_pages_render_without_warnings() {
-    for page in ["man/cutf8.1", "man/cutf8fs.1"] {
+    // The program pages, and the two short ones the package ships for its
+    // helpers (cutf8-lessopen, mount.fuse.cutf8fs).
+    for (page, least) in [
+        ("man/cutf8.1", 2000),
+        ("man/cutf8fs.1", 2000),
+        ("man/cutf8-lessopen.1", 500),
+        ("man/mount.fuse.cutf8fs.8", 500),
+    ] {
         let out = std::process::Command::new("man")
             .args(["-l", "--warnings"])
             .arg(format!("{ROOT}/{page}"))
@@ -59,7 +66,7 @@ fn man_pages_render_without_warnings() {
         assert!(out.status.success(), "{page}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.is_empty(), "{page} renders with warnings:\n{err}");
-        assert!(out.stdout.len() > 2000, "{page} renders to text");
+        assert!(out.stdout.len() > least, "{page} renders to text");
     }
 }
 

@@ -3,15 +3,21 @@
 //! it gives stripped binaries, man pages, completions, docs, the mount
 //! helper, the iconv charset registered with glibc and the file(1) entry;
 //! the installed `cutf8fs` mounts (directly and through `mount -t
-//! fuse.cutf8fs`), the installed `iconv` converts; `apt remove` and `apt
-//! purge` leave every file of the system as it was. And
-//! `scripts/install.sh --uninstall` undoes `scripts/install.sh`.
+//! fuse.cutf8fs`), the installed `iconv` converts, the README's quick
+//! start runs as written; `apt remove` and `apt purge` leave every file of
+//! the system as it was, purge removing what the package's daemons made
+//! and nothing that others made (the rule in debian/postrm). lintian finds
+//! nothing against the package. And `scripts/install.sh --uninstall`
+//! undoes `scripts/install.sh`.
 //!
 //! The package is installed on this machine as seen through an overlay of
 //! its root filesystem, in a mount namespace of the test's own: apt, dpkg,
 //! iconvconfig and the daemon run for real, on the machine's own files,
 //! while the tests running beside this one (which use their own builds of
-//! the same programs) see nothing change.
+//! the same programs) see nothing change. The test starts from whatever
+//! dpkg records on this machine: a cutf8fs that `apt remove` left (or one
+//! installed) is purged in the copy first, and the machine's own dpkg
+//! record is the same after the test as before.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -64,7 +70,7 @@ snapshot() {
     # Every file, link and directory of the system, with the content of
     # what packages and iconvconfig write; what tests beside us or apt's
     # own bookkeeping change is left out.
-    find /usr /etc /var/lib/dpkg/info /var/log /var/cache -xdev \
+    find /usr /etc /var/lib/dpkg/info /var/log /var/cache $(ls -d /var/lib/cutf8fs 2>/dev/null) -xdev \
         -path /var/cache/apt -prune -o -path /var/log/apt -prune -o \
         -path /var/log/dpkg.log -prune -o -path /var/cache/debconf -prune -o \
         -path /var/cache/ldconfig -prune -o -path /etc/ld.so.cache -prune -o \
@@ -74,11 +80,23 @@ snapshot() {
         sort
     md5sum /usr/lib/*/gconv/gconv-modules.cache /etc/magic 2>/dev/null
 }
-# What earlier runs of the daemon left on this machine is not this
-# package's (and tests beside this one may add to it meanwhile): hidden.
-rm -rf /var/log/cutf8fs /var/cache/cutf8fs
-snapshot >"$T/before"
 export DEBIAN_FRONTEND=noninteractive
+# Whatever dpkg records here: a cutf8fs left by `apt remove` (or still
+# installed) is purged in this copy, so the package installs afresh.
+if dpkg-query -W cutf8fs >/dev/null 2>&1; then
+    echo "dpkg records cutf8fs: $(dpkg-query -W -f='${Status}' cutf8fs); purged in the sandbox first"
+    dpkg --purge cutf8fs >"$T/dpkg-purge-first.log" 2>&1 || { cat "$T/dpkg-purge-first.log"; fail "purging the recorded cutf8fs"; }
+fi
+# What earlier runs of the daemon left on this machine (and tests beside
+# this one may add to it meanwhile) is hidden; in its place, what a
+# cutf8fs installed from source made before the package came, and a file
+# of another name: purge must leave all three.
+rm -rf /var/log/cutf8fs /var/cache/cutf8fs /var/lib/cutf8fs
+mkdir -p /var/log/cutf8fs /var/cache/cutf8fs
+echo 'from source' >/var/log/cutf8fs/srv-other.log
+echo 'not a daemon log' >/var/log/cutf8fs/notes.txt
+echo 'from source' >/var/cache/cutf8fs/index-other-0123456789abcdef.sqlite
+snapshot >"$T/before"
 apt-get install -y -q "$DEB" >"$T/apt-install.log" 2>&1 || { cat "$T/apt-install.log"; fail "apt install"; }
 dpkg -s cutf8fs | grep -q '^Status: install ok installed' || fail "not installed"
 
@@ -121,17 +139,45 @@ umount "$T/m2"
 for i in $(seq 50); do pgrep -x cutf8fs >/dev/null || break; sleep 0.1; done
 pgrep -x cutf8fs >/dev/null && fail "a daemon is still running"
 
+# The README's quick start, as written (its /tmp paths are this copy's).
+rm -rf /tmp/archive /tmp/view
+(cd /root && bash -e "$T/quickstart.sh") >"$T/quickstart.out" 2>&1 || { cat "$T/quickstart.out"; fail "the README's quick start"; }
+grep -q 'Café crème' "$T/quickstart.out" || { cat "$T/quickstart.out"; fail "quick start: no café-menu.txt as UTF-8"; }
+grep -q 'Μοῦσα' "$T/quickstart.out" || { cat "$T/quickstart.out"; fail "quick start: grep found nothing"; }
+mountpoint -q /tmp/view && fail "quick start left /tmp/view mounted"
+rm -rf /tmp/archive /tmp/view
+for i in $(seq 50); do pgrep -x cutf8fs >/dev/null || break; sleep 0.1; done
+# The package's daemons logged (no syslog here): what purge is to remove.
+[ -f /var/log/cutf8fs/tmp-view.log ] || fail "no daemon log: $(ls /var/log/cutf8fs)"
+
 apt-get remove -y -q cutf8fs >"$T/apt-remove.log" 2>&1 || { cat "$T/apt-remove.log"; fail "apt remove"; }
 iconv -f UTF-8 -t CORRECTED-UTF-8 "$T/plain" >/dev/null 2>&1 && fail "CORRECTED-UTF-8 still known after remove"
-# remove keeps the daemon's logs and dpkg's record of the package until
-# purge (Debian's rule for a package with a postrm); nothing else.
-keep='^. /var/log|^. /var/lib/dpkg/info/cutf8fs\.(list|postrm) '
+# remove keeps the daemons' logs and caches, postinst's list of what was
+# there before and dpkg's record of the package until purge (Debian's rule
+# for a package with a postrm); nothing else.
+keep='^. /var/log/cutf8fs|^. /var/cache/cutf8fs|^. /var/lib/cutf8fs|^. /var/lib/dpkg/info/cutf8fs\.(list|postrm) '
 snapshot | grep -Ev "$keep" >"$T/after-remove"
 grep -Ev "$keep" "$T/before" >"$T/before-nolog"
 diff "$T/before-nolog" "$T/after-remove" >"$T/diff-remove" || { cat "$T/diff-remove"; fail "remove left the system changed"; }
 apt-get purge -y -q cutf8fs >"$T/apt-purge.log" 2>&1 || { cat "$T/apt-purge.log"; fail "apt purge"; }
+dpkg-query -W cutf8fs >/dev/null 2>&1 && fail "dpkg still records cutf8fs after purge"
 snapshot >"$T/after-purge"
 diff "$T/before" "$T/after-purge" >"$T/diff-purge" || { cat "$T/diff-purge"; fail "purge left the system changed"; }
+
+# Beside a cutf8fs installed from source, whose daemons write the same
+# names, purge cannot tell whose a log is: it keeps them all.
+apt-get install -y -q "$DEB" >"$T/apt-install2.log" 2>&1 || { cat "$T/apt-install2.log"; fail "apt install, again"; }
+mkdir -p "$T/m3"
+/usr/bin/cutf8fs "$T/b" "$T/m3" 2>"$T/mount3.err" || { cat "$T/mount3.err"; fail "cutf8fs mount, again"; }
+fusermount3 -u "$T/m3"
+for i in $(seq 50); do pgrep -x cutf8fs >/dev/null || break; sleep 0.1; done
+cp /usr/bin/cutf8fs /usr/local/bin/cutf8fs
+apt-get purge -y -q cutf8fs >"$T/apt-purge2.log" 2>&1 || { cat "$T/apt-purge2.log"; fail "apt purge, again"; }
+ls /var/log/cutf8fs/*m3.log >/dev/null 2>&1 || fail "purge removed a log while another cutf8fs was installed"
+grep -q '/usr/local/bin/cutf8fs is installed too' "$T/apt-purge2.log" || { cat "$T/apt-purge2.log"; fail "purge did not say why it kept the logs"; }
+rm -f /usr/local/bin/cutf8fs /var/log/cutf8fs/*m3.log
+snapshot >"$T/after-purge2"
+diff "$T/before" "$T/after-purge2" >"$T/diff-purge2" || { cat "$T/diff-purge2"; fail "the second purge left the system changed"; }
 echo ok
 "#;
 
@@ -147,6 +193,8 @@ fn the_debian_package_installs_works_and_removes_cleanly() {
     let ovl = t.path().join("ovl");
     std::fs::create_dir(&ovl).unwrap();
     std::fs::write(work.join("scenario.sh"), SCENARIO).unwrap();
+    std::fs::write(work.join("quickstart.sh"), readme_quick_start()).unwrap();
+    let record_before = dpkg_record();
     // The overlay: the machine's root read-only below, the changes in a
     // tmpfs above; /dev (for /dev/fuse), /proc and /sys as they are.
     let setup = r#"
@@ -173,6 +221,72 @@ fn the_debian_package_installs_works_and_removes_cleanly() {
     assert!(
         out.status.success() && said.trim_end().ends_with("ok"),
         "the package scenario failed ({:?}):\n{said}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        dpkg_record(),
+        record_before,
+        "this machine's dpkg record of cutf8fs changed"
+    );
+}
+
+/// The shell block under the README's "Quick start" heading, verbatim.
+fn readme_quick_start() -> String {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Quick start"))
+        .expect("README.md has a \"## Quick start\" section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the quick start has a ```sh block");
+    block.to_string()
+}
+
+/// What dpkg on this machine (not the test's copy) records of cutf8fs:
+/// its status line and its files in /var/lib/dpkg/info. The test must
+/// change neither (other packages may come and go meanwhile).
+fn dpkg_record() -> (String, Vec<String>) {
+    let q = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status} ${Version}", "cutf8fs"])
+        .output()
+        .unwrap();
+    let mut info: Vec<String> = std::fs::read_dir("/var/lib/dpkg/info")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cutf8fs."))
+        .collect();
+    info.sort();
+    (String::from_utf8_lossy(&q.stdout).into_owned(), info)
+}
+
+/// Debian's own checker has nothing to say against the package: no
+/// error and no warning (the maintainer, changelog, copyright and a man
+/// page for every program are what it checks most).
+#[test]
+fn lintian_finds_no_error_or_warning_in_the_package() {
+    let t = tempfile::Builder::new()
+        .prefix("cutf8fs-lintian-")
+        .tempdir()
+        .unwrap();
+    let deb = build_deb(&t.path().join("deb"));
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--tag-display-limit", "0"])
+        .arg(&deb)
+        .output()
+        .expect("lintian (scripts/setup.sh installs it)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let complaints: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("E: ") || l.starts_with("W: "))
+        .collect();
+    assert!(
+        out.status.success() && complaints.is_empty(),
+        "lintian {} ({:?}):\n{said}\n{}",
+        deb.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
