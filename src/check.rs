@@ -47,6 +47,7 @@ use nix::fcntl::OFlag;
 use crate::convert::{
     io_message, read_chunk, read_prefix, Direction, Input, Position, Tracker, DEFAULT_BUFFER_SIZE,
 };
+use crate::shown::display_path;
 use cutf8::{has_magic, DecodeMagic, Decoder, Problem, Status, MIN_DST};
 
 /// One document rule of docs/format.md (or a malformation of its format).
@@ -261,7 +262,7 @@ impl Item {
     fn name(&self) -> String {
         match self {
             Item::Named(i) => i.name(),
-            Item::Found(_, _, full) => full.display().to_string(),
+            Item::Found(_, _, full) => display_path(full),
         }
     }
 
@@ -337,7 +338,7 @@ fn expand(inputs: &[Input], diag: &mut dyn FnMut(&str), unreadable: &mut usize) 
                         walk_dir(&root, p, Path::new(""), &mut files, diag, unreadable);
                     }
                     Err(e) => {
-                        diag(&format!("{}: {}", p.display(), io_message(&e.into())));
+                        diag(&format!("{}: {}", display_path(p), io_message(&e.into())));
                         *unreadable += 1;
                     }
                 }
@@ -393,7 +394,7 @@ fn walk_dir(
             } else {
                 top.join(rel)
             };
-            diag(&format!("{}: {}", shown.display(), io_message(&e)));
+            diag(&format!("{}: {}", display_path(&shown), io_message(&e)));
             *unreadable += 1;
             return;
         }
@@ -566,20 +567,20 @@ fn on_mount(mounts: &str, input: &Input) -> Option<String> {
     };
     let real = std::fs::canonicalize(p).ok()?;
     let (mnt, source) = crate::mountinfo::cutf8fs_mount_of(mounts, &real)?;
-    let shown = p.display();
+    let shown = display_path(p);
     let stored = real
         .strip_prefix(&mnt)
         .ok()
         .filter(|_| source.starts_with('/'))
         .map(|rel| std::path::Path::new(&source).join(rel));
     let instead = match stored {
-        Some(b) => format!("check {} instead", b.display()),
+        Some(b) => format!("check {} instead", display_path(&b)),
         None => format!("check it in the mount's BACKING ({source}) instead"),
     };
     Some(format!(
         "{shown}: on a cutf8fs mount ({}), which shows files as UTF-8 without their \
          magic number, not as they are stored: not checked; {instead}",
-        mnt.display()
+        display_path(&mnt)
     ))
 }
 

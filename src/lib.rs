@@ -72,6 +72,7 @@ pub mod migrate;
 mod mountinfo;
 pub mod ratelog;
 pub mod redo;
+pub mod shown;
 pub mod sys;
 pub mod trust;
 pub mod view;

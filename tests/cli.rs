@@ -599,6 +599,44 @@ fn check_clean_file_and_warnings_only() {
         .stdout_is(b"", "empty text");
 }
 
+/// A user's file name reaches root's terminal only escaped, as migrate
+/// prints it: an escape sequence that clears the screen, a newline that
+/// forges a line, a right-to-left override that reverses what follows.
+#[test]
+fn check_prints_hostile_names_escaped() {
+    let d = Dir::new();
+    std::fs::create_dir(d.path().join("tree")).unwrap();
+    let name = "a\x1b[2J\nb\u{202e}txt.exe";
+    std::fs::write(d.path().join("tree").join(name), b"no magic\n").unwrap();
+    let r = d.run(&["check", "tree"], b"");
+    let shown = "tree/a\\x1B[2J\\x0Ab\\xE2\\x80\\xAEtxt.exe";
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    let err = r.stderr.clone();
+    for (what, text) in [("stdout", &out), ("stderr", &err)] {
+        assert!(
+            !text.contains('\x1b') && !text.contains('\u{202e}'),
+            "raw control or override on {what}: {text:?}"
+        );
+    }
+    let r = r
+        .exits(0)
+        .stderr_is("cutf8: checked 1 file: 0 errors, 1 warning\n");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        format!(
+            "{shown}:1:1: warning: no Corrected UTF-8 magic number at the start [missing-magic]\n"
+        ),
+        "one line, the name escaped"
+    );
+    // An unreadable directory is named the same way.
+    let r = d.run(&["check", &format!("tree/{name}/x")], b"");
+    assert!(
+        !r.stderr.contains('\x1b') && !r.stderr.contains('\u{202e}'),
+        "{:?}",
+        r.stderr
+    );
+}
+
 #[test]
 fn check_levels_can_be_chosen() {
     let d = Dir::new();

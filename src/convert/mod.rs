@@ -35,6 +35,7 @@ use cutf8::{has_magic, max_disk_len, max_view_len, Problem, Status};
 use cutf8::{DecodeMagic, EncodeMagic, MAGIC_TEXT, MIN_DST};
 
 use crate::codec::Coder;
+use crate::shown::display_path;
 
 mod atomic;
 mod position;
@@ -111,7 +112,7 @@ impl Input {
     pub fn name(&self) -> String {
         match self {
             Input::Stdin => "<stdin>".to_string(),
-            Input::Path(p) => p.display().to_string(),
+            Input::Path(p) => display_path(p),
         }
     }
 
@@ -186,18 +187,19 @@ pub fn run(
             Ok(summary)
         }
         Some(path) => {
-            let mut out = AtomicFile::create(path)
-                .map_err(|e| Fatal::Output(format!("{}: {}", path.display(), io_message(&e))))?;
+            let mut out = AtomicFile::create(path).map_err(|e| {
+                Fatal::Output(format!("{}: {}", display_path(path), io_message(&e)))
+            })?;
             let summary = convert_all(opts, inputs, &mut out.file, diag)
                 .map_err(|e| write_fatal(e, Some(path)))?;
             if summary == Summary::default() {
                 out.commit().map_err(|e| {
-                    Fatal::Output(format!("{}: {}", path.display(), io_message(&e)))
+                    Fatal::Output(format!("{}: {}", display_path(path), io_message(&e)))
                 })?;
             } else {
                 diag(&format!(
                     "{}: not written, because not every input converted",
-                    path.display()
+                    display_path(path)
                 ));
             }
             Ok(summary)
@@ -209,7 +211,7 @@ fn write_fatal(e: io::Error, path: Option<&Path>) -> Fatal {
     if e.kind() == io::ErrorKind::BrokenPipe {
         return Fatal::BrokenPipe;
     }
-    let name = path.map_or("<stdout>".to_string(), |p| p.display().to_string());
+    let name = path.map_or("<stdout>".to_string(), display_path);
     Fatal::Output(format!("{name}: {}", io_message(&e)))
 }
 

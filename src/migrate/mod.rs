@@ -380,7 +380,7 @@ pub fn preflight(paths: &[PathBuf]) -> Result<(), String> {
                  and are stored as Corrected UTF-8 by the mount; nothing was converted. \
                  Run migrate on the mount's BACKING directory instead ({source}), or \
                  copy corrected files into BACKING directly.",
-                mnt.display()
+                report::display_path(&mnt)
             ));
         }
     }

@@ -152,45 +152,9 @@ impl Outcome {
     }
 }
 
-/// `path` as a human reads it, safe to print on a terminal: UTF-8 as is;
-/// any byte that is not part of valid UTF-8, and every byte of a control
-/// character (C0, DEL, C1: escape sequences, newlines, carriage returns)
-/// or of a bidirectional override, as `\xNN` (and then a literal
-/// backslash as `\\`, so the escaping can be undone). A name in a tree
-/// someone else writes can hold anything: printed raw, it could drive the
-/// terminal of whoever runs migrate, or forge lines of its output.
-pub fn display_path(path: &Path) -> String {
-    let bytes = path.as_os_str().as_bytes();
-    match std::str::from_utf8(bytes) {
-        Ok(s) if !s.chars().any(unsafe_to_show) => s.to_owned(),
-        _ => {
-            let mut out = String::new();
-            for chunk in bytes.utf8_chunks() {
-                for c in chunk.valid().chars() {
-                    if c == '\\' {
-                        out.push_str("\\\\");
-                    } else if unsafe_to_show(c) {
-                        for b in c.encode_utf8(&mut [0; 4]).bytes() {
-                            out.push_str(&format!("\\x{b:02X}"));
-                        }
-                    } else {
-                        out.push(c);
-                    }
-                }
-                for b in chunk.invalid() {
-                    out.push_str(&format!("\\x{b:02X}"));
-                }
-            }
-            out
-        }
-    }
-}
-
-/// Control characters and the bidirectional embeddings, overrides and
-/// isolates, which change how the rest of a line reads.
-fn unsafe_to_show(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-}
+/// `path` safe to print on a terminal (`crate::shown`, shared by every
+/// command that prints a file name).
+pub use crate::shown::display_path;
 
 /// `path` as one word for a POSIX shell, for commands a message suggests:
 /// in single quotes (a quote as `'\''`), or, for a path
