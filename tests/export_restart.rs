@@ -12,9 +12,9 @@
 //! Ganesha) and reads by those handles alone: PUTFH and READ, no name looked
 //! up (`nfsop readfh`, support::servers). The new mount must have another
 //! device number than the old, or the test could not tell. A handle
-//! taken a moment before the restart survives it too; the ignored test
-//! shows the one case where it does not yet (a BACKING whose index
-//! database the old daemon creates after the new one started). The test
+//! taken a moment before the restart survives it too, also on a BACKING
+//! whose index database the old daemon creates after the new one started.
+//! The test
 //! without `Major64` shows the same procedure leaves every handle stale,
 //! its fsid being all that changed.
 
@@ -73,9 +73,7 @@ fn show(out: &Output) -> String {
 
 /// Waits until the daemon has surely written the node records of what
 /// Ganesha looked up (man cutf8fs: at most a few hundred milliseconds
-/// after the first lookup); on a fresh BACKING its first records create
-/// the index database, which a daemon started before that would not read
-/// (the ignored test below).
+/// after the first lookup).
 fn settle() {
     std::thread::sleep(std::time::Duration::from_secs(1));
 }
@@ -285,13 +283,10 @@ fn ganesha_handles_taken_just_before_a_restart_survive_it() {
 
 /// The same on a BACKING whose index database does not exist yet when
 /// the new daemon starts (the old one creates it with its first records,
-/// at most 300 ms after the lookups): the new daemon, having found no
-/// database at its start, never looks for one again for lookups
-/// (`indexdb::pool::Pool::pinned` with `create` false while `exists` is
-/// false), so the records the old daemon wrote are not found and every
-/// handle is ESTALE. Measured 2026-11-28: fails every time.
+/// at most 300 ms after the lookups): the new daemon looks for it again
+/// when a node is unknown, and waits for the old one's commit
+/// (`indexdb::closing`). Failed every time before that (2026-11-28).
 #[test]
-#[ignore = "index database: one created by another daemon after this one started is not read (Pool::pinned)"]
 fn ganesha_handles_survive_a_restart_before_the_database_exists() {
     let mut m = Mount::new(&[], archive);
     let mut nfs = Server::ganesha_fsal(&m.mnt, "4248.1", FSAL);
