@@ -18,12 +18,12 @@ use crate::support::mount::{is_mounted, wait_for, Mount};
 use crate::support::write::{assert_corrected, corrected_file};
 
 /// bindfs of a directory, unmounted on drop.
-struct Bindfs {
+pub(crate) struct Bindfs {
     mnt: PathBuf,
 }
 
 impl Bindfs {
-    fn mount(real: &Path, mnt: &Path) -> Bindfs {
+    pub(crate) fn mount(real: &Path, mnt: &Path) -> Bindfs {
         let out = Command::new("bindfs")
             .arg("--enable-lock-forwarding")
             .arg("--multithreaded")

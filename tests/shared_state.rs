@@ -412,3 +412,52 @@ fn a_daemon_killed_mid_write_costs_the_other_nothing() {
     );
     assert!(!next.log_text().contains("damaged"), "{}", next.log_text());
 }
+
+/// Over a BACKING that is itself a FUSE mount (bindfs, standing for NFS,
+/// SMB or CephFS: no shared memory between hosts), the database is kept
+/// in rollback-journal mode, not WAL, and two mounts listing at once still
+/// both size the files from it.
+#[test]
+fn over_a_fuse_backing_two_mounts_share_it_in_rollback_journal_mode() {
+    let site = Site::new();
+    let real = site.backing();
+    let names = archive(&real, 300, 10_000, 3);
+    let bind = site.dir.path().join("bind");
+    fs::create_dir(&bind).unwrap();
+    let bindfs = crate::backing_fuse::Bindfs::mount(&real, &bind);
+    settle();
+    let mut first = site.mount(&bind);
+    list(&first, &names);
+    first.unmount();
+    let mut alone = site.mount(&bind);
+    let read_alone = list(&alone, &names);
+    alone.unmount();
+    let a = site.mount(&bind);
+    let c = site.mount(&bind);
+    let (ra, rc) = std::thread::scope(|s| {
+        let ta = s.spawn(|| list(&a, &names));
+        let tc = s.spawn(|| list(&c, &names));
+        (ta.join().unwrap(), tc.join().unwrap())
+    });
+    let bound = 2 * read_alone + (256 << 10);
+    assert!(
+        ra <= bound && rc <= bound,
+        "over bindfs, listing at once, the daemons read {ra} and {rc} bytes, one alone \
+         {read_alone}:\n{}\n{}",
+        a.log_text(),
+        c.log_text()
+    );
+    drop(a);
+    drop(c);
+    let mode = Command::new("sqlite3")
+        .arg(real.join(".cutf8fs-index/index.sqlite"))
+        .arg("PRAGMA journal_mode;")
+        .output()
+        .expect("sqlite3 (scripts/setup.sh)");
+    assert_eq!(
+        String::from_utf8_lossy(&mode.stdout).trim(),
+        "delete",
+        "the database over a FUSE BACKING is not in rollback-journal mode"
+    );
+    drop(bindfs);
+}

@@ -25,24 +25,25 @@ pub fn register() -> bool {
     static DONE: OnceLock<bool> = OnceLock::new();
     *DONE.get_or_init(|| {
         // SAFETY: sqlite3_vfs_find initialises SQLite if needed and returns
-        // the default VFS, a static SQLite never frees, or null.
-        let base = unsafe { ffi::sqlite3_vfs_find(std::ptr::null()) };
-        if base.is_null() {
-            return false;
+        // the default VFS, a static SQLite never frees, or null (checked).
+        // The copy is plain data: pointers to SQLite's static methods and
+        // app data, which the unix VFS's methods read from the VFS they are
+        // called with, so they work on the copy as on the original. The
+        // copy is leaked (SQLite keeps the pointer for the life of the
+        // process), its name a static C string; registering is thread-safe
+        // in SQLite's default threading mode.
+        unsafe {
+            let base = ffi::sqlite3_vfs_find(std::ptr::null());
+            if base.is_null() {
+                return false;
+            }
+            let mut vfs: ffi::sqlite3_vfs = std::ptr::read(base);
+            vfs.zName = VFS.as_ptr();
+            vfs.pNext = std::ptr::null_mut();
+            vfs.xFullPathname = Some(full_pathname);
+            let vfs: &'static mut ffi::sqlite3_vfs = Box::leak(Box::new(vfs));
+            ffi::sqlite3_vfs_register(vfs, 0) == ffi::SQLITE_OK
         }
-        // SAFETY: `base` is a valid, initialised sqlite3_vfs (above); the
-        // copy is plain data (pointers to SQLite's static methods and app
-        // data, which the unix VFS's methods read from the VFS they are
-        // called with, so they work on the copy as on the original).
-        let mut vfs: ffi::sqlite3_vfs = unsafe { std::ptr::read(base) };
-        vfs.zName = VFS.as_ptr();
-        vfs.pNext = std::ptr::null_mut();
-        vfs.xFullPathname = Some(full_pathname);
-        // Registered for the life of the process: SQLite keeps the pointer.
-        let vfs: &'static mut ffi::sqlite3_vfs = Box::leak(Box::new(vfs));
-        // SAFETY: `vfs` lives forever and its name is a static C string;
-        // registering is thread-safe in SQLite's default threading mode.
-        unsafe { ffi::sqlite3_vfs_register(vfs, 0) == ffi::SQLITE_OK }
     })
 }
 
@@ -57,14 +58,16 @@ unsafe extern "C" fn full_pathname(
     if name.is_null() || out.is_null() {
         return ffi::SQLITE_CANTOPEN;
     }
-    // SAFETY: SQLite passes a NUL-terminated name.
-    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes_with_nul();
-    if bytes.first() != Some(&b'/') || bytes.len() > usize::try_from(n_out).unwrap_or(0) {
-        return ffi::SQLITE_CANTOPEN;
+    // SAFETY: SQLite passes a NUL-terminated name, and `out` has room for
+    // `n_out` bytes (its contract); `bytes.len() <= n_out` is checked
+    // before the copy, and the two never overlap.
+    unsafe {
+        let bytes = CStr::from_ptr(name).to_bytes_with_nul();
+        if bytes.first() != Some(&b'/') || bytes.len() > usize::try_from(n_out).unwrap_or(0) {
+            return ffi::SQLITE_CANTOPEN;
+        }
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), out, bytes.len());
     }
-    // SAFETY: `out` has room for `n_out` bytes (SQLite's contract), and
-    // `bytes.len() <= n_out` was checked; the two never overlap.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), out, bytes.len()) };
     ffi::SQLITE_OK
 }
 
