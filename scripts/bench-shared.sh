@@ -24,7 +24,13 @@ CUTF8FS=$PWD/target/release/cutf8fs
 export CUTF8FS_RACY_MARGIN_MS=200
 
 work=$(mktemp -d /tmp/bench-shared-XXXXXX)
-trap 'fusermount3 -u "$work/a" 2>/dev/null; fusermount3 -u "$work/b" 2>/dev/null; rm -rf "$work"' EXIT
+cleanup() {
+    fusermount3 -u "$work/a" 2>/dev/null || true
+    fusermount3 -u "$work/b" 2>/dev/null || true
+    sleep 0.5
+    rm -rf "$work" || true
+}
+trap cleanup EXIT
 mkdir -p "$work/backing" "$work/a" "$work/b"
 python3 - "$work/backing" "$N" <<'EOF'
 import os, sys
@@ -41,12 +47,12 @@ tree=$(du -sb --exclude=.cutf8fs-index "$work/backing" | cut -f1)
 sleep 0.5
 
 mount_at() { # BACKING MNT
-    "$CUTF8FS" "$1" "$2"
+    "$CUTF8FS" -o "log=$work/$(basename "$2").log" "$1" "$2"
     for _ in $(seq 200); do mountpoint -q "$2" && return 0; sleep 0.02; done
     echo "mount of $2 failed" >&2
     exit 1
 }
-pid_of() { pgrep -n -f "cutf8fs $work/backing $1\$"; }
+pid_of() { pgrep -n -f "cutf8fs .* $work/backing $1\$"; }
 rchar() { awk '/^rchar:/ {print $2}' "/proc/$1/io"; }
 now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.4f\", $1 }"; }
@@ -89,3 +95,4 @@ printf '%-34s %8s s  %12s bytes read (%s of the tree)\n' \
     "one mount alone, cold ls -lR" "$(printf %.3f "$at")" "$ar" "$(calc "$ar / $tree")" \
     "two mounts at once, each" "$(printf %.3f "$bt")" "$br" "$(calc "$br / $tree")"
 printf 'ratio, two at once / one alone: %.2f\n' "$(calc "$bt / $at")"
+exit 0
