@@ -31,7 +31,7 @@ impl IndexDb {
     /// The record stored for inode number `ino`, if any. When there is
     /// none but a daemon of this BACKING is still committing what it
     /// queued before it closed (a restart at once after an unmount), waits
-    /// for that, at most [`super::closing::WAIT`], and looks again.
+    /// for that, at most three seconds (`closing`), and looks again.
     pub fn node(&self, ino: u64) -> Option<Vec<u8>> {
         let pool = &self.inner.as_ref()?.shared.pool;
         let read = || {
