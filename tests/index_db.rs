@@ -61,15 +61,6 @@ fn flat(n: usize) -> Vec<u8> {
 /// The one mount guard of the harness.
 type Daemon = Mount;
 
-/// Bytes the daemon's read calls have returned so far.
-fn rchar(d: &Daemon) -> u64 {
-    let io = fs::read_to_string(format!("/proc/{}/io", d.pid())).expect("/proc/PID/io");
-    io.lines()
-        .find_map(|l| l.strip_prefix("rchar: "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("rchar")
-}
-
 /// A BACKING that is mounted again and again, each time on a fresh
 /// mount point.
 struct Env {
@@ -133,11 +124,11 @@ fn check_sizes(d: &Daemon, backing: &Path, names: &[&str], read: bool) {
 
 /// Stats `names` through a fresh mount; returns the bytes the daemon read.
 fn stat_all(d: &Daemon, names: &[&str]) -> u64 {
-    let before = rchar(d);
+    let before = d.rchar();
     for name in names {
         fs::metadata(d.m(name)).unwrap();
     }
-    rchar(d) - before
+    d.rchar() - before
 }
 
 // ---------------------------------------------------------------- tests

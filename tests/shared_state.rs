@@ -26,15 +26,6 @@ fn settle() {
     std::thread::sleep(Duration::from_millis(MARGIN_MS + 100));
 }
 
-/// Bytes the daemon's read calls returned so far.
-fn rchar(pid: u32) -> u64 {
-    let io = fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
-    io.lines()
-        .find_map(|l| l.strip_prefix("rchar: "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("rchar")
-}
-
 /// A text whose view is longer than its bytes: its size through the
 /// mount needs the whole file read, or the index database.
 fn text(i: usize, len: usize) -> String {
@@ -99,12 +90,11 @@ impl Site {
 /// Stats every name through `m` (a cold `ls -l`); the bytes its daemon
 /// read meanwhile.
 fn list(m: &Mount, names: &[String]) -> u64 {
-    let pid = m.pid();
-    let before = rchar(pid);
+    let before = m.rchar();
     for n in names {
         fs::symlink_metadata(m.m(n)).unwrap();
     }
-    rchar(pid) - before
+    m.rchar() - before
 }
 
 /// Lists `names` through a first mount of `b` (the database learns every

@@ -291,6 +291,16 @@ impl Mount {
         self.child.as_ref().map_or(0, |c| c.id())
     }
 
+    /// Bytes the daemon's read calls have returned so far (`rchar` of
+    /// /proc/PID/io): what it read of BACKING, its database included.
+    pub fn rchar(&self) -> u64 {
+        let io = fs::read_to_string(format!("/proc/{}/io", self.pid())).expect("/proc/PID/io");
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("rchar")
+    }
+
     /// One count of the daemon's statistics (`cutf8fs --stats`): the
     /// number on its line named `what` ("scans", "read", "flush", …).
     pub fn stats_count(&self, what: &str) -> u64 {
