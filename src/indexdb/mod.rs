@@ -496,6 +496,18 @@ fn first_open(finder: &Finder) -> Result<Option<store::Db>, ()> {
                 .map(Some)
                 .map_err(&refused)
         }
+        Err(Failed::Busy) => {
+            // Another daemon's long write: not a reason to go without the
+            // database. The first lookup or batch opens it again (and
+            // checks it then).
+            log::info!(
+                "index database {}: locked by another daemon for over {} s as this mount \
+                 starts; opened again when first needed",
+                path.display(),
+                pool::WRITE_WAIT.as_secs()
+            );
+            Ok(None)
+        }
         Err(e) => {
             refused(e);
             Err(())
@@ -723,6 +735,42 @@ mod tests {
         let db = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
         assert_eq!(db.get(&st), Some(index.clone()));
         assert_eq!(db.get(&st2), Some(index));
+    }
+
+    /// A mount starting while another daemon holds the write lock and
+    /// commits (the other mount busy, or the old daemon of `umount &&
+    /// mount` still storing): the new one waits and uses the database,
+    /// and its node records are stored. (It went without a database for
+    /// the whole mount when its start upgraded a read to a write.)
+    #[test]
+    fn a_mount_starting_during_another_daemons_commit_uses_the_database() {
+        let d = tempfile::tempdir().unwrap();
+        stored(d.path(), &state(4, 8), &OffsetIndex::default());
+        let file = d.path().join(DIR).join(place::FILE);
+        let other = rusqlite::Connection::open(&file).unwrap();
+        other
+            .execute_batch(
+                "BEGIN IMMEDIATE; INSERT OR REPLACE INTO nodes(ino, day, rec) \
+                 VALUES (1, 1, x'00');",
+            )
+            .unwrap();
+        let new = std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                other.execute_batch("COMMIT").unwrap();
+            });
+            IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false)
+        });
+        assert!(new.is_open());
+        new.put_node(42, b"rec".to_vec());
+        new.close();
+        let again = IndexDb::open(root_of(d.path()).as_fd(), &Location::Default, false);
+        assert_eq!(
+            again.node(42),
+            Some(b"rec".to_vec()),
+            "the node record was lost"
+        );
+        assert!(again.get(&state(4, 8)).is_some());
     }
 
     /// A node record queued by a daemon that is closing is found by a

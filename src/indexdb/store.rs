@@ -212,21 +212,67 @@ fn init(conn: &Connection, pin: &Pinned, root_id: (u64, u64)) -> Result<(), Fail
             ));
         }
     }
-    let tx = conn.unchecked_transaction()?;
-    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version != 0 && version != SCHEMA {
+    // Reads first, with no transaction of ours: a database in use by
+    // another daemon (the usual case: a second mount, or the same BACKING
+    // mounted again while the old daemon still exits) needs no write.
+    let ours = (root_id.0 as i64, root_id.1 as i64);
+    if schema_and_root(conn)? != (SCHEMA, Some(ours)) {
+        // Something to write: the write lock taken at once (IMMEDIATE),
+        // waiting for another daemon's commit. A read transaction upgraded
+        // to a write (DEFERRED) would fail at once, without waiting, had
+        // another daemon committed since it began (SQLite's BUSY_SNAPSHOT):
+        // the mount would then go without its database.
+        let tx =
+            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+        let (version, found) = schema_and_root(&tx)?;
+        if version != 0 && version != SCHEMA {
+            return Err(Failed::Damaged(format!("schema version {version}")));
+        }
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, a INTEGER NOT NULL, \
+                 b INTEGER NOT NULL) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS records(dev INTEGER NOT NULL, ino INTEGER NOT NULL, \
+                 value BLOB NOT NULL, PRIMARY KEY(dev, ino)) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS nodes(ino INTEGER PRIMARY KEY, day INTEGER NOT NULL, \
+                 rec BLOB NOT NULL);",
+        )?;
+        tx.pragma_update(None, "user_version", SCHEMA)?;
+        if found.is_some_and(|id| id != ours) {
+            log::warn!(
+                "index database {} belongs to another BACKING (or BACKING moved to another \
+                 device); starting it afresh",
+                pin.path().display()
+            );
+            tx.execute_batch("DELETE FROM records; DELETE FROM nodes;")?;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO meta(key, a, b) VALUES ('root', ?1, ?2)",
+            [ours.0, ours.1],
+        )?;
+        tx.commit()?;
+    }
+    // Reads the whole file once: a damaged page fails here, at the start,
+    // not in a lookup later (cheap for a database of a few MB; a large
+    // one is read by the lookups of a cold mount anyway). A read: it waits
+    // for no daemon and makes none wait.
+    let ok: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    if ok != "ok" {
+        return Err(Failed::Damaged(ok));
+    }
+    Ok(())
+}
+
+/// The schema version and BACKING's identity a database holds (version
+/// 0 and none in a new file; an unknown version is damage).
+fn schema_and_root(conn: &Connection) -> Result<(i64, Option<(i64, i64)>), Failed> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version == 0 {
+        return Ok((0, None));
+    }
+    if version != SCHEMA {
         return Err(Failed::Damaged(format!("schema version {version}")));
     }
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, a INTEGER NOT NULL, \
-             b INTEGER NOT NULL) WITHOUT ROWID;
-         CREATE TABLE IF NOT EXISTS records(dev INTEGER NOT NULL, ino INTEGER NOT NULL, \
-             value BLOB NOT NULL, PRIMARY KEY(dev, ino)) WITHOUT ROWID;
-         CREATE TABLE IF NOT EXISTS nodes(ino INTEGER PRIMARY KEY, day INTEGER NOT NULL, \
-             rec BLOB NOT NULL);",
-    )?;
-    tx.pragma_update(None, "user_version", SCHEMA)?;
-    let found: Option<(i64, i64)> = tx
+    let found = conn
         .query_row("SELECT a, b FROM meta WHERE key = 'root'", [], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
@@ -235,32 +281,7 @@ fn init(conn: &Connection, pin: &Pinned, root_id: (u64, u64)) -> Result<(), Fail
             rusqlite::Error::QueryReturnedNoRows => Ok(None),
             e => Err(e),
         })?;
-    let ours = (root_id.0 as i64, root_id.1 as i64);
-    match found {
-        Some(id) if id == ours => {}
-        Some(_) => {
-            log::warn!(
-                "index database {} belongs to another BACKING (or BACKING moved to another \
-                 device); starting it afresh",
-                pin.path().display()
-            );
-            tx.execute_batch("DELETE FROM records; DELETE FROM nodes;")?;
-        }
-        None => {}
-    }
-    tx.execute(
-        "INSERT OR REPLACE INTO meta(key, a, b) VALUES ('root', ?1, ?2)",
-        [ours.0, ours.1],
-    )?;
-    // Reads the whole file once: a damaged page fails here, at the start,
-    // not in a lookup later (cheap for a database of a few MB; a large
-    // one is read by the lookups of a cold mount anyway).
-    let ok: String = tx.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
-    if ok != "ok" {
-        return Err(Failed::Damaged(ok));
-    }
-    tx.commit()?;
-    Ok(())
+    Ok((version, found))
 }
 
 /// Removes a damaged database and its companions from their directory

@@ -64,6 +64,10 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
                         tries += 1;
                         continue;
                     }
+                    Err(Failed::Busy) => {
+                        held_too_long(shared, n);
+                        break;
+                    }
                     Err(e) => {
                         shared.pool.failed(e);
                         break;
@@ -75,6 +79,13 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
                 Ok(()) => break,
                 Err(e) => match Failed::from(e) {
                     Failed::Busy if tries < TRIES => tries += 1,
+                    // Another daemon's write lock held for minutes (stuck,
+                    // or hostile): this batch is lost, the database stays
+                    // in use and later batches are tried again.
+                    Failed::Busy => {
+                        held_too_long(shared, n);
+                        break;
+                    }
                     Failed::Disk(e) => {
                         // The disk, not the database: this batch is lost,
                         // later ones are tried again.
@@ -110,6 +121,17 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
             );
         }
     }
+}
+
+/// One line for a batch given up after [`TRIES`] waits for another
+/// daemon's commit.
+fn held_too_long(shared: &Shared, n: usize) {
+    log::warn!(
+        "index database {}: another daemon held it locked for over {} s; {n} records not \
+         stored (the files' sizes are read again when next needed)",
+        shared.pool.path.lock().display(),
+        TRIES as u64 * super::pool::WRITE_WAIT.as_secs()
+    );
 }
 
 fn store_failed(shared: &Shared, e: &str) {
