@@ -52,6 +52,10 @@
 # many, renames as many), and after each the change is checked through the
 # mount (every appended token found by grep -r, created names present,
 # deleted and renamed-away ones absent; a miss shows as "stale N").
+# The freshness part runs cutf8fs -o archive too (column "archive": no OPEN,
+# FLUSH or RELEASE per file), counts the requests of one warm grep -r on the
+# default mount and the archive, and, when the read part's raw.bin exists,
+# reads it warm through both (archive has no passthrough).
 # BENCH_CUTF8FS=PATH measures another cutf8fs binary (an older build, for
 # A/B runs alternated with the current one).
 # BENCH_PARTS="read index fresh" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
@@ -492,8 +496,8 @@ fi
 umount_all
 FFILES=${BENCH_FRESH_FILES:-10000}
 FCHANGES=${BENCH_FRESH_CHANGES:-100}
-FNAT=$W/fresh-native FCORR=$W/fresh-corrected MW=$W/mnt-nowatch
-mkdir -p "$MW"
+FNAT=$W/fresh-native FCORR=$W/fresh-corrected MW=$W/mnt-nowatch MA=$W/mnt-archive
+mkdir -p "$MW" "$MA"
 FSTAMP="$FFILES-v1"
 if [ "$(cat "$W/.fresh-data" 2>/dev/null)" != "$FSTAMP" ]; then
     echo "bench-mount: generating $FFILES files in $FNAT ..." >&2
@@ -520,9 +524,10 @@ fi
 fmount() {
     "$CUTF8FS" "$FCORR" "$MC"
     "$CUTF8FS" -o watch=off "$FCORR" "$MW"
+    "$CUTF8FS" -o archive "$FCORR" "$MA"
     bindfs "$FNAT" "$MB"
 }
-fumount() { fuse_umount "$MC" "$MW" "$MB"; }
+fumount() { fuse_umount "$MC" "$MW" "$MA" "$MB"; }
 trap fumount EXIT
 fcold() { fumount; sync; echo 3 > /proc/sys/vm/drop_caches; fmount; }
 f_lsR() { ls -lR "$1/tree"; }
@@ -560,10 +565,11 @@ declare -A F
 round=0
 FTESTS=${BENCH_FRESH_TESTS:-lsR find stat grep}
 for test in $FTESTS; do
-    for target in native bindfs cutf8fs nowatch; do
+    for target in native bindfs cutf8fs nowatch archive; do
         case $target in
             native) dir=$FNAT back=$FNAT ;; bindfs) dir=$MB back=$FNAT ;;
             cutf8fs) dir=$MC back=$FCORR ;; nowatch) dir=$MW back=$FCORR ;;
+            archive) dir=$MA back=$FCORR ;;
         esac
         F[$test,$target,cold]=$(for _ in 1 2 3; do fcold >&2; secs "f_$test" "$dir"; echo; done | median3)
         secs "f_$test" "$dir" >/dev/null
@@ -578,41 +584,69 @@ for test in $FTESTS; do
         echo "bench-mount: fresh $test $target cold ${F[$test,$target,cold]} warm ${F[$test,$target,warm]} busy ${F[$test,$target,busy]} s" >&2
     done
 done
-for target in native bindfs cutf8fs nowatch; do
+for target in native bindfs cutf8fs nowatch archive; do
     F[stale,$target]=$(awk '{ s += $1 } END { print s + 0 }' "$W/.fresh-stale-$target" 2>/dev/null || echo 0)
     rm -f "$W/.fresh-stale-$target"
 done
 # Requests per entry: a cold ls -lR through cutf8fs, counted by the daemon.
 fcold >&2
-reqs() { "$CUTF8FS" --stats "$MC" 2>/dev/null | awk '/^requests/ { on = 1; next } on && /^  [a-z]/ { print $1, $2; next } { on = 0 }'; }
+reqs() { "$CUTF8FS" --stats "${2:-$MC}" 2>/dev/null | awk '/^requests/ { on = 1; next } on && /^  [a-z]/ { print $1, $2; next } { on = 0 }'; }
+# spent BEFORE AFTER: the requests between two counts, per file of the tree.
+spent() { awk 'NR == FNR { b[$1] = $2; next } { d = $2 - b[$1]; if (d > 0) printf "%s %d (%.2f per file); ", $1, d, d / n }' n="$FFILES" <(echo "$1") <(echo "$2"); }
 before=$(reqs)
 ls -lR "$MC/tree" >/dev/null
 after=$(reqs)
-spent=$(awk 'NR == FNR { b[$1] = $2; next } { d = $2 - b[$1]; if (d > 0) printf "%s %d (%.2f per file); ", $1, d, d / n }' n="$FFILES" <(echo "$before") <(echo "$after"))
+spent=$(spent "$before" "$after")
+# Requests of a warm grep -r (after one warm-up), default mount and archive.
+for target in cutf8fs archive; do
+    dir=$MC; [ $target = archive ] && dir=$MA
+    f_grep "$dir" >/dev/null
+    before=$(reqs x "$dir"); f_grep "$dir" >/dev/null; after=$(reqs x "$dir")
+    F[grepreqs,$target]=$(spent "$before" "$after")
+done
 fumount
+# A large raw file through -o archive (read by the daemon: no passthrough
+# without OPEN) against the default mount (passthrough), when the read
+# part's data is there: median of 3 warm sequential reads.
+ARAW=""
+if [ -f "$CORR/raw.bin" ]; then
+    "$CUTF8FS" "$CORR" "$MC"; "$CUTF8FS" -o archive "$CORR" "$MA"
+    for target in cutf8fs archive; do
+        dir=$MC; [ $target = archive ] && dir=$MA
+        cat "$dir/raw.bin" >/dev/null
+        F[rawseq,$target]=$(for _ in 1 2 3; do secs cat "$dir/raw.bin"; echo; done | median3)
+    done
+    fuse_umount "$MC" "$MA"
+    ARAW="a $(($(stat -c %s "$CORR/raw.bin") >> 20)) MiB raw file read warm (cat, median of 3): default mount ${F[rawseq,cutf8fs]} s, archive ${F[rawseq,archive]} s (archive/default $(ratio "${F[rawseq,archive]}" "${F[rawseq,cutf8fs]}"))"
+fi
 {
     echo "cutf8fs freshness benchmark ($(date -u +%Y-%m-%d), $(git -C "$REPO" rev-parse --short HEAD), $(uname -r), $(nproc) CPUs)"
     echo "tree: $FFILES files in 100 directories; medians of 3 (s); busy = warm runs, each after a native"
     echo "writer changed $((4 * FCHANGES)) names or files in BACKING; cutf8fs: default options (watched);"
-    echo "nowatch: cutf8fs -o watch=off (1 s caches); ratios = time / native time"
+    echo "nowatch: cutf8fs -o watch=off (1 s caches); archive: cutf8fs -o archive; ratios = time / native time"
     echo
-    echo "| test | native cold | native warm | native busy | bindfs cold | bindfs warm | bindfs busy | cutf8fs cold | cutf8fs warm | cutf8fs busy | nowatch cold | nowatch warm | nowatch busy | cutf8fs/native cold | cutf8fs/native warm | cutf8fs/native busy | cutf8fs/bindfs cold | cutf8fs/bindfs warm | nowatch/native warm |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| test | native cold | native warm | native busy | bindfs cold | bindfs warm | bindfs busy | cutf8fs cold | cutf8fs warm | cutf8fs busy | nowatch cold | nowatch warm | nowatch busy | archive cold | archive warm | archive busy | cutf8fs/native cold | cutf8fs/native warm | cutf8fs/native busy | cutf8fs/bindfs cold | cutf8fs/bindfs warm | nowatch/native warm | archive/native cold | archive/native warm | archive/bindfs warm |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for test in $FTESTS; do
         printf '| %s |' "$test"
-        for target in native bindfs cutf8fs nowatch; do
+        for target in native bindfs cutf8fs nowatch archive; do
             printf ' %s | %s | %s |' "${F[$test,$target,cold]}" "${F[$test,$target,warm]}" "${F[$test,$target,busy]}"
         done
-        printf ' %s | %s | %s | %s | %s | %s |\n' \
+        printf ' %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
             "$(ratio "${F[$test,cutf8fs,cold]}" "${F[$test,native,cold]}")" \
             "$(ratio "${F[$test,cutf8fs,warm]}" "${F[$test,native,warm]}")" \
             "$(ratio "${F[$test,cutf8fs,busy]}" "${F[$test,native,busy]}")" \
             "$(ratio "${F[$test,cutf8fs,cold]}" "${F[$test,bindfs,cold]}")" \
             "$(ratio "${F[$test,cutf8fs,warm]}" "${F[$test,bindfs,warm]}")" \
-            "$(ratio "${F[$test,nowatch,warm]}" "${F[$test,native,warm]}")"
+            "$(ratio "${F[$test,nowatch,warm]}" "${F[$test,native,warm]}")" \
+            "$(ratio "${F[$test,archive,cold]}" "${F[$test,native,cold]}")" \
+            "$(ratio "${F[$test,archive,warm]}" "${F[$test,native,warm]}")" \
+            "$(ratio "${F[$test,archive,warm]}" "${F[$test,bindfs,warm]}")"
     done
     echo
-    echo "changes not visible right after a busy run (of $((4 * FCHANGES)) per run, 12 runs): native ${F[stale,native]}, bindfs ${F[stale,bindfs]}, cutf8fs ${F[stale,cutf8fs]}, nowatch ${F[stale,nowatch]}"
+    echo "changes not visible right after a busy run (of $((4 * FCHANGES)) per run, 12 runs): native ${F[stale,native]}, bindfs ${F[stale,bindfs]}, cutf8fs ${F[stale,cutf8fs]}, nowatch ${F[stale,nowatch]}, archive ${F[stale,archive]}"
     echo
     echo "requests of one cold ls -lR through cutf8fs (the daemon's counters): $spent"
+    echo "requests of one warm grep -r: cutf8fs: ${F[grepreqs,cutf8fs]:-none}; archive: ${F[grepreqs,archive]:-none}"
+    [ -z "$ARAW" ] || echo "$ARAW"
 } | tee "$W/results-fresh.md"

@@ -79,7 +79,7 @@ for line in sys.stdin:
 "#;
 
 /// A process that takes locks on command.
-struct Locker {
+pub(crate) struct Locker {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<String>,
@@ -87,7 +87,7 @@ struct Locker {
 }
 
 impl Locker {
-    fn new() -> Locker {
+    pub(crate) fn new() -> Locker {
         let mut child = Command::new("python3")
             .arg("-u")
             .arg("-c")
@@ -119,24 +119,24 @@ impl Locker {
     }
 
     /// Sends a command without waiting for its answer.
-    fn send(&mut self, cmd: &str) {
+    pub(crate) fn send(&mut self, cmd: &str) {
         writeln!(self.stdin, "{cmd}").unwrap();
         self.stdin.flush().unwrap();
     }
 
     /// The next answer, if one comes within `secs`.
-    fn answer_within(&mut self, secs: f64) -> Option<String> {
+    pub(crate) fn answer_within(&mut self, secs: f64) -> Option<String> {
         self.lines.recv_timeout(Duration::from_secs_f64(secs)).ok()
     }
 
     /// Runs a command that must answer within 10 s.
-    fn run(&mut self, cmd: &str) -> String {
+    pub(crate) fn run(&mut self, cmd: &str) -> String {
         self.send(cmd);
         self.answer_within(10.0)
             .unwrap_or_else(|| panic!("no answer to {cmd:?} within 10 s"))
     }
 
-    fn ok(&mut self, cmd: &str) {
+    pub(crate) fn ok(&mut self, cmd: &str) {
         let a = self.run(cmd);
         assert!(a.starts_with("ok"), "{cmd:?}: {a}");
     }

@@ -3,6 +3,7 @@
 //! `cli_conventions`, `encode_remedies`, `check_archive`),
 //! migrate (`migrate*`, `scripts`), the mount's reads and metadata (`mount`,
 //! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough*`,
+//! the read-only `archive` mode,
 //! and over another FUSE filesystem `backing_fuse`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
@@ -35,6 +36,7 @@
 
 mod support;
 
+mod archive;
 mod atime;
 mod backing_fuse;
 mod check_archive;

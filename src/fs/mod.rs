@@ -50,6 +50,7 @@
 //!   for the lock's owner, and waits for the ones that must wait on threads
 //!   of its own; FLUSH and RELEASE tell it when an owner's locks go.
 
+mod archive;
 mod attr;
 mod content;
 mod daemon;
@@ -135,6 +136,8 @@ pub struct CutFs {
     locks: locks::Locks,
     /// Descriptors xattr reads opened, kept for a moment.
     recent: recent::Recent,
+    /// `-o archive`: the handles READs without one are served through.
+    archive: Option<Arc<archive::Readers<Arc<handles::Handle>>>>,
 }
 
 /// Threads scanning large files whose class is not known yet: at most this
@@ -202,8 +205,13 @@ impl CutFs {
             &opts.index_db,
             opts.read_only(),
         );
+        // An archive opens no handle of the caller's: nothing to pass through.
         let passthrough = Arc::new(passthrough::Passthrough::new(
-            opts.passthrough,
+            if opts.archive {
+                Some(false)
+            } else {
+                opts.passthrough
+            },
             std::os::fd::AsFd::as_fd(&root),
         ));
         // Armed before the inode table takes the root: from here on every
@@ -231,7 +239,16 @@ impl CutFs {
             ),
         }
         let locks = locks::Locks::new(kernel.clone(), shares.clone());
+        let archive = match opts.archive {
+            true => {
+                let readers = Arc::new(archive::Readers::default());
+                archive::Readers::spawn_sweeper(&readers, ops::handle_closed)?;
+                Some(readers)
+            }
+            false => None,
+        };
         Ok(CutFs {
+            archive,
             locks,
             passthrough,
             shares,

@@ -81,6 +81,9 @@ pub struct Options {
     /// 1 MiB in one (`max_pages` 256). It is this filesystem's own hint, as
     /// `st_dev` and `st_ino` are. None (`backing`): BACKING's.
     pub blksize: Option<u32>,
+    /// `archive`: a read-only mount whose regular files are served by
+    /// inode, without OPEN, FLUSH or RELEASE requests (`fs::archive`).
+    pub archive: bool,
     /// Options accepted but ignored, each with why: said on the terminal
     /// before the daemon detaches (its log does not exist yet when options
     /// are read), and logged once it does.
@@ -110,6 +113,7 @@ impl Default for Options {
             log: None,
             passthrough: None,
             blksize: Some(DEFAULT_BLKSIZE),
+            archive: false,
             ignored: Vec::new(),
         }
     }
@@ -173,6 +177,13 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "",
     ),
     ("rw", "on", "read-write mount", ""),
+    (
+        "archive",
+        "off",
+        "read-only mount for browsing and searching: files served by inode, no open or close \
+         requests (locks stay in the mount)",
+        "",
+    ),
     (
         "nosuid",
         "on",
@@ -440,6 +451,9 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Options, String> {
             apply(&mut o, opt)?;
         }
     }
+    if o.archive && !o.read_only() {
+        return Err("option 'archive' is a read-only mount: leave out 'rw'".into());
+    }
     Ok(o)
 }
 
@@ -463,6 +477,10 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("allow_root", None) => o.allow_root = true,
         ("ro", None) => set(o, libc::MS_RDONLY, true),
         ("rw", None) => set(o, libc::MS_RDONLY, false),
+        ("archive", None) => {
+            o.archive = true;
+            set(o, libc::MS_RDONLY, true)
+        }
         ("nosuid", None) => set(o, libc::MS_NOSUID, true),
         ("suid", None) => set(o, libc::MS_NOSUID, false),
         ("nodev", None) => set(o, libc::MS_NODEV, true),
@@ -554,6 +572,16 @@ mod tests {
         assert_eq!(o.flags, libc::MS_NOSUID | libc::MS_NODEV);
         assert_eq!(o.allow_other, None);
         assert!(!o.read_only());
+    }
+
+    #[test]
+    fn archive_is_read_only() {
+        let o = parse(&["archive"]).unwrap();
+        assert!(o.archive && o.read_only());
+        assert!(parse(&["ro,archive"]).unwrap().archive);
+        let e = parse(&["archive,rw"]).unwrap_err();
+        assert!(e.contains("'archive'") && e.contains("'rw'"), "{e}");
+        assert!(parse(&["archive=1"]).is_err());
     }
 
     #[test]

@@ -44,10 +44,14 @@ impl Filesystem for CutFs {
             log::debug!("kernel lacks {missing:?}");
         }
         // Locks go to BACKING (`locks`): POSIX and OFD locks, and flock.
-        if let Err(missing) =
-            config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS)
-        {
-            log::warn!("kernel lacks {missing:?}: locks through the mount stay in the mount");
+        // Not in an archive, which hears of no close (`archive`): there the
+        // kernel keeps them, in the mount.
+        if self.archive.is_none() {
+            if let Err(missing) =
+                config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS)
+            {
+                log::warn!("kernel lacks {missing:?}: locks through the mount stay in the mount");
+            }
         }
         // File handles made through the mount outlive the kernel's memory
         // of the inode and the daemon (`export`): the kernel asks for "."
@@ -242,6 +246,12 @@ impl Filesystem for CutFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.archive.is_some() {
+            // The kernel opens every regular file itself from now on, and
+            // READs come without a handle (`archive`).
+            stats::request("open");
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         match self.guard("open", ino.0, || {
             CutFs::open_handle(self, ino.0, flags.0, req.uid())
         }) {
@@ -283,6 +293,9 @@ impl Filesystem for CutFs {
         // In flight until the reply is sent (`inflight`).
         let reads = self.kernel.reads();
         let reading = reads.enter(ino.0);
+        if let (Some(readers), 0) = (&self.archive, fh.0) {
+            return self.read_archive(readers, ino.0, offset, size, flags, &reading, reply);
+        }
         match self.guard("read", ino.0, || {
             CutFs::read_handle(self, fh.0, offset, size)
         }) {
@@ -348,6 +361,12 @@ impl Filesystem for CutFs {
         // — after the write, so the next holder reads it.
         // The locks go under a guard of their own (a panic in the write
         // must not keep them), counted once with the request.
+        if self.archive.is_some() && fh.0 == 0 {
+            // No FLUSH again for this mount: nothing to write, and locks
+            // stay in the mount (`archive`).
+            stats::request("flush");
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         let r = self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0));
         let _ = error::guard(
             "flush",
@@ -722,5 +741,50 @@ impl Filesystem for CutFs {
     ) -> std::result::Result<(), fuser::Errno> {
         self.locks.interrupt(unique.0);
         Ok(())
+    }
+}
+
+impl CutFs {
+    /// A READ with no file handle (`-o archive`): through the daemon's own
+    /// handle of `ino` (`archive`), answered as `read` answers.
+    #[allow(clippy::too_many_arguments)]
+    fn read_archive(
+        &self,
+        readers: &archive::Readers<Arc<handles::Handle>>,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        reading: &inflight::Reading<'_>,
+        reply: ReplyData,
+    ) {
+        let r = self.guard("read", ino, || {
+            let h = self.archive_handle(readers, ino)?;
+            let d = match &*h {
+                handles::Handle::File(f) => self.read_file(f, offset, size)?,
+                handles::Handle::Dir(_) => return Err(fuser::Errno::EISDIR),
+            };
+            Ok((h, d))
+        });
+        let (h, d) = match r {
+            Ok(hd) => hd,
+            Err(e) => return reply.error(e),
+        };
+        let handles::Handle::File(f) = &*h else {
+            return reply.error(fuser::Errno::EISDIR);
+        };
+        if d.len() < size as usize {
+            // One short answer per inode at a time, as in `read`.
+            let reads = self.kernel.reads();
+            let _one = reads.answering_short(ino);
+            if self.short_read_of(f, 0, reading, (offset, size), d.len(), flags) {
+                reply.error(fuser::Errno::EINTR);
+            } else {
+                reply.data(&d);
+            }
+        } else {
+            reply.data(&d);
+        }
+        crate::io::recycle(d);
     }
 }

@@ -317,6 +317,41 @@ impl Mount {
             .unwrap_or_else(|| panic!("no {what} count in:\n{text}"))
     }
 
+    /// How many requests of kind `op` ("open", "release", …: the names in
+    /// `cutf8fs --stats`, which lists only kinds asked at least once) the
+    /// daemon has answered.
+    pub fn requests(&self, op: &str) -> u64 {
+        const KINDS: &[&str] = &[
+            "lookup",
+            "getattr",
+            "open",
+            "read",
+            "write",
+            "flush",
+            "release",
+            "opendir",
+            "readdir",
+            "readdirplus",
+            "releasedir",
+            "getxattr",
+        ];
+        assert!(KINDS.contains(&op), "not a request kind counted: {op}");
+        let out = Command::new(BIN)
+            .arg("--stats")
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        crate::support::run::succeeded(&out, "cutf8fs --stats");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            text.contains("\nrequests "),
+            "no request counts in:\n{text}"
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("  ")?.strip_prefix(op)?.strip_prefix(' '))
+            .map_or(0, |l| l.trim().parse().expect("a count"))
+    }
+
     /// Lets the test drive the daemon's end itself.
     pub fn take_child(&mut self) -> Option<Child> {
         self.child.take()

@@ -175,11 +175,21 @@ impl CutFs {
     /// shared mapping can: `crate::io::Viewed::Stale`) has the index built
     /// again, once, and is read again.
     pub(in crate::fs) fn read_handle(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        use crate::io::Viewed;
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
+        self.read_file(h, offset, size)
+    }
+
+    /// A read through file handle `h` (`read_handle`).
+    pub(in crate::fs) fn read_file(
+        &self,
+        h: &FileHandle,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>> {
+        use crate::io::Viewed;
         self.settle(&h.inode, &h.state)?;
         let mut rebuilt = false;
         for _ in 0..4 {
@@ -246,6 +256,20 @@ impl CutFs {
         let Handle::File(h) = &*h else {
             return false;
         };
+        self.short_read_of(h, fh, reading, (offset, size), got, flags)
+    }
+
+    /// `short_read_fails` for the file handle `h` (numbered `fh` in the
+    /// handle table; 0: the daemon's own, `crate::fs::archive`).
+    pub(in crate::fs) fn short_read_of(
+        &self,
+        h: &FileHandle,
+        fh: u64,
+        reading: &crate::fs::inflight::Reading<'_>,
+        (offset, size): (u64, u32),
+        got: usize,
+        flags: fuser::OpenFlags,
+    ) -> bool {
         let told = &h.state.told;
         let was = told.load(Ordering::Relaxed);
         let reads = self.kernel.reads();
@@ -538,13 +562,48 @@ impl Opener {
 /// scan threads call it too).
 pub(in crate::fs) fn release_handle(handles: &crate::fs::handles::HandleTable, fh: u64) {
     if let Some(h) = handles.remove(fh) {
-        if let Handle::File(h) = &*h {
-            let mut content = h.state.content.write();
-            content.open = content.open.saturating_sub(1);
-            if content.open == 0 {
-                // The cache keeps it (within its bound) for the next open.
-                content.view = None;
-            }
+        handle_closed(h);
+    }
+}
+
+/// What closing handle `h` (out of the handle table) leaves: the file's
+/// state forgets its index once no handle has it open; the descriptor and
+/// its share go with the last reference to `h`.
+pub(in crate::fs) fn handle_closed(h: Arc<Handle>) {
+    if let Handle::File(h) = &*h {
+        let mut content = h.state.content.write();
+        content.open = content.open.saturating_sub(1);
+        if content.open == 0 {
+            // The cache keeps it (within its bound) for the next open.
+            content.view = None;
         }
+    }
+}
+
+impl CutFs {
+    /// A READ with no file handle (`-o archive`, `crate::fs::archive`):
+    /// through the daemon's own handle of `ino`, opened now if it has none.
+    pub(in crate::fs) fn archive_handle(
+        &self,
+        readers: &crate::fs::archive::Readers<Arc<Handle>>,
+        ino: u64,
+    ) -> Result<Arc<Handle>> {
+        let inode = self.inodes.get(ino)?;
+        let current =
+            |h: &Arc<Handle>| matches!(&**h, Handle::File(f) if Arc::ptr_eq(&f.inode, &inode));
+        if let Some(h) = readers.get(ino, current) {
+            return Ok(h);
+        }
+        // Root's share: these descriptors are the daemon's, kept a moment
+        // for whoever reads next, not the reader's.
+        let fh = match self.open_handle(ino, libc::O_RDONLY, 0)? {
+            Opened::Now(fh, _) => fh,
+            Opened::Later(later) => self.opener().finish(later, libc::O_RDONLY)?.0,
+        };
+        let h = self.handles.remove(fh).ok_or(fuser::Errno::EBADF)?;
+        for old in readers.put(ino, h.clone()) {
+            handle_closed(old);
+        }
+        Ok(h)
     }
 }

@@ -32,7 +32,7 @@ use cutf8::MAGIC;
 
 mod dir;
 mod file;
-pub(in crate::fs) use file::release_handle;
+pub(in crate::fs) use file::{handle_closed, release_handle};
 mod meta;
 mod names;
 mod xattr;
