@@ -403,6 +403,48 @@ fn locks_go_at_close_as_natively() {
     }
 }
 
+/// xfstests generic/478's case: descriptors of a raw file the kernel reads
+/// by passthrough (read-only, 128 KiB or more) close through the daemon
+/// too, so a POSIX lock goes at its owner's close of any descriptor of the
+/// file, another one or a copy, as natively.
+#[test]
+fn a_passthrough_readers_close_releases_its_owners_posix_locks() {
+    let m = Mount::new(&[], |b| {
+        fs::write(
+            b.join("big.bin"),
+            crate::support::mount::random_disk(512 << 10, 3),
+        )
+        .unwrap()
+    });
+    let (via, native) = (s(&m.m("big.bin")), s(&m.b("big.bin")));
+    let mut c = Locker::new();
+    c.ok(&format!("open n {native} rw"));
+    let mut h = Locker::new();
+    h.ok(&format!("open x {via} ro"));
+    let mut head = [0u8; 4096];
+    std::io::Read::read_exact(&mut fs::File::open(m.m("big.bin")).unwrap(), &mut head).unwrap();
+    assert_eq!(m.requests("read"), 0, "not read by passthrough");
+    for (open, close) in [
+        (format!("open other {via} ro"), "close other"),
+        ("dup copy x".to_owned(), "close copy"),
+    ] {
+        h.ok("posix x rd 0 0 nowait");
+        assert_eq!(
+            c.run("posix n wr 0 0 nowait"),
+            "err EAGAIN",
+            "no lock in BACKING"
+        );
+        h.ok(&open);
+        h.ok(close);
+        assert_eq!(
+            c.run("posix n wr 0 0 nowait"),
+            "ok",
+            "the POSIX lock was kept after {close:?}"
+        );
+        c.ok("posix n un 0 0 nowait");
+    }
+}
+
 /// A holder killed with -9 loses every lock, as at a native exit.
 #[test]
 fn locks_go_when_the_holder_is_killed() {

@@ -46,10 +46,13 @@ pub(crate) fn read_all(f: &File, len: usize) -> std::io::Result<Vec<u8>> {
 /// Runs `work` while the daemon `pid` is stopped; returns its result if it
 /// finished while the daemon was stopped (`wait` at most), else `None` —
 /// then it is let finish after SIGCONT and its result is checked by `late`.
-pub(crate) fn while_stopped<T: Send + 'static>(
+/// What `work` holds (a descriptor it reads through) is dropped only after
+/// SIGCONT: every close(2) through the mount, a passthrough reader's too,
+/// waits for the daemon (FLUSH, for the locks' sake).
+pub(crate) fn while_stopped<T: Send + 'static, W: FnMut() -> T + Send + 'static>(
     pid: u32,
     wait: Duration,
-    work: impl FnOnce() -> T + Send + 'static,
+    mut work: W,
     late: impl FnOnce(T),
 ) -> Option<T> {
     signal(pid, libc::SIGSTOP);
@@ -60,20 +63,23 @@ pub(crate) fn while_stopped<T: Send + 'static>(
     );
     let (tx, rx) = mpsc::channel();
     let t = std::thread::spawn(move || {
-        let _ = tx.send(work());
+        let v = work();
+        let _ = tx.send((v, work));
     });
     let r = rx.recv_timeout(wait);
     signal(pid, libc::SIGCONT);
     match r {
-        Ok(v) => {
+        Ok((v, held)) => {
+            drop(held);
             t.join().unwrap();
             Some(v)
         }
         Err(_) => {
-            late(
-                rx.recv_timeout(Duration::from_secs(60))
-                    .expect("work after SIGCONT"),
-            );
+            let (v, held) = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("work after SIGCONT");
+            drop(held);
+            late(v);
             t.join().unwrap();
             None
         }
@@ -110,7 +116,7 @@ pub(crate) fn one_raw_file(m_opts: &[&str], data: &[u8]) -> Mount {
 
 /// Whether `read` completes while the daemon is stopped: served by the
 /// kernel, not by a request.
-pub(crate) fn by_kernel(m: &Mount, read: impl FnOnce() -> Vec<u8> + Send + 'static) -> bool {
+pub(crate) fn by_kernel(m: &Mount, read: impl FnMut() -> Vec<u8> + Send + 'static) -> bool {
     while_stopped(m.pid(), Duration::from_secs(5), read, |_| {}).is_some()
 }
 

@@ -354,7 +354,8 @@ impl Filesystem for CutFs {
         reply: ReplyEmpty,
     ) {
         // Sent at every close(2) of a descriptor through the mount (and at
-        // exit; no handle is FOPEN_NOFLUSH, for the locks' sake): what the
+        // exit; no handle is FOPEN_NOFLUSH, for the locks' sake, except in
+        // `-o archive`, which answers ENOSYS here): what the
         // daemon still holds for the file is written now, and its error, or
         // the backing file's own at close, is close(2)'s (`flush_handle`);
         // then the closing owner's record locks on the file go, as natively

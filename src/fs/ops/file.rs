@@ -552,8 +552,8 @@ impl Opener {
         }
         // No FOPEN_NOFLUSH, not even for a read-only handle: the FLUSH of
         // every close(2) is what releases the closing owner's record locks
-        // (`crate::fs::locks`). Handles the kernel serves by passthrough
-        // are the exception (`reply_open`).
+        // (`crate::fs::locks`), passthrough handles included
+        // (`kernel_flags`).
         Ok((fh, flags))
     }
 }
