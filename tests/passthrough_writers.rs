@@ -171,8 +171,26 @@ fn tail_follows_an_appender() {
         .spawn()
         .unwrap();
     let mut out = tail.stdout.take().unwrap();
-    // tail opens and seeks to the end before the first line comes.
-    std::thread::sleep(Duration::from_millis(500));
+    // tail opens the log and seeks to its end before the first line comes:
+    // waited for as it happens (its descriptor's offset), not guessed.
+    let at_end = || {
+        let Ok(fds) = fs::read_dir(format!("/proc/{}/fd", tail.id())) else {
+            return false;
+        };
+        fds.flatten().any(|e| {
+            fs::read_link(e.path()).is_ok_and(|p| p == m.m("app.log"))
+                && fs::read_to_string(format!(
+                    "/proc/{}/fdinfo/{}",
+                    tail.id(),
+                    e.file_name().to_string_lossy()
+                ))
+                .is_ok_and(|i| i.lines().any(|l| l == format!("pos:\t{len}")))
+        })
+    };
+    assert!(
+        crate::support::mount::wait_for(30.0, at_end),
+        "tail never opened the log and went to its end"
+    );
     let lines: String = (0..50).map(|i| format!("new line {i}\n")).collect();
     for line in lines.lines() {
         let mut f = OpenOptions::new()
