@@ -7,7 +7,7 @@
 //! and over another FUSE filesystem `backing_fuse`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
-//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`), locks and
+//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`, `memory`), locks and
 //! export (`locks`, `export`, `export_restart`, `file_handles`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
@@ -64,6 +64,7 @@ mod locks;
 mod log_flood;
 mod logging;
 mod man_page;
+mod memory;
 mod migrate;
 mod migrate_feedback;
 mod migrate_redteam;

@@ -640,8 +640,27 @@ struct CacheEntry {
 struct CacheInner {
     map: HashMap<Stamp, CacheEntry>,
     lru: BTreeMap<u64, Stamp>,
+    /// The one stamp kept per file (device, inode): a file's newer state
+    /// replaces its older one, which nothing asks for again (a file
+    /// rewritten in BACKING a thousand times would otherwise keep a
+    /// thousand indexes until the bound evicts them).
+    by_file: HashMap<(u64, u64), Stamp>,
     used: usize,
     tick: u64,
+}
+
+impl CacheInner {
+    /// Takes out the entry of `stamp`, with its bookkeeping.
+    fn take(&mut self, stamp: &Stamp) -> Option<CacheEntry> {
+        let e = self.map.remove(stamp)?;
+        self.lru.remove(&e.tick);
+        self.used -= e.cost;
+        let file = (stamp.dev, stamp.ino);
+        if self.by_file.get(&file) == Some(stamp) {
+            self.by_file.remove(&file);
+        }
+        Some(e)
+    }
 }
 
 /// Indexes of files by stamp, within a memory bound; behind it, the
@@ -704,11 +723,23 @@ impl IndexCache {
     /// Takes the index kept for this stamp out of the cache (not from the
     /// index database).
     pub fn remove(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+        self.inner.lock().take(stamp).map(|e| e.index)
+    }
+
+    /// Forgets what is kept of the file (device `dev`, inode `ino`): it was
+    /// deleted through the mount (its last name), so no state of it will be
+    /// asked for again, and the memory goes back at once, not when the
+    /// bound evicts it (man cutf8fs, RESOURCES).
+    pub fn forget_file(&self, dev: u64, ino: u64) {
         let mut c = self.inner.lock();
-        let e = c.map.remove(stamp)?;
-        c.lru.remove(&e.tick);
-        c.used -= e.cost;
-        Some(e.index)
+        if let Some(stamp) = c.by_file.get(&(dev, ino)).copied() {
+            c.take(&stamp);
+        }
+        // A table emptied by a churn gives its memory back too.
+        if c.map.capacity() > 64 && c.map.len() < c.map.capacity() / 4 {
+            c.map.shrink_to_fit();
+            c.by_file.shrink_to_fit();
+        }
     }
 
     /// Keeps an index, evicting the least recently used ones to stay within
@@ -720,21 +751,21 @@ impl IndexCache {
             return;
         }
         let mut c = self.inner.lock();
+        c.take(&stamp);
+        if let Some(older) = c.by_file.insert((stamp.dev, stamp.ino), stamp) {
+            c.take(&older);
+            c.by_file.insert((stamp.dev, stamp.ino), stamp);
+        }
         c.tick += 1;
         let tick = c.tick;
-        if let Some(old) = c.map.insert(stamp, CacheEntry { index, cost, tick }) {
-            c.lru.remove(&old.tick);
-            c.used -= old.cost;
-        }
+        c.map.insert(stamp, CacheEntry { index, cost, tick });
         c.lru.insert(tick, stamp);
         c.used += cost;
         while c.used > self.limit {
-            let Some((_, victim)) = c.lru.pop_first() else {
+            let Some((_, victim)) = c.lru.first_key_value().map(|(t, s)| (*t, *s)) else {
                 break;
             };
-            if let Some(e) = c.map.remove(&victim) {
-                c.used -= e.cost;
-            }
+            c.take(&victim);
         }
     }
 }
@@ -882,6 +913,32 @@ mod tests {
         assert!(cache.get(&stamp(0)).is_some());
         assert!(cache.get(&stamp(3)).is_some());
         assert!(cache.inner.lock().used <= one * 3 + one / 2);
+    }
+
+    /// One state per file is kept: a newer one replaces the older (which
+    /// nothing asks for again), and a file deleted through the mount takes
+    /// its index with it; the memory count follows.
+    #[test]
+    fn a_files_newer_state_replaces_the_older_and_a_deleted_file_goes() {
+        let cache = IndexCache::new(1 << 30);
+        let old = stamp(7);
+        let new = Stamp { size: 9, ..old };
+        cache.put(old, dense_index(16));
+        cache.put(stamp(8), dense_index(16));
+        cache.put(new, dense_index(16));
+        assert!(cache.get(&old).is_none(), "the older state kept");
+        assert!(cache.get(&new).is_some());
+        let one = cache.inner.lock().used / 2;
+        cache.forget_file(1, 7);
+        assert!(cache.get(&new).is_none());
+        assert!(cache.get(&stamp(8)).is_some());
+        assert_eq!(cache.inner.lock().used, one);
+        cache.forget_file(1, 8);
+        let c = cache.inner.lock();
+        assert_eq!(
+            (c.used, c.map.len(), c.lru.len(), c.by_file.len()),
+            (0, 0, 0, 0)
+        );
     }
 
     #[test]

@@ -390,6 +390,11 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     // caller's umask already).
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     let signals = StopSignals::block();
+    // Before the filesystem's threads start; freed memory goes back after
+    // each burst of requests (`memory`).
+    super::memory::limit_arenas();
+    super::memory::spawn_trimmer(super::stats::requests_served)
+        .map_err(|e| Failure::mount(format!("cannot start a thread: {e}")))?;
     let root: OwnedFd = CutFs::open_backing(&c.backing)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
     let fs = CutFs::new(root, &c.opts)

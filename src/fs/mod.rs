@@ -64,6 +64,7 @@ mod inflight;
 mod inodes;
 mod invalidate;
 mod locks;
+mod memory;
 mod mount;
 mod ops;
 pub mod options;

@@ -87,6 +87,11 @@ pub(crate) fn request(op: &str) {
     counters().requests[k].fetch_add(1, Relaxed);
 }
 
+/// Requests counted so far, of every kind.
+pub(crate) fn requests_served() -> u64 {
+    counters().requests.iter().map(|r| r.load(Relaxed)).sum()
+}
+
 /// Counts a scan of `bytes` bytes (a corrected file read to index it).
 pub(crate) fn scan(bytes: u64) {
     let c = counters();

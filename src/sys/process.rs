@@ -61,6 +61,22 @@ pub fn release_free_memory() {
 #[cfg(not(target_env = "gnu"))]
 pub fn release_free_memory() {}
 
+/// Lets the allocator make at most `n` arenas (glibc's
+/// `mallopt(M_ARENA_MAX)`; its default is eight per CPU); call it before
+/// the threads start.
+#[cfg(target_env = "gnu")]
+pub fn limit_arenas(n: i32) {
+    // SAFETY: mallopt only sets one of the allocator's parameters (refusing
+    // a value it does not take); it takes no pointer.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, n);
+    }
+}
+
+/// Nothing to do where the allocator is not glibc's.
+#[cfg(not(target_env = "gnu"))]
+pub fn limit_arenas(_n: i32) {}
+
 /// A pipe, both ends close-on-exec: (read end, write end).
 pub fn pipe() -> io::Result<(File, File)> {
     let (r, w) = unistd::pipe2(OFlag::O_CLOEXEC).map_err(from_nix)?;

@@ -103,7 +103,15 @@ impl CutFs {
         }
         let dir = self.inodes.get(parent)?;
         let cname = sys::component(name).map_err(io)?;
-        sys::unlinkat(dir.fd()?.as_fd(), &cname, flags).map_err(io)
+        let dir_fd = dir.fd()?;
+        let last = (flags == 0)
+            .then(|| last_name(dir_fd.as_fd(), &cname))
+            .flatten();
+        sys::unlinkat(dir_fd.as_fd(), &cname, flags).map_err(io)?;
+        if let Some((dev, ino)) = last {
+            self.cache.forget_file(dev, ino);
+        }
+        Ok(())
     }
 
     pub(in crate::fs) fn move_entry(
@@ -121,7 +129,19 @@ impl CutFs {
         let to = self.inodes.get(newparent)?;
         let old = sys::component(name).map_err(io)?;
         let new = sys::component(newname).map_err(io)?;
-        sys::renameat2(from.fd()?.as_fd(), &old, to.fd()?.as_fd(), &new, flags).map_err(io)?;
+        let to_fd = to.fd()?;
+        // A file the rename replaces, if that was its last name.
+        let replaced = (flags & libc::RENAME_EXCHANGE == 0)
+            .then(|| last_name(to_fd.as_fd(), &new))
+            .flatten();
+        sys::renameat2(from.fd()?.as_fd(), &old, to_fd.as_fd(), &new, flags).map_err(io)?;
+        if let Some((dev, ino)) = replaced {
+            if sys::statat(to_fd.as_fd(), &new).is_ok_and(|st| (st.st_dev, st.st_ino) != (dev, ino))
+            {
+                self.cache.forget_file(dev, ino);
+            }
+        }
+        drop(to_fd);
         // Reopening by name follows the inodes to their new names.
         self.inodes.renamed(&to, &new);
         if flags & libc::RENAME_EXCHANGE != 0 {
@@ -134,4 +154,14 @@ impl CutFs {
         let inode = self.inodes.get(ino)?;
         sys::readlink(inode.fd()?.as_fd()).map_err(io)
     }
+}
+
+/// The regular file named `name` in `dir` if that is its only name (device
+/// and inode): removing the name deletes the file, and what the daemon
+/// keeps of it can go (`IndexCache::forget_file`). A name that changes
+/// between this look and the removal only costs a rescan later.
+fn last_name(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> Option<(u64, u64)> {
+    let st = sys::statat(dir, name).ok()?;
+    (st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1)
+        .then_some((st.st_dev, st.st_ino))
 }
