@@ -1,7 +1,11 @@
 //! Identity: [`ActAs`] makes the calling thread act as a request's caller
 //! (fsuid, fsgid, groups: per-thread, checked to have taken) and [`Umask`]
 //! gives it the caller's umask (the thread unshares its fs attributes
-//! once), so that BACKING creates files as natively.
+//! once), so that BACKING creates files as natively. [`Limits`] makes
+//! what the thread allocates count as the caller's (root's reserve and
+//! quotas apply to a caller who is not root, as natively: `super::caps`)
+//! while it keeps the daemon's rights; [`AsDaemon`] returns to the
+//! daemon's own ids for a file the daemon keeps (its journal).
 
 use std::io;
 
@@ -9,7 +13,7 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::{umask, Mode};
 use nix::unistd::{self, Gid, Uid};
 
-use super::from_nix;
+use super::{caps, from_nix};
 
 /// Whether this process runs with effective uid 0.
 pub fn is_root() -> bool {
@@ -103,8 +107,11 @@ fn has_cap(pid: u32, uid: u32, cap: u32) -> bool {
 /// switch otherwise, and then everything is its own anyway).
 pub struct ActAs {
     saved: Option<Saved>,
+    /// This guard set [`OWN`] (the outermost on the thread).
+    outer: bool,
 }
 
+#[derive(Clone)]
 struct Saved {
     uid: u32,
     gid: u32,
@@ -119,6 +126,10 @@ thread_local! {
     /// list, often none).
     static THREAD_GROUPS: std::cell::RefCell<Option<Vec<libc::gid_t>>> =
         const { std::cell::RefCell::new(None) };
+
+    /// The daemon's own ids while an [`ActAs`] is alive on this thread
+    /// (for [`AsDaemon`]).
+    static OWN: std::cell::RefCell<Option<Saved>> = const { std::cell::RefCell::new(None) };
 }
 
 /// This thread's supplementary groups, sorted, without repeats.
@@ -219,17 +230,29 @@ fn set_fs_id_from(which: FsId, before: u32, id: u32) -> io::Result<u32> {
 impl ActAs {
     /// Switches this thread to `id`. An error (the switch did not take)
     /// is returned after returning the thread to what it was.
+    /// A caller who is not root also has its limits on space (no
+    /// CAP_SYS_RESOURCE: `caps::set_resource`); a root caller has root's.
     pub fn new(id: &Identity) -> io::Result<ActAs> {
         if !is_root() {
-            return Ok(ActAs { saved: None });
+            return Ok(ActAs {
+                saved: None,
+                outer: false,
+            });
         }
         let groups = thread_groups()?;
         // There is no getfsuid: setfs*(-1) changes nothing (an invalid id)
         // and returns the current value.
         let (uid, gid) = (setfs(FsId::Uid, u32::MAX), setfs(FsId::Gid, u32::MAX));
+        let saved = Saved { uid, gid, groups };
+        let outer = OWN.with_borrow(|o| o.is_none());
+        if outer {
+            OWN.set(Some(saved.clone()));
+        }
         let guard = ActAs {
-            saved: Some(Saved { uid, gid, groups }),
+            saved: Some(saved),
+            outer,
         };
+        caps::set_resource(id.uid == 0)?;
         // Groups and gid first: once fsuid is not 0 the thread has lost
         // the capabilities it needs to change them.
         set_thread_groups(&id.groups)?;
@@ -247,6 +270,80 @@ impl Drop for ActAs {
                 .and_then(|_| set_thread_groups(&s.groups));
             if let Err(e) = back {
                 log::error!("cannot return to the daemon's own identity: {e}");
+            }
+        }
+        if self.outer {
+            OWN.set(None);
+        }
+    }
+}
+
+/// While alive, what this thread allocates in BACKING counts as the
+/// caller's, as natively, and the thread keeps the daemon's rights for
+/// everything else (reopening a file by handle, its journal): for a
+/// caller who is not root, its fsuid, fsgid and groups (ext4 gives root's
+/// reserved blocks to an fsuid or group it names, root by default) and
+/// every capability of the daemon but CAP_SYS_RESOURCE (which would let
+/// it into root's reserve and past disk quotas); for root, root's. Files
+/// the daemon creates meanwhile for itself are made under [`AsDaemon`].
+/// The caller's RLIMIT_FSIZE is not known here (FUSE does not send it).
+pub struct Limits {
+    _as: Option<ActAs>,
+}
+
+impl Limits {
+    pub fn of(id: &Identity) -> io::Result<Limits> {
+        if !is_root() {
+            return Ok(Limits { _as: None });
+        }
+        if id.uid == 0 {
+            caps::set_resource(true)?;
+            return Ok(Limits { _as: None });
+        }
+        let guard = ActAs::new(id)?;
+        // The switch of fsuid took the file capabilities out.
+        caps::all_but_resource()?;
+        Ok(Limits { _as: Some(guard) })
+    }
+}
+
+/// While alive, a thread acting as a caller ([`ActAs`], [`Limits`]) acts
+/// as the daemon again, with the effective capabilities it had: for the
+/// files the daemon keeps for itself (its journal), which must be the
+/// daemon's. Nothing to do on a thread acting as no one.
+pub struct AsDaemon {
+    back: Option<(Saved, caps::Sets)>,
+}
+
+impl AsDaemon {
+    pub fn new() -> io::Result<AsDaemon> {
+        let Some(own) = OWN.with_borrow(|o| o.clone()) else {
+            return Ok(AsDaemon { back: None });
+        };
+        let sets = caps::get()?;
+        let groups = thread_groups()?;
+        let (uid, gid) = (setfs(FsId::Uid, u32::MAX), setfs(FsId::Gid, u32::MAX));
+        let guard = AsDaemon {
+            back: Some((Saved { uid, gid, groups }, sets)),
+        };
+        // fsuid first: back to 0 gives the thread the file capabilities
+        // it needs to change the others.
+        set_fs_id_from(FsId::Uid, uid, own.uid)?;
+        set_fs_id_from(FsId::Gid, gid, own.gid)?;
+        set_thread_groups(&own.groups)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for AsDaemon {
+    fn drop(&mut self) {
+        if let Some((s, sets)) = self.back.take() {
+            let back = set_thread_groups(&s.groups)
+                .and_then(|_| set_fs_id(FsId::Gid, s.gid))
+                .and_then(|_| set_fs_id(FsId::Uid, s.uid))
+                .and_then(|_| caps::set(&sets));
+            if let Err(e) = back {
+                log::error!("cannot return to the caller's identity: {e}");
             }
         }
     }

@@ -226,6 +226,117 @@ fn act_as_does_not_lend_root_rights() {
 }
 
 #[test]
+fn limits_take_only_the_reserve_from_a_caller_who_is_not_root() {
+    let (d, dirf) = dir();
+    std::fs::write(d.path().join("secret"), b"s").unwrap();
+    std::fs::set_permissions(
+        d.path().join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Root in a container may lack it: then there is none to lose.
+            let had = caps::has_resource().unwrap();
+            let user = Identity::of(12345, 23456, 0);
+            {
+                let _l = Limits::of(&user).unwrap();
+                assert!(!caps::has_resource().unwrap());
+                // The daemon's rights stay: a root-only file opens.
+                assert!(open_at(&dirf, OsStr::new("secret"), libc::O_RDONLY, 0).is_ok());
+                // What it creates is the caller's, unless the daemon's own.
+                open_at(
+                    &dirf,
+                    OsStr::new("theirs"),
+                    libc::O_CREAT | libc::O_WRONLY,
+                    0o600,
+                )
+                .unwrap();
+                {
+                    let _own = AsDaemon::new().unwrap();
+                    open_at(
+                        &dirf,
+                        OsStr::new("ours"),
+                        libc::O_CREAT | libc::O_WRONLY,
+                        0o600,
+                    )
+                    .unwrap();
+                }
+                assert!(!caps::has_resource().unwrap());
+                open_at(
+                    &dirf,
+                    OsStr::new("theirs2"),
+                    libc::O_CREAT | libc::O_WRONLY,
+                    0o600,
+                )
+                .unwrap();
+            }
+            // ActAs for a caller who is not root: no reserve either.
+            drop(ActAs::new(&user).unwrap());
+            assert!(!caps::has_resource().unwrap());
+            // A root caller has root's again.
+            drop(Limits::of(&Identity::of(0, 0, 0)).unwrap());
+            assert_eq!(caps::has_resource().unwrap(), had);
+            // The cost per request: a write by a caller who is not root,
+            // then by root (the kind changes every time), and by the same
+            // user again and again.
+            let n = 20_000;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                drop(Limits::of(&user).unwrap());
+            }
+            let same = t.elapsed() / n;
+            let root = Identity::of(0, 0, 0);
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                drop(Limits::of(&user).unwrap());
+                drop(Limits::of(&root).unwrap());
+            }
+            let alternating = t.elapsed() / n;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                drop(Limits::of(&root).unwrap());
+            }
+            let as_root = t.elapsed() / n;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                drop(ActAs::new(&user).unwrap());
+            }
+            let act_as = t.elapsed() / n;
+            let mut grouped = Identity::of(12345, 23456, 0);
+            grouped.groups = nix::unistd::getgroups()
+                .unwrap()
+                .into_iter()
+                .map(|g| g.as_raw())
+                .collect();
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                drop(Limits::of(&grouped).unwrap());
+            }
+            let same_groups = t.elapsed() / n;
+            eprintln!(
+                "Limits per request: user {same:?}, root {as_root:?}, user then root \
+                 {alternating:?}; ActAs alone {act_as:?}; user with the daemon's groups \
+                 {same_groups:?}"
+            );
+        });
+    });
+    let owner = |n: &str| std::fs::metadata(d.path().join(n)).unwrap();
+    assert_eq!(
+        (owner("theirs").uid(), owner("theirs").gid()),
+        (12345, 23456)
+    );
+    assert_eq!((owner("ours").uid(), owner("ours").gid()), (0, 0));
+    assert_eq!(owner("theirs2").uid(), 12345);
+    // Other threads never lost it.
+    let permitted = caps::get().unwrap();
+    assert_eq!(
+        caps::has_resource().unwrap(),
+        permitted.has_permitted_resource()
+    );
+}
+
+#[test]
 fn umask_is_the_callers_for_this_thread_only() {
     let (d, dirf) = dir();
     std::thread::scope(|s| {

@@ -279,24 +279,28 @@ impl CutFs {
         })
     }
 
-    /// A write through a handle; `kill`: the request of a writer without
-    /// CAP_FSETID, so set-id bits and capabilities go first, as natively
-    /// (`kill_privs`).
+    /// A write through a handle, under the limits of the caller of `req`
+    /// (`sys::Limits`); `kill`: a writer without CAP_FSETID, so set-id
+    /// bits and capabilities go first, as natively (`kill_privs`).
     pub(in crate::fs) fn write_handle(
         &self,
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill: Option<&Request>,
+        req: &Request,
+        kill: bool,
     ) -> Result<u32> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
-        if let Some(req) = kill {
+        if kill {
             self.kill_privs(&h.inode, Some(&h.state), &h.file, req, true)?;
         }
-        let n = self.write_file(h, offset, data)?;
+        let n = {
+            let _limits = limits(req)?;
+            self.write_file(h, offset, data)?
+        };
         // The kernel's size grows to the write's end (`inflight`).
         h.state
             .told
@@ -309,7 +313,7 @@ impl CutFs {
     /// close, as a native filesystem's close(2) would (`close(dup(fd))`,
     /// as libfuse's passthrough_hp does: a network filesystem reports its
     /// write-back errors there). The handle stays open until release.
-    pub(in crate::fs) fn flush_handle(&self, fh: u64) -> Result<()> {
+    pub(in crate::fs) fn flush_handle(&self, fh: u64, req: &Request) -> Result<()> {
         let h = self.handles.get(fh)?;
         let Handle::File(f) = &*h else {
             return Ok(());
@@ -319,7 +323,8 @@ impl CutFs {
             let _ = self.settle(&f.inode, &f.state);
             return Ok(());
         }
-        let settled = self.settle_for(f);
+        // Held bytes written now are the closing caller's.
+        let settled = limits(req).and_then(|_limits| self.settle_for(f));
         let name = || self.name_of(&f.inode);
         self.passthrough.closing_writer(fh, f.file.as_fd(), &name);
         let closed = sys::close_dup(f.file.as_fd()).map_err(io);
@@ -377,6 +382,7 @@ impl CutFs {
             return Err(Refused::IsDir.into());
         };
         self.kill_privs(&h.inode, Some(&h.state), &h.file, req, false)?;
+        let _limits = limits(req)?;
         self.fallocate_file(h, offset, length, mode)
     }
 
