@@ -1,17 +1,11 @@
-//! The calling thread's effective capabilities, for [`super::ident`]:
-//! CAP_SYS_RESOURCE taken out while the thread works for a caller who is
-//! not root, so that BACKING's filesystem applies that caller's limits
-//! (ext4's blocks reserved for root, disk quotas) as it would natively,
-//! and the file capabilities put back after a switch of fsuid took them
-//! out, when the daemon must keep its own rights.
-//!
-//! Capabilities are per thread on Linux: `capset(2)` on thread 0 (the
-//! caller) changes this thread only. The state of CAP_SYS_RESOURCE is
-//! remembered per thread, so a thread serving callers of one kind (root,
-//! or not) makes no system call at all for it; a switch of fsuid never
-//! touches it (the kernel's fixup moves only the file capabilities).
+//! The calling thread's capability sets, for [`super::ident`]: read and
+//! set per thread (`capget(2)`/`capset(2)` on thread 0 change this thread
+//! only), and the sets a thread serving a caller wants: CAP_SYS_RESOURCE
+//! out for a caller who is not root, so that BACKING's filesystem applies
+//! that caller's limits (ext4's blocks reserved for root, disk quotas) as
+//! it would natively; without the file capabilities a switch of fsuid
+//! away from 0 takes out (`FS_MASK`).
 
-use std::cell::Cell;
 use std::io;
 
 /// `CAP_SYS_RESOURCE` (linux/capability.h).
@@ -87,52 +81,28 @@ pub fn set(s: &Sets) -> io::Result<()> {
     Ok(())
 }
 
-thread_local! {
-    /// Whether CAP_SYS_RESOURCE is in this thread's effective set, as
-    /// [`set_resource`] last left it (None: not known yet).
-    static RESOURCE: Cell<Option<bool>> = const { Cell::new(None) };
-}
+/// The capabilities a switch of fsuid from 0 to another id takes out of
+/// the effective set, and one back to 0 puts back from the permitted set
+/// (`CAP_FS_MASK`, linux/capability.h: chown, dac_override,
+/// dac_read_search, fowner, fsetid, linux_immutable, mac_override, mknod).
+const FS_MASK: [u32; 2] = [0x1f | 1 << 9 | 1 << 27, 1];
 
-/// Puts CAP_SYS_RESOURCE into this thread's effective set (`on`) or takes
-/// it out. No system call when it is so already; putting it in is done
-/// only if the permitted set holds it (a daemon not run as root has
-/// nothing to put back).
-pub fn set_resource(on: bool) -> io::Result<()> {
-    if RESOURCE.get() == Some(on) {
-        return Ok(());
-    }
-    // Unknown until it took.
-    RESOURCE.set(None);
-    let now = get()?;
-    let permitted = now.has(CAP_SYS_RESOURCE, |d| d.permitted);
-    let want = now.with_effective(CAP_SYS_RESOURCE, on && permitted);
-    if want != now {
-        set(&want)?;
-    }
-    RESOURCE.set(Some(on));
-    Ok(())
-}
-
-/// Puts every permitted capability but CAP_SYS_RESOURCE into this
-/// thread's effective set: the daemon's own rights, after a switch of
-/// fsuid took the file capabilities out, with the caller's limits on
-/// space.
-pub fn all_but_resource() -> io::Result<()> {
-    let now = get()?;
-    let mut want = now;
-    for d in &mut want.0 {
-        d.effective = d.permitted;
-    }
-    let want = want.with_effective(CAP_SYS_RESOURCE, false);
-    if want != now {
-        set(&want)?;
-    }
-    RESOURCE.set(Some(false));
-    Ok(())
-}
-
-/// Whether CAP_SYS_RESOURCE is in this thread's permitted set.
 impl Sets {
+    /// These sets with CAP_SYS_RESOURCE out of the effective set.
+    pub fn without_resource(self) -> Sets {
+        self.with_effective(CAP_SYS_RESOURCE, false)
+    }
+
+    /// These sets with the file capabilities out of the effective set, as
+    /// a switch of fsuid away from 0 leaves them.
+    pub fn without_fs(mut self) -> Sets {
+        for (d, m) in self.0.iter_mut().zip(FS_MASK) {
+            d.effective &= !m;
+        }
+        self
+    }
+
+    /// Whether CAP_SYS_RESOURCE is in the permitted set.
     pub fn has_permitted_resource(&self) -> bool {
         self.has(CAP_SYS_RESOURCE, |d| d.permitted)
     }

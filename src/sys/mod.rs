@@ -52,7 +52,9 @@ use std::os::unix::ffi::OsStrExt;
 
 pub use file::*;
 pub use handle::{name_to_handle, open_by_handle, open_by_handle_parts, BackingHandle};
-pub use ident::{has_fsetid, has_sys_admin, is_root, ActAs, AsDaemon, Identity, Limits, Umask};
+pub use ident::{
+    has_fsetid, has_sys_admin, is_root, own_rights, ActAs, AsDaemon, Identity, Limits, Umask,
+};
 pub use process::fd_limit;
 pub use xattr::{getxattr, listxattr, removexattr, setxattr};
 

@@ -297,10 +297,10 @@ impl CutFs {
         if kill {
             self.kill_privs(&h.inode, Some(&h.state), &h.file, req, true)?;
         }
-        let n = {
-            let _limits = limits(req)?;
-            self.write_file(h, offset, data)?
-        };
+        // Kept for this caller's next write on this thread (the rest of
+        // this request touches no file of the daemon's).
+        limits_kept(req)?;
+        let n = self.write_file(h, offset, data)?;
         // The kernel's size grows to the write's end (`inflight`).
         h.state
             .told

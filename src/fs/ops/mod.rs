@@ -100,18 +100,33 @@ fn act_as(req: &Request) -> Result<ActAs> {
 /// guard drops (`sys::Limits`); a switch that did not take fails the
 /// request with EIO, as [`act_as`].
 fn limits(req: &Request) -> Result<Limits> {
-    Limits::of(&caller(req)).map_err(|e| {
-        crate::ratelog::error("no-identity", &format!("uid {}", req.uid()), || {
-            format!(
-                "cannot take the limits of uid {} gid {} (pid {}): {e}; request refused \
-                 with EIO",
-                req.uid(),
-                req.gid(),
-                req.pid()
-            )
-        });
-        Errno::from(Refused::NoIdentity)
-    })
+    Limits::of(&limits_of(req)).map_err(|e| no_limits(req, e))
+}
+
+/// What this thread allocates counts as the caller's of `req` from now
+/// until the next request that is not a write (`sys::Limits::kept`: a
+/// stream of one caller's writes switches once).
+fn limits_kept(req: &Request) -> Result<()> {
+    Limits::kept(&limits_of(req)).map_err(|e| no_limits(req, e))
+}
+
+/// The caller of `req`, for its limits (its groups read at most once a
+/// second per thread: `Identity::of_recent`).
+fn limits_of(req: &Request) -> Identity {
+    Identity::of_recent(req.uid(), req.gid(), req.pid())
+}
+
+fn no_limits(req: &Request, e: std::io::Error) -> Errno {
+    crate::ratelog::error("no-identity", &format!("uid {}", req.uid()), || {
+        format!(
+            "cannot take the limits of uid {} gid {} (pid {}): {e}; request refused \
+             with EIO",
+            req.uid(),
+            req.gid(),
+            req.pid()
+        )
+    });
+    Errno::from(Refused::NoIdentity)
 }
 
 /// This thread's umask is `umask` until the guard drops (EIO and a log
