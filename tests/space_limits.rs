@@ -7,7 +7,8 @@
 //!
 //! BACKING is an ext4 with 5 % reserved for root (`Ext4::with_reserve`),
 //! filled by a real unprivileged user until ENOSPC, so that only root's
-//! reserve is left.
+//! reserve is left. The caller's file size limit is the kernel's to apply,
+//! and it does so through the mount as natively.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -144,4 +145,38 @@ fn a_users_journaled_rewrite_leaves_the_journal_the_daemons() {
     m.unmount();
     m.remount();
     assert!(fs::read(m.m("t.txt")).unwrap() == want, "after a remount");
+}
+
+/// The caller's file size limit (RLIMIT_FSIZE, `ulimit -f`) applies
+/// through the mount exactly as natively: the kernel checks it against
+/// the size it sees before the request reaches the daemon (a write is cut
+/// at the limit and the writer gets SIGXFSZ; a truncate or fallocate
+/// beyond it fails), though FUSE never sends the daemon the limit.
+#[test]
+fn the_callers_file_size_limit_applies_as_natively() {
+    let u = user("cutf8t-a");
+    let m = Mount::new(&["allow_other"], |b| {
+        let top = b.parent().unwrap();
+        fs::set_permissions(top, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(b, fs::Permissions::from_mode(0o1777)).unwrap();
+    });
+    // 4 or 8 KiB (sh counts blocks of 512 or 1024 bytes); each step's
+    // size, whatever the signal did to the command.
+    let script = "ulimit -f 8; \
+        dd if=/dev/zero of=\"$1/w\" bs=4096 count=100 2>/dev/null; stat -c %s \"$1/w\"; \
+        truncate -s 1M \"$1/t\" 2>/dev/null; stat -c %s \"$1/t\" 2>/dev/null || echo none; \
+        fallocate -l 1M \"$1/f\" 2>/dev/null; stat -c %s \"$1/f\" 2>/dev/null || echo none";
+    let sizes = |dir: &std::path::Path| {
+        let out = sh_as(u, script, &[dir.as_os_str()]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let native = sizes(&m.b(""));
+    let through = sizes(&m.m(""));
+    eprintln!("under ulimit -f 8: natively {native:?}, through the mount {through:?}");
+    let written: u64 = native.lines().next().unwrap_or("").parse().unwrap_or(0);
+    assert!(
+        (4096..=8192).contains(&written),
+        "natively under the limit: {native:?}"
+    );
+    assert_eq!(through, native, "through the mount against natively");
 }
