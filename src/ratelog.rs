@@ -229,6 +229,9 @@ fn start_reporter() {
         let _ = std::thread::Builder::new()
             .name("ratelog".into())
             .spawn(|| loop {
+                // Started from any request's thread: not with its caller's
+                // limits (`sys::own_rights`).
+                let _ = crate::sys::own_rights();
                 std::thread::sleep(window() / 6);
                 for (level, line) in limiter().due(Instant::now()) {
                     log::log!(level, "{line}");

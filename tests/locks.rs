@@ -8,7 +8,8 @@
 //! dies at once. Locks go at close and at exit exactly as natively (POSIX:
 //! any close by the owner; OFD and flock: the open file's last close), and
 //! SQLite in rollback-journal mode keeps a database whole with writers on
-//! two mounts.
+//! two mounts. Four users waiting for all the locks one user may leave
+//! room for a fifth user's wait.
 //!
 //! Each lock is taken by a real process: a small python3 program
 //! (`Locker`) that holds descriptors and takes locks on command.
@@ -590,4 +591,128 @@ fn sqlite_with_writers_on_two_mounts_stays_whole() {
         .unwrap();
     let out = String::from_utf8_lossy(&check.stdout);
     assert_eq!(out, format!("ok\n{}\n{N}\n", 2 * N), "{check:?}");
+}
+
+/// Waits for `n` flocks at once on one file, as one uid: one open file
+/// and one thread each; "started" once all are open, then "granted" or
+/// "err ERRNO-NAME" a line as each wait ends.
+const WAITERS: &str = r#"
+import errno, fcntl, os, sys, threading
+path, n = sys.argv[1], int(sys.argv[2])
+def wait(fd):
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        out = 'granted'
+    except OSError as e:
+        out = 'err ' + errno.errorcode.get(e.errno, str(e.errno))
+    # One write(2) a line: lines of two threads never mix.
+    os.write(1, (out + '\n').encode())
+fds = [os.open(path, os.O_RDWR) for _ in range(n)]
+print('started', flush=True)
+for fd in fds:
+    threading.Thread(target=wait, args=(fd,), daemon=True).start()
+sys.stdin.read()
+"#;
+
+/// A process of uid `uid` (no user entry needed) with `n` flocks waiting.
+struct Waiters {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    refused: usize,
+}
+
+impl Waiters {
+    fn new(uid: u32, path: &Path, n: usize) -> Waiters {
+        let mut child = Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            // The system python3: a user may not reach root's own.
+            .args(["--", "/usr/bin/python3", "-u", "-c", WAITERS])
+            .arg(path)
+            .arg(n.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("setpriv /usr/bin/python3");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let hello = lines.recv_timeout(Duration::from_secs(20));
+        assert_eq!(
+            hello.as_deref(),
+            Ok("started"),
+            "uid {uid}: {n} waiters did not start"
+        );
+        Waiters {
+            child,
+            lines,
+            refused: 0,
+        }
+    }
+
+    /// Waits refused (ENOLCK) so far; any other end is a failure.
+    fn refused(&mut self) -> usize {
+        while let Ok(l) = self.lines.try_recv() {
+            assert_eq!(l, "err ENOLCK", "a wait ended otherwise");
+            self.refused += 1;
+        }
+        self.refused
+    }
+}
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Four users each waiting for as many locks as one user may (man
+/// cutf8fs, LOCKS) leave room for a fifth user's wait: it waits, as it
+/// would natively, rather than failing with ENOLCK.
+#[test]
+fn four_users_waiting_leave_room_for_a_fifth() {
+    use std::os::unix::fs::PermissionsExt;
+    const PER_USER: usize = 128;
+    let m = Mount::new(&["allow_other"], |b| {
+        fs::write(b.join("f"), "x\n").unwrap();
+        fs::set_permissions(b.join("f"), fs::Permissions::from_mode(0o666)).unwrap();
+    });
+    let daemon = m.pid();
+    let mut holder = Locker::new();
+    holder.ok(&format!("open x {} rw", s(&m.b("f"))));
+    holder.ok(&lock_cmd(Kind::Flock, "x", "wr", false));
+    let mut heavy: Vec<Waiters> = (0..4)
+        .map(|i| Waiters::new(61_001 + i, &m.m("f"), PER_USER))
+        .collect();
+    // Every one of their waits is on a thread of the daemon's or refused.
+    let settled = wait_for(60.0, || {
+        let refused: usize = heavy.iter_mut().map(Waiters::refused).sum();
+        threads_named(daemon, "lock-wait") + refused == 4 * PER_USER
+    });
+    let waiting = threads_named(daemon, "lock-wait");
+    assert!(
+        settled,
+        "the four users' waits did not settle: {waiting} waiting, {} refused",
+        heavy.iter_mut().map(Waiters::refused).sum::<usize>()
+    );
+    let mut fifth = Waiters::new(61_005, &m.m("f"), 1);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        fifth.refused(),
+        0,
+        "a fifth user's wait failed with ENOLCK ({waiting} waiting for four users)"
+    );
+    assert!(
+        wait_for(5.0, || threads_named(daemon, "lock-wait") == waiting + 1),
+        "the fifth user's wait is not on a thread of the daemon's"
+    );
+    eprintln!("four users: {waiting} of their waits at once; a fifth user's waits too");
 }

@@ -89,6 +89,7 @@ mod security_acl;
 mod security_journal;
 mod several_daemons;
 mod shared_state;
+mod space_limits;
 mod sys;
 mod unmount;
 mod write_dense;

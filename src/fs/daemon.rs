@@ -236,7 +236,7 @@ fn init_logging(cfg: &Config, background: bool, file: Option<File>) {
             log::LevelFilter::Info
         })
         .parse_default_env()
-        .target(env_logger::Target::Pipe(Box::new(f)));
+        .target(env_logger::Target::Pipe(Box::new(OwnLog(f))));
         let _ = b.try_init();
         return;
     }
@@ -261,6 +261,22 @@ fn init_logging(cfg: &Config, background: bool, file: Option<File>) {
     let mut b = env_logger::Builder::new();
     b.filter_level(level).parse_default_env();
     let _ = b.try_init();
+}
+
+/// The log file, appended to with the daemon's own rights and limits
+/// whichever thread logs (one may hold a writer's: `sys::Limits::kept`),
+/// so root's reserve stays open to it.
+struct OwnLog(File);
+
+impl Write for OwnLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _own = crate::sys::AsDaemon::quiet()?;
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// The child's report to the waiting parent: code byte, then the message.

@@ -177,11 +177,24 @@ thread_local! {
 /// bug) answers the request EIO and logs one line, `BUG: <op> <path>:
 /// <panic message>`, and the session goes on. `name` gives the path (it is
 /// only called then).
+///
+/// Every request but a write starts with the daemon's own ids and rights
+/// (`sys::own_rights`): a thread keeps the last writer's limits on space
+/// only from one write to the next (`sys::Limits::kept`), never into
+/// other work; EIO if it cannot return.
 pub fn guard<T>(
     op: &str,
     name: impl FnOnce() -> String,
     work: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
+    if op != "write" {
+        if let Err(e) = crate::sys::own_rights() {
+            crate::ratelog::error("no-identity", "own", || {
+                format!("cannot return to the daemon's own identity: {e}; {op} refused with EIO")
+            });
+            return Err(Errno::EIO);
+        }
+    }
     let outer = IN_REQUEST.with(|c| c.replace(true));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
     IN_REQUEST.with(|c| c.set(outer));

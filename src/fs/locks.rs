@@ -30,8 +30,10 @@
 //!
 //! A lock that must be waited for (F_SETLKW, `flock` without LOCK_NB) waits
 //! on a thread of its own ([`Waits`]), never on a FUSE worker: at most
-//! [`MAX_WAITS`] at once and [`WAITS_PER_USER`] for one user, beyond which
-//! the request fails with ENOLCK (a full lock table, natively). The
+//! [`MAX_WAITS`] at once and [`WAITS_PER_USER`] for one user, the last
+//! [`KEPT_WAITS`] only for users with fewer than [`FEW_WAITS`] waiting (a
+//! few users cannot take every place), beyond which the request fails
+//! with ENOLCK (a full lock table, natively). The
 //! kernel's FUSE_INTERRUPT for a waiting request (its caller got a signal)
 //! wakes that thread (`crate::sys::lock::wake`) and the request fails with
 //! EINTR, which the kernel restarts or returns exactly as for a native
@@ -71,6 +73,20 @@ use crate::sys::lock::{Conflict, Range};
 pub const MAX_WAITS: usize = 512;
 /// Lock requests one user may have waiting at once.
 pub const WAITS_PER_USER: usize = 128;
+/// The last of the [`MAX_WAITS`] places, kept for users who have fewer
+/// than [`FEW_WAITS`] waiting: four users at their [`WAITS_PER_USER`]
+/// would otherwise take every place and every other user's wait would
+/// fail with ENOLCK.
+pub const KEPT_WAITS: usize = 64;
+/// A user with fewer waiting than this may take the [`KEPT_WAITS`].
+pub const FEW_WAITS: usize = 8;
+
+/// Whether a user with `mine` waits may start one more when `all` are
+/// waiting: never beyond [`MAX_WAITS`] or [`WAITS_PER_USER`], and into the
+/// last [`KEPT_WAITS`] places only with fewer than [`FEW_WAITS`].
+fn room_for(mine: usize, all: usize) -> bool {
+    all < MAX_WAITS && mine < WAITS_PER_USER && (all < MAX_WAITS - KEPT_WAITS || mine < FEW_WAITS)
+}
 /// Interrupts kept for requests not seen yet (an interrupt can overtake
 /// its request between two FUSE workers), and for how long.
 const EARLY_MAX: usize = 256;
@@ -505,14 +521,16 @@ impl Waits {
                 return done(Err(Refused::Interrupted.into()));
             }
             let mine = st.per_user.get(&uid).copied().unwrap_or(0);
-            if st.by_unique.len() >= MAX_WAITS || mine >= WAITS_PER_USER {
+            let all = st.by_unique.len();
+            if !room_for(mine, all) {
                 drop(st);
                 let who = uid.to_string();
                 crate::ratelog::warn("lock-waits", &who, || {
                     format!(
                         "uid {who}: a lock wait refused with ENOLCK: {mine} of its own \
-                         waiting already (at most {WAITS_PER_USER} a user, {MAX_WAITS} \
-                         in all)"
+                         waiting already, {all} in all (at most {WAITS_PER_USER} a user, \
+                         {MAX_WAITS} in all, the last {KEPT_WAITS} for users with fewer \
+                         than {FEW_WAITS})"
                     )
                 });
                 return done(Err(Refused::NoLockRoom.into()));
@@ -830,6 +848,23 @@ mod tests {
         let a = asker(9999, 12, 9999);
         let r = set(&l, a, Kind::Flock, &f, ALL, libc::F_RDLCK, false);
         assert!(r.recv().unwrap().is_ok());
+    }
+
+    /// The last places are kept for users who wait for few locks: four
+    /// users at their limit leave room for others.
+    #[test]
+    fn the_last_waiting_places_are_kept_for_users_with_few() {
+        let heavy_fill = 4 * WAITS_PER_USER;
+        assert_eq!(heavy_fill, MAX_WAITS, "four users at their limit fill it");
+        // A heavy user stops where the kept places begin...
+        assert!(room_for(WAITS_PER_USER - 1, MAX_WAITS - KEPT_WAITS - 1));
+        assert!(!room_for(FEW_WAITS, MAX_WAITS - KEPT_WAITS));
+        // ...a user with few still gets one, up to the very last...
+        assert!(room_for(0, MAX_WAITS - KEPT_WAITS));
+        assert!(room_for(FEW_WAITS - 1, MAX_WAITS - 1));
+        assert!(!room_for(0, MAX_WAITS));
+        // ...and nobody beyond their own limit.
+        assert!(!room_for(WAITS_PER_USER, 0));
     }
 
     #[test]

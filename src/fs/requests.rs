@@ -213,7 +213,7 @@ impl Filesystem for CutFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -223,7 +223,15 @@ impl Filesystem for CutFs {
     ) {
         empty(
             self.guard("rename", parent.0, || {
-                CutFs::move_entry(self, parent.0, name, newparent.0, newname, flags.bits())
+                CutFs::move_entry(
+                    self,
+                    req,
+                    parent.0,
+                    name,
+                    newparent.0,
+                    newname,
+                    flags.bits(),
+                )
             }),
             reply,
         );
@@ -231,7 +239,7 @@ impl Filesystem for CutFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -239,7 +247,7 @@ impl Filesystem for CutFs {
     ) {
         self.reply_entry(
             self.guard("link", ino.0, || {
-                CutFs::make_link(self, ino.0, newparent.0, newname)
+                CutFs::make_link(self, req, ino.0, newparent.0, newname)
             }),
             reply,
         );
@@ -334,11 +342,9 @@ impl Filesystem for CutFs {
         reply: ReplyWrite,
     ) {
         // Set by the kernel when the writer lacks CAP_FSETID (see `init`).
-        let kill = write_flags
-            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            .then_some(req);
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.guard("write", ino.0, || {
-            CutFs::write_handle(self, fh.0, offset, data, kill)
+            CutFs::write_handle(self, fh.0, offset, data, req, kill)
         }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -347,7 +353,7 @@ impl Filesystem for CutFs {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
@@ -368,7 +374,7 @@ impl Filesystem for CutFs {
             stats::request("flush");
             return reply.error(fuser::Errno::ENOSYS);
         }
-        let r = self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0));
+        let r = self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0, req));
         let _ = error::guard(
             "flush",
             || self.name_of_ino(ino.0),

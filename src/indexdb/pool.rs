@@ -146,6 +146,10 @@ impl Pool {
         if self.off.load(Ordering::Relaxed) {
             return None;
         }
+        // The database's files are the daemon's, and so is any block
+        // SQLite takes for them, whoever's request reads (a thread may
+        // hold a writer's limits: `sys::Limits::kept`).
+        let _own = crate::sys::AsDaemon::new().ok()?;
         let mut reader = self.reader.lock();
         if reader.is_none() {
             let pin = self.pinned(false, false)?;

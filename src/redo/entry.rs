@@ -163,7 +163,10 @@ pub(super) struct Found {
 }
 
 /// `name` in `dir`, created exclusively with mode 0600 whatever the umask.
+/// Made by the daemon even while its thread acts as a caller
+/// (`sys::AsDaemon`): the journal's files are the daemon's.
 pub(super) fn create_private(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    let _own = crate::sys::AsDaemon::new()?;
     let flags =
         OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600)).map_err(io::Error::from)?;

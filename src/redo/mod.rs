@@ -428,6 +428,8 @@ impl RedoJournal {
         if self.read_only {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
+        // The daemon's, whoever's write needs it.
+        let _own = crate::sys::AsDaemon::new()?;
         let path = self.backing.join(DIR);
         let mut held = self.dir.lock();
         if let Some(h) = held.as_mut() {
@@ -522,8 +524,11 @@ impl RedoJournal {
             // all-or-nothing, and an unlinked inode cannot be linked into
             // the journal. Stage the tail in an unnamed file and copy it.
             let flags = OFlag::O_RDWR | OFlag::O_TMPFILE | OFlag::O_CLOEXEC;
-            let fd = openat(self.dir()?, ".", flags, Mode::from_bits_truncate(0o600))
+            let dir = self.dir()?;
+            let own = crate::sys::AsDaemon::new()?;
+            let fd = openat(dir, ".", flags, Mode::from_bits_truncate(0o600))
                 .map_err(io::Error::from)?;
+            drop(own);
             let mut tail = File::from(fd);
             {
                 let mut w = io::BufWriter::with_capacity(CHUNK, &mut tail);
@@ -572,7 +577,14 @@ impl RedoJournal {
         let held = self.dir()?;
         let dir: &OwnedFd = &held;
         let name = format!("{}-{}", self.id, SEQ.fetch_add(1, Ordering::Relaxed));
-        mkdirat(dir, name.as_str(), Mode::from_bits_truncate(0o700)).map_err(io::Error::from)?;
+        {
+            // The entry is the daemon's; the tail's blocks, written as the
+            // caller whose write this is (`sys::Limits`), count as the
+            // caller's on the reserve.
+            let _own = crate::sys::AsDaemon::new()?;
+            mkdirat(dir, name.as_str(), Mode::from_bits_truncate(0o700))
+                .map_err(io::Error::from)?;
+        }
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let entry = match openat(dir, name.as_str(), flags, Mode::empty()) {
             Ok(fd) => fd,

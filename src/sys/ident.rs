@@ -1,19 +1,27 @@
 //! Identity: [`ActAs`] makes the calling thread act as a request's caller
 //! (fsuid, fsgid, groups: per-thread, checked to have taken) and [`Umask`]
 //! gives it the caller's umask (the thread unshares its fs attributes
-//! once), so that BACKING creates files as natively.
+//! once), so that BACKING creates files as natively. [`Limits`] makes
+//! what the thread allocates count as the caller's (root's reserve and
+//! quotas apply to a caller who is not root, as natively: `super::caps`)
+//! while it keeps the daemon's rights; [`AsDaemon`] returns to the
+//! daemon's own ids for a file the daemon keeps (its journal).
 
 use std::io;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::{umask, Mode};
 use nix::unistd::{self, Gid, Uid};
 
-use super::from_nix;
+use super::{caps, from_nix};
 
 /// Whether this process runs with effective uid 0.
 pub fn is_root() -> bool {
-    unistd::geteuid().is_root()
+    // The daemon never changes its euid (only fsuid, per thread).
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| unistd::geteuid().is_root())
 }
 
 /// The calling thread's filesystem identity, for creating files as the
@@ -52,6 +60,32 @@ impl Identity {
             })
             .unwrap_or_default();
         Identity { uid, gid, groups }
+    }
+
+    /// [`Identity::of`] for a caller's limits on space, where its groups
+    /// matter only to a filesystem that gives its reserve to a group: the
+    /// groups this thread read for the same pid, uid and gid within the
+    /// last second are taken again rather than read from /proc for every
+    /// write (a process's groups change only with privilege, and then its
+    /// next write within the second still has the old ones).
+    pub fn of_recent(uid: u32, gid: u32, pid: u32) -> Identity {
+        let now = Instant::now();
+        let known = RECENT.with_borrow(|r| match r {
+            Some((p, u, g, at, groups))
+                if (*p, *u, *g) == (pid, uid, gid)
+                    && pid != 0
+                    && now.duration_since(*at) < RECENT_GROUPS =>
+            {
+                Some(groups.clone())
+            }
+            _ => None,
+        });
+        if let Some(groups) = known {
+            return Identity { uid, gid, groups };
+        }
+        let id = Identity::of(uid, gid, pid);
+        RECENT.set(Some((pid, uid, gid, now, id.groups.clone())));
+        id
     }
 
     pub fn has_group(&self, gid: u32) -> bool {
@@ -96,80 +130,104 @@ fn has_cap(pid: u32, uid: u32, cap: u32) -> bool {
     u64::from_str_radix(&eff, 16).is_ok_and(|caps| caps & (1 << cap) != 0)
 }
 
-/// While alive, this thread acts as an [`Identity`] (fsuid, fsgid and
-/// supplementary groups, root callers included: a root caller with a
-/// non-root gid creates with that gid); dropping it returns to the
-/// daemon's own. Does nothing unless the daemon runs as root (it cannot
-/// switch otherwise, and then everything is its own anyway).
-pub struct ActAs {
-    saved: Option<Saved>,
-}
-
-struct Saved {
+/// What a thread holds: its filesystem ids, supplementary groups (sorted,
+/// no repeats) and capability sets.
+#[derive(Clone, PartialEq, Eq)]
+struct Creds {
     uid: u32,
     gid: u32,
     groups: Vec<libc::gid_t>,
+    caps: caps::Sets,
 }
 
+/// A caller's groups as read for its limits: pid, uid, gid, when read.
+type RecentGroups = (u32, u32, u32, Instant, Vec<libc::gid_t>);
+
 thread_local! {
-    /// This thread's supplementary groups (sorted, no repeats) as last
-    /// read or set by [`set_thread_groups`]: only it changes them on the
-    /// daemon's threads, so a switch to the list the thread already has is
-    /// no system call at all (most callers and the daemon have the same
-    /// list, often none).
-    static THREAD_GROUPS: std::cell::RefCell<Option<Vec<libc::gid_t>>> =
-        const { std::cell::RefCell::new(None) };
+    /// What this thread holds as the last switch left it (None: not known
+    /// yet, or a switch failed halfway; read again before the next one).
+    /// Only this module changes a daemon thread's ids and capabilities, so
+    /// a switch to what the thread holds already is no system call at all.
+    static HELD: std::cell::RefCell<Option<Creds>> = const { std::cell::RefCell::new(None) };
+
+    /// The groups of the last caller whose limits this thread took, by
+    /// pid, uid and gid, and when they were read (`Identity::of_recent`).
+    static RECENT: std::cell::RefCell<Option<RecentGroups>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The daemon's own ids and capabilities, as the first switch found its
+/// thread (every switch reads them before changing anything, so no thread
+/// had switched yet).
+static OWN: OnceLock<Creds> = OnceLock::new();
+
+/// How long a caller's groups read for its limits are taken as still
+/// its own (`Identity::of_recent`).
+const RECENT_GROUPS: Duration = Duration::from_secs(1);
+
+fn sorted(groups: &[libc::gid_t]) -> Vec<libc::gid_t> {
+    let mut g = groups.to_vec();
+    g.sort_unstable();
+    g.dedup();
+    g
 }
 
 /// This thread's supplementary groups, sorted, without repeats.
 fn read_thread_groups() -> io::Result<Vec<libc::gid_t>> {
-    let mut now: Vec<libc::gid_t> = unistd::getgroups()
+    let now: Vec<libc::gid_t> = unistd::getgroups()
         .map_err(from_nix)?
         .into_iter()
         .map(Gid::as_raw)
         .collect();
-    now.sort_unstable();
-    now.dedup();
-    Ok(now)
+    Ok(sorted(&now))
 }
 
-/// This thread's supplementary groups (as [`THREAD_GROUPS`] knows them).
-fn thread_groups() -> io::Result<Vec<libc::gid_t>> {
-    if let Some(g) = THREAD_GROUPS.with_borrow(|g| g.clone()) {
-        return Ok(g);
+/// What this thread holds, read from the kernel.
+fn read_creds() -> io::Result<Creds> {
+    // There is no getfsuid: setfs*(-1) changes nothing (an invalid id)
+    // and returns the current value.
+    Ok(Creds {
+        uid: setfs(FsId::Uid, u32::MAX),
+        gid: setfs(FsId::Gid, u32::MAX),
+        groups: read_thread_groups()?,
+        caps: caps::get()?,
+    })
+}
+
+/// What this thread holds ([`HELD`], read if not known).
+fn held() -> io::Result<Creds> {
+    if let Some(c) = HELD.with_borrow(|h| h.clone()) {
+        return Ok(c);
     }
-    let now = read_thread_groups()?;
-    THREAD_GROUPS.set(Some(now.clone()));
-    Ok(now)
+    let c = read_creds()?;
+    HELD.set(Some(c.clone()));
+    Ok(c)
 }
 
-/// Sets this thread's supplementary groups. `nix::unistd::setgroups` goes
-/// through glibc, which changes every thread of the process; the raw
-/// system call changes this one only. A change is read back and must have
-/// taken; a list the thread has already is left as it is.
+/// The daemon's own ids and capabilities ([`OWN`]).
+fn own() -> io::Result<&'static Creds> {
+    if let Some(c) = OWN.get() {
+        return Ok(c);
+    }
+    let c = read_creds()?;
+    Ok(OWN.get_or_init(|| c))
+}
+
+/// Sets this thread's supplementary groups (`groups` sorted). The glibc
+/// wrapper changes every thread of the process; the raw system call
+/// changes this one only. Read back: it must have taken.
 fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
-    let mut want = groups.to_vec();
-    want.sort_unstable();
-    want.dedup();
-    if thread_groups()? == want {
-        return Ok(());
-    }
-    // Unknown until read back: a failure below leaves it unknown.
-    THREAD_GROUPS.set(None);
     // SAFETY: `groups` is readable for its length for the duration of the
     // call; the kernel only reads it.
     let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    // getgroups reads this thread's list: it must be the one just set.
     let now = read_thread_groups()?;
-    if now != want {
+    if now != groups {
         return Err(io::Error::other(format!(
-            "setgroups({want:?}) did not take effect (now {now:?})"
+            "setgroups({groups:?}) did not take effect (now {now:?})"
         )));
     }
-    THREAD_GROUPS.set(Some(now));
     Ok(())
 }
 
@@ -189,19 +247,8 @@ fn setfs(which: FsId, id: u32) -> u32 {
 }
 
 /// Sets this thread's fsuid or fsgid and checks that it took: the second
-/// call (same value) must report the value just set. Returns the value
-/// before.
-fn set_fs_id(which: FsId, id: u32) -> io::Result<u32> {
-    set_fs_id_from(which, setfs(which, id), id)
-}
-
-/// [`set_fs_id`] for a thread whose id is `before` now (read with
-/// `setfs(which, u32::MAX)`, which changes nothing): nothing to do when it
-/// is `id` already.
-fn set_fs_id_from(which: FsId, before: u32, id: u32) -> io::Result<u32> {
-    if before == id {
-        return Ok(before);
-    }
+/// call (same value) must report the value just set.
+fn set_fs_id(which: FsId, id: u32) -> io::Result<()> {
     setfs(which, id);
     let now = setfs(which, id);
     if now != id {
@@ -213,7 +260,66 @@ fn set_fs_id_from(which: FsId, before: u32, id: u32) -> io::Result<u32> {
             "{what}({id}) did not take effect (still {now})"
         )));
     }
-    Ok(before)
+    Ok(())
+}
+
+/// Makes this thread hold `want` with the system calls the difference
+/// needs, each checked to have taken; none when it holds `want` already.
+/// Groups and fsgid go first (CAP_SETGID is not one of the capabilities a
+/// switch of fsuid moves), then fsuid, then the capability sets as read
+/// after it (the kernel takes the file capabilities out on a switch away
+/// from fsuid 0 and puts them back on one to 0).
+fn hold(want: &Creds) -> io::Result<()> {
+    if HELD.with_borrow(|h| h.as_ref() == Some(want)) {
+        return Ok(());
+    }
+    let now = held()?;
+    // Unknown until every step took.
+    HELD.set(None);
+    if now.groups != want.groups {
+        set_thread_groups(&want.groups)?;
+    }
+    if now.gid != want.gid {
+        set_fs_id(FsId::Gid, want.gid)?;
+    }
+    let mut sets = now.caps;
+    if now.uid != want.uid {
+        set_fs_id(FsId::Uid, want.uid)?;
+        sets = caps::get()?;
+    }
+    if sets != want.caps {
+        caps::set(&want.caps)?;
+    }
+    HELD.set(Some(want.clone()));
+    Ok(())
+}
+
+/// Returns this thread to the daemon's own ids, groups and capabilities
+/// if a caller's limits ([`Limits::kept`]) or anything else left it
+/// otherwise; nothing (no system call) when it holds them already, or
+/// when no thread ever switched. Every request but a write starts with
+/// it, and so does a thread the daemon starts while it may serve writes
+/// (a new thread inherits what its parent holds).
+pub fn own_rights() -> io::Result<()> {
+    if !is_root() {
+        return Ok(());
+    }
+    match OWN.get() {
+        Some(own) => hold(own),
+        None => Ok(()),
+    }
+}
+
+/// While alive, this thread acts as an [`Identity`] (fsuid, fsgid and
+/// supplementary groups, root callers included: a root caller with a
+/// non-root gid creates with that gid), without the daemon's file
+/// capabilities and, for a caller who is not root, without
+/// CAP_SYS_RESOURCE (its limits on space, as [`Limits`]); dropping it
+/// returns to what the thread held before. Does nothing unless the daemon
+/// runs as root (it cannot switch otherwise, and then everything is its
+/// own anyway).
+pub struct ActAs {
+    back: Option<Creds>,
 }
 
 impl ActAs {
@@ -221,32 +327,153 @@ impl ActAs {
     /// is returned after returning the thread to what it was.
     pub fn new(id: &Identity) -> io::Result<ActAs> {
         if !is_root() {
-            return Ok(ActAs { saved: None });
+            return Ok(ActAs { back: None });
         }
-        let groups = thread_groups()?;
-        // There is no getfsuid: setfs*(-1) changes nothing (an invalid id)
-        // and returns the current value.
-        let (uid, gid) = (setfs(FsId::Uid, u32::MAX), setfs(FsId::Gid, u32::MAX));
-        let guard = ActAs {
-            saved: Some(Saved { uid, gid, groups }),
+        let own = own()?;
+        let caps = if id.uid == 0 {
+            own.caps
+        } else {
+            own.caps.without_fs().without_resource()
         };
-        // Groups and gid first: once fsuid is not 0 the thread has lost
-        // the capabilities it needs to change them.
-        set_thread_groups(&id.groups)?;
-        set_fs_id_from(FsId::Gid, gid, id.gid)?;
-        set_fs_id_from(FsId::Uid, uid, id.uid)?;
+        let want = Creds {
+            uid: id.uid,
+            gid: id.gid,
+            groups: sorted(&id.groups),
+            caps,
+        };
+        let guard = ActAs {
+            back: Some(held()?),
+        };
+        hold(&want)?;
         Ok(guard)
     }
 }
 
 impl Drop for ActAs {
     fn drop(&mut self) {
-        if let Some(s) = self.saved.take() {
-            let back = set_fs_id(FsId::Uid, s.uid)
-                .and_then(|_| set_fs_id(FsId::Gid, s.gid))
-                .and_then(|_| set_thread_groups(&s.groups));
-            if let Err(e) = back {
+        if let Some(back) = self.back.take() {
+            if let Err(e) = hold(&back) {
                 log::error!("cannot return to the daemon's own identity: {e}");
+            }
+        }
+    }
+}
+
+/// What a thread allocates in BACKING counts as a caller's, as natively,
+/// while the thread keeps the daemon's rights for everything else
+/// (reopening a file by handle, its journal): for a caller who is not
+/// root, its fsuid, fsgid and groups (ext4 gives root's reserved blocks to
+/// an fsuid or group it names, root by default) and every capability of
+/// the daemon but CAP_SYS_RESOURCE (which would let it into root's reserve
+/// and past disk quotas); for root, the daemon's own. Files the daemon
+/// creates meanwhile for itself are made under [`AsDaemon`]. The caller's
+/// RLIMIT_FSIZE is not known here (FUSE does not send it).
+///
+/// [`Limits::kept`] leaves the thread so (a stream of one user's writes
+/// switches once); [`Limits::of`] returns it to the daemon's own when the
+/// guard drops.
+pub struct Limits {
+    back: bool,
+}
+
+impl Limits {
+    /// The caller's limits until the guard drops, the daemon's after.
+    pub fn of(id: &Identity) -> io::Result<Limits> {
+        Limits::kept(id)?;
+        Ok(Limits { back: true })
+    }
+
+    /// The caller's limits from now on, until the next switch
+    /// ([`own_rights`] at the start of the next request that is not a
+    /// write).
+    pub fn kept(id: &Identity) -> io::Result<()> {
+        if !is_root() {
+            return Ok(());
+        }
+        let own = own()?;
+        if id.uid == 0 {
+            return hold(own);
+        }
+        // Compared without building a Creds (no allocation) in the common
+        // case: the thread holds this caller's limits already.
+        let same = HELD.with_borrow(|h| {
+            h.as_ref().is_some_and(|h| {
+                h.uid == id.uid
+                    && h.gid == id.gid
+                    && h.caps == own.caps.without_resource()
+                    && h.groups == id.groups
+            })
+        });
+        if same {
+            return Ok(());
+        }
+        hold(&Creds {
+            uid: id.uid,
+            gid: id.gid,
+            groups: sorted(&id.groups),
+            caps: own.caps.without_resource(),
+        })
+    }
+}
+
+impl Drop for Limits {
+    fn drop(&mut self) {
+        if self.back {
+            if let Err(e) = own_rights() {
+                log::error!("cannot return to the daemon's own identity: {e}");
+            }
+        }
+    }
+}
+
+/// While alive, a thread acting as a caller ([`ActAs`], [`Limits`]) acts
+/// as the daemon again, with its own ids, groups and capabilities: for
+/// the files the daemon keeps for itself (its journal), which must be the
+/// daemon's and may use root's reserve. Dropping it returns the thread to
+/// the caller's. Nothing to do on a thread that holds the daemon's own.
+pub struct AsDaemon {
+    back: Option<Creds>,
+    /// No log line if returning fails (for the log's own writes).
+    quiet: bool,
+}
+
+impl AsDaemon {
+    pub fn new() -> io::Result<AsDaemon> {
+        AsDaemon::with(false)
+    }
+
+    /// [`AsDaemon::new`] for the log's writer, which must not log.
+    pub fn quiet() -> io::Result<AsDaemon> {
+        AsDaemon::with(true)
+    }
+
+    fn with(quiet: bool) -> io::Result<AsDaemon> {
+        let none = AsDaemon { back: None, quiet };
+        if !is_root() {
+            return Ok(none);
+        }
+        let Some(own) = OWN.get() else {
+            return Ok(none);
+        };
+        if HELD.with_borrow(|h| h.as_ref() == Some(own)) {
+            return Ok(none);
+        }
+        let guard = AsDaemon {
+            back: Some(held()?),
+            quiet,
+        };
+        hold(own)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for AsDaemon {
+    fn drop(&mut self) {
+        if let Some(back) = self.back.take() {
+            if let Err(e) = hold(&back) {
+                if !self.quiet {
+                    log::error!("cannot return to the caller's identity: {e}");
+                }
             }
         }
     }

@@ -19,7 +19,9 @@
 //! * [`fanotify`]: a whole filesystem's changes, reported by file handle
 //!   and name.
 //! * [`ident`]: acting as a request's caller (fsuid, fsgid, groups,
-//!   umask), checked to have taken effect; capabilities of a process.
+//!   umask, limits on space), checked to have taken effect; capabilities
+//!   of a process.
+//! * [`caps`]: this thread's effective capabilities (CAP_SYS_RESOURCE).
 //! * [`lock`]: open file description locks and `flock(2)` on a
 //!   descriptor, and the signal that wakes a thread waiting for one.
 //! * [`mount`](mod@mount): a mount's device number read without asking its
@@ -32,6 +34,7 @@
 //! Errors are `std::io::Error`s carrying the errno, so callers decide what
 //! to tell the user (and the FUSE side which errno to answer).
 
+pub mod caps;
 pub mod fanotify;
 pub mod file;
 pub mod handle;
@@ -49,7 +52,9 @@ use std::os::unix::ffi::OsStrExt;
 
 pub use file::*;
 pub use handle::{name_to_handle, open_by_handle, open_by_handle_parts, BackingHandle};
-pub use ident::{has_fsetid, has_sys_admin, is_root, ActAs, Identity, Umask};
+pub use ident::{
+    has_fsetid, has_sys_admin, is_root, own_rights, ActAs, AsDaemon, Identity, Limits, Umask,
+};
 pub use process::fd_limit;
 pub use xattr::{getxattr, listxattr, removexattr, setxattr};
 

@@ -226,6 +226,120 @@ fn act_as_does_not_lend_root_rights() {
 }
 
 #[test]
+fn limits_take_only_the_reserve_from_a_caller_who_is_not_root() {
+    let (d, dirf) = dir();
+    std::fs::write(d.path().join("secret"), b"s").unwrap();
+    std::fs::set_permissions(
+        d.path().join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let create = |name: &str| {
+        open_at(
+            &dirf,
+            OsStr::new(name),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o600,
+        )
+        .unwrap();
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Root in a container may lack it: then there is none to lose.
+            let had = caps::has_resource().unwrap();
+            let user = Identity::of(12345, 23456, 0);
+            {
+                let _l = Limits::of(&user).unwrap();
+                assert!(!caps::has_resource().unwrap());
+                // The daemon's rights stay: a root-only file opens.
+                assert!(open_at(&dirf, OsStr::new("secret"), libc::O_RDONLY, 0).is_ok());
+                // What it creates is the caller's, unless the daemon's own.
+                create("theirs");
+                {
+                    let _own = AsDaemon::new().unwrap();
+                    assert_eq!(caps::has_resource().unwrap(), had);
+                    create("ours");
+                }
+                assert!(!caps::has_resource().unwrap());
+                create("theirs2");
+            }
+            // The guard returned the thread to the daemon's own.
+            assert_eq!(caps::has_resource().unwrap(), had);
+            create("ours2");
+            // Kept: the thread stays so after the call...
+            Limits::kept(&user).unwrap();
+            assert!(!caps::has_resource().unwrap());
+            // ...through a caller's create, which returns to it...
+            drop(ActAs::new(&user).unwrap());
+            assert!(!caps::has_resource().unwrap());
+            create("theirs3");
+            // ...until the next request that is not a write.
+            own_rights().unwrap();
+            assert_eq!(caps::has_resource().unwrap(), had);
+            create("ours3");
+            // A thread started meanwhile inherits the caller's; its first
+            // `own_rights` (unknown to it: read, then switched) ends that.
+            Limits::kept(&user).unwrap();
+            std::thread::scope(|s2| {
+                s2.spawn(|| {
+                    assert!(!caps::has_resource().unwrap());
+                    own_rights().unwrap();
+                    assert_eq!(caps::has_resource().unwrap(), had);
+                    create("ours4");
+                });
+            });
+            // A root caller has root's.
+            Limits::kept(&Identity::of(0, 0, 0)).unwrap();
+            assert_eq!(caps::has_resource().unwrap(), had);
+            // A caller who is not root creating: none of root's rights.
+            {
+                let _as = ActAs::new(&user).unwrap();
+                assert!(!caps::has_resource().unwrap());
+                assert!(open_at(&dirf, OsStr::new("secret"), libc::O_RDONLY, 0).is_err());
+            }
+            assert_eq!(caps::has_resource().unwrap(), had);
+            // The cost per write (printed, not asserted): the same user's
+            // again and again, and a user's then root's (each a switch).
+            let n = 20_000;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                Limits::kept(&user).unwrap();
+            }
+            let same = t.elapsed() / n;
+            let root = Identity::of(0, 0, 0);
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                Limits::kept(&user).unwrap();
+                Limits::kept(&root).unwrap();
+            }
+            let alternating = t.elapsed() / n;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                own_rights().unwrap();
+            }
+            let own = t.elapsed() / n;
+            eprintln!(
+                "Limits::kept per write: the same user {same:?}, user then root \
+                 {alternating:?}; own_rights on the daemon's own {own:?}"
+            );
+        });
+    });
+    let owner = |n: &str| std::fs::metadata(d.path().join(n)).unwrap();
+    for theirs in ["theirs", "theirs2", "theirs3"] {
+        assert_eq!((owner(theirs).uid(), owner(theirs).gid()), (12345, 23456));
+    }
+    for ours in ["ours", "ours2", "ours3", "ours4"] {
+        assert_eq!((owner(ours).uid(), owner(ours).gid()), (0, 0), "{ours}");
+    }
+    // Other threads never lost it.
+    let permitted = caps::get().unwrap();
+    assert_eq!(
+        caps::has_resource().unwrap(),
+        permitted.has_permitted_resource()
+    );
+}
+
+#[test]
 fn umask_is_the_callers_for_this_thread_only() {
     let (d, dirf) = dir();
     std::thread::scope(|s| {

@@ -4,7 +4,7 @@
 //! * [`Ext4`]: on a loop device; it can be remounted read-only — with its
 //!   free blocks, the checks that show whether anything still holds a
 //!   deleted file. Made with `mkfs.ext4 -m 0` (no blocks reserved for
-//!   root, which the daemon is).
+//!   root, which the daemon is), or with a reserve (`Ext4::with_reserve`).
 //! * [`Tmpfs`]: where a full disk is exact to the page (ext4 keeps blocks
 //!   preallocated for a file being written, so whether one more byte fits
 //!   on a "full" ext4 depends on when it was written back).
@@ -35,6 +35,12 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 impl Ext4 {
     /// A fresh ext4 of `mib` MiB with 4 KiB blocks, mounted.
     pub fn new(mib: u64) -> Ext4 {
+        Ext4::with_reserve(mib, 0)
+    }
+
+    /// [`Ext4::new`] with `percent` % of its blocks reserved for root
+    /// (`mkfs.ext4 -m`).
+    pub fn with_reserve(mib: u64, percent: u32) -> Ext4 {
         let tmp = tempfile::Builder::new()
             .prefix("cutf8fs-ext4-")
             .tempdir()
@@ -46,7 +52,7 @@ impl Ext4 {
         f.set_len(mib << 20).unwrap();
         drop(f);
         run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0", "-b", "4096"])
+            .args(["-q", "-F", "-m", &percent.to_string(), "-b", "4096"])
             .arg(&image))
         .expect("mkfs.ext4 (e2fsprogs) failed");
         run(Command::new("mount")

@@ -303,23 +303,27 @@ impl CutFs {
         })
     }
 
-    /// A write through a handle; `kill`: the request of a writer without
-    /// CAP_FSETID, so set-id bits and capabilities go first, as natively
-    /// (`kill_privs`).
+    /// A write through a handle, under the limits of the caller of `req`
+    /// (`sys::Limits`); `kill`: a writer without CAP_FSETID, so set-id
+    /// bits and capabilities go first, as natively (`kill_privs`).
     pub(in crate::fs) fn write_handle(
         &self,
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill: Option<&Request>,
+        req: &Request,
+        kill: bool,
     ) -> Result<u32> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
             return Err(Refused::IsDir.into());
         };
-        if let Some(req) = kill {
+        if kill {
             self.kill_privs(&h.inode, Some(&h.state), &h.file, req, true)?;
         }
+        // Kept for this caller's next write on this thread (the rest of
+        // this request touches no file of the daemon's).
+        limits_kept(req)?;
         let n = self.write_file(h, offset, data)?;
         // The kernel's size grows to the write's end (`inflight`).
         h.state
@@ -333,7 +337,7 @@ impl CutFs {
     /// close, as a native filesystem's close(2) would (`close(dup(fd))`,
     /// as libfuse's passthrough_hp does: a network filesystem reports its
     /// write-back errors there). The handle stays open until release.
-    pub(in crate::fs) fn flush_handle(&self, fh: u64) -> Result<()> {
+    pub(in crate::fs) fn flush_handle(&self, fh: u64, req: &Request) -> Result<()> {
         let h = self.handles.get(fh)?;
         let Handle::File(f) = &*h else {
             return Ok(());
@@ -343,7 +347,8 @@ impl CutFs {
             let _ = self.settle(&f.inode, &f.state);
             return Ok(());
         }
-        let settled = self.settle_for(f);
+        // Held bytes written now are the closing caller's.
+        let settled = limits(req).and_then(|_limits| self.settle_for(f));
         let name = || self.name_of(&f.inode);
         self.passthrough.closing_writer(fh, f.file.as_fd(), &name);
         let closed = sys::close_dup(f.file.as_fd()).map_err(io);
@@ -401,6 +406,7 @@ impl CutFs {
             return Err(Refused::IsDir.into());
         };
         self.kill_privs(&h.inode, Some(&h.state), &h.file, req, false)?;
+        let _limits = limits(req)?;
         self.fallocate_file(h, offset, length, mode)
     }
 

@@ -88,6 +88,9 @@ impl CutFs {
             }
         };
         self.kill_privs(inode, Some(state), file, req, false)?;
+        // A size that grows the file (or a corrected file's rewritten
+        // tail) takes blocks: the caller's.
+        let _limits = limits(req)?;
         self.set_size(inode, state, file, size)
     }
 

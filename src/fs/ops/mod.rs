@@ -17,7 +17,11 @@
 //! the requesting process, root callers included) under the caller's umask
 //! (`sys::Umask`; FUSE_DONT_MASK leaves it to us), so BACKING gives them the
 //! owner, group, mode and default ACL it would give them natively; xattrs
-//! (ACLs included) are changed as the caller too. Everything else runs as
+//! (ACLs included) are changed as the caller too. Whatever allocates space
+//! for a caller (a write, fallocate, a size change, a link or rename, and
+//! the journal's copy of a rewrite) runs under the caller's limits
+//! (`sys::Limits`: root's reserve and quotas apply to callers who are not
+//! root, as natively) with the daemon's rights. Everything else runs as
 //! the daemon, after the kernel's check. `listxattr` hides `trusted.*` from
 //! callers without CAP_SYS_ADMIN, as the kernel does natively.
 
@@ -46,7 +50,7 @@ use super::error::{io, kept, Errno, Refused, Result};
 use super::handles::{DirEntry, DirHandle, FileHandle, Handle, Listing};
 use super::inodes::Inode;
 use super::share::{self, Ticket};
-use super::sys::{self, ActAs, Identity};
+use super::sys::{self, ActAs, Identity, Limits};
 use super::CutFs;
 
 /// Entries of one readdirplus reply prepared (looked up, classified)
@@ -90,6 +94,39 @@ fn act_as(req: &Request) -> Result<ActAs> {
         });
         Errno::from(Refused::NoIdentity)
     })
+}
+
+/// What this thread allocates counts as the caller's of `req` until the
+/// guard drops (`sys::Limits`); a switch that did not take fails the
+/// request with EIO, as [`act_as`].
+fn limits(req: &Request) -> Result<Limits> {
+    Limits::of(&limits_of(req)).map_err(|e| no_limits(req, e))
+}
+
+/// What this thread allocates counts as the caller's of `req` from now
+/// until the next request that is not a write (`sys::Limits::kept`: a
+/// stream of one caller's writes switches once).
+fn limits_kept(req: &Request) -> Result<()> {
+    Limits::kept(&limits_of(req)).map_err(|e| no_limits(req, e))
+}
+
+/// The caller of `req`, for its limits (its groups read at most once a
+/// second per thread: `Identity::of_recent`).
+fn limits_of(req: &Request) -> Identity {
+    Identity::of_recent(req.uid(), req.gid(), req.pid())
+}
+
+fn no_limits(req: &Request, e: std::io::Error) -> Errno {
+    crate::ratelog::error("no-identity", &format!("uid {}", req.uid()), || {
+        format!(
+            "cannot take the limits of uid {} gid {} (pid {}): {e}; request refused \
+             with EIO",
+            req.uid(),
+            req.gid(),
+            req.pid()
+        )
+    });
+    Errno::from(Refused::NoIdentity)
 }
 
 /// This thread's umask is `umask` until the guard drops (EIO and a log

@@ -75,6 +75,7 @@ impl CutFs {
 
     pub(in crate::fs) fn make_link(
         &self,
+        req: &Request,
         ino: u64,
         newparent: u64,
         newname: &OsStr,
@@ -86,7 +87,10 @@ impl CutFs {
         let dir = self.inodes.get(newparent)?;
         let cname = sys::component(newname).map_err(io)?;
         self.keeping_content(&inode, || {
-            sys::linkat(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname).map_err(io)
+            let (file, dir) = (inode.fd()?, dir.fd()?);
+            // A new name may take a directory block: the caller's.
+            let _limits = limits(req)?;
+            sys::linkat(file.as_fd(), dir.as_fd(), &cname).map_err(io)
         })?;
         let (inode, st) = self.inodes.lookup(&dir, &cname)?;
         self.entry(inode, &st)
@@ -116,6 +120,7 @@ impl CutFs {
 
     pub(in crate::fs) fn move_entry(
         &self,
+        req: &Request,
         parent: u64,
         name: &OsStr,
         newparent: u64,
@@ -129,19 +134,23 @@ impl CutFs {
         let to = self.inodes.get(newparent)?;
         let old = sys::component(name).map_err(io)?;
         let new = sys::component(newname).map_err(io)?;
-        let to_fd = to.fd()?;
+        let (from_fd, to_fd) = (from.fd()?, to.fd()?);
         // A file the rename replaces, if that was its last name.
         let replaced = (flags & libc::RENAME_EXCHANGE == 0)
             .then(|| last_name(to_fd.as_fd(), &new))
             .flatten();
-        sys::renameat2(from.fd()?.as_fd(), &old, to_fd.as_fd(), &new, flags).map_err(io)?;
+        {
+            // A new name may take a directory block: the caller's.
+            let _limits = limits(req)?;
+            sys::renameat2(from_fd.as_fd(), &old, to_fd.as_fd(), &new, flags).map_err(io)?;
+        }
         if let Some((dev, ino)) = replaced {
             if sys::statat(to_fd.as_fd(), &new).is_ok_and(|st| (st.st_dev, st.st_ino) != (dev, ino))
             {
                 self.cache.forget_file(dev, ino);
             }
         }
-        drop(to_fd);
+        drop((from_fd, to_fd));
         // Reopening by name follows the inodes to their new names.
         self.inodes.renamed(&to, &new);
         if flags & libc::RENAME_EXCHANGE != 0 {
