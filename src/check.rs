@@ -438,6 +438,15 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// What [`FileCheck::scan`] did with one input.
+enum Scanned {
+    Checked,
+    /// Skipped as binary.
+    Binary,
+    /// Skipped as a script migrate leaves raw.
+    Script,
+}
+
 /// Totals over all files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CheckSummary {
@@ -448,6 +457,9 @@ pub struct CheckSummary {
     pub unreadable: usize,
     /// Files skipped as binary (one note each).
     pub binary: usize,
+    /// Scripts `cutf8 migrate` leaves raw on purpose, not checked (one
+    /// note each; neither a warning nor an error).
+    pub scripts: usize,
     /// Per rule (in [`Rule::ALL`] order): findings, and files with any.
     pub per_rule: [(u64, usize); Rule::ALL.len()],
     /// Whether any finding was held back (not printed).
@@ -501,6 +513,18 @@ impl std::fmt::Display for CheckSummary {
                 plural(self.binary as u64, "file")
             )?;
         }
+        if self.scripts > 0 {
+            write!(
+                f,
+                ", {} left raw as {} by cutf8 migrate",
+                plural(self.scripts as u64, "file"),
+                if self.scripts == 1 {
+                    "a script"
+                } else {
+                    "scripts"
+                }
+            )?;
+        }
         if self.unreadable > 0 {
             write!(f, ", {} unreadable", self.unreadable)?;
         }
@@ -548,8 +572,9 @@ pub fn run(
             }
         }
         match result {
-            Ok(true) => summary.files += 1,
-            Ok(false) => summary.binary += 1,
+            Ok(Scanned::Checked) => summary.files += 1,
+            Ok(Scanned::Binary) => summary.binary += 1,
+            Ok(Scanned::Script) => summary.scripts += 1,
             Err(e) => {
                 diag(&format!("{name}: {}", io_message(&e)));
                 summary.unreadable += 1;
@@ -656,15 +681,17 @@ impl<'a> FileCheck<'a> {
         }
     }
 
-    /// Check one input; false when it was skipped as binary (a NUL byte
-    /// in the first [`BINARY_PROBE`] bytes and no magic number: git's and
-    /// `cutf8 migrate`'s rule), after one note saying so.
+    /// Check one input, unless it is binary (a NUL byte in the first
+    /// [`BINARY_PROBE`] bytes and no magic number: git's and `cutf8
+    /// migrate`'s rule) or a script `cutf8 migrate` leaves raw on purpose
+    /// (`crate::migrate::leaves_script_raw`, migrate's own rule): then one
+    /// note says so.
     fn scan(
         &mut self,
         r: &mut dyn Read,
         input: &mut [u8],
         output: &mut [u8],
-    ) -> std::io::Result<bool> {
+    ) -> std::io::Result<Scanned> {
         // The magic number is dropped if there; its absence is a finding,
         // and the text is checked from the first byte either way.
         let mut dec = Decoder::strict()
@@ -674,7 +701,7 @@ impl<'a> FileCheck<'a> {
         let n = read_prefix(r, &mut probe, input.len())?;
         if n == 0 {
             // Nothing to check: no magic number is missing from no text.
-            return Ok(true);
+            return Ok(Scanned::Checked);
         }
         let magic = has_magic(&probe[..n]);
         if !magic && probe[..n].contains(&0) {
@@ -683,12 +710,47 @@ impl<'a> FileCheck<'a> {
                 &self.name,
                 "binary (a NUL byte in the first 8000 bytes and no magic number): not checked",
             ));
-            return Ok(false);
+            return Ok(Scanned::Binary);
+        }
+        if crate::migrate::leaves_script_raw(&probe[..n]) {
+            (self.out)(&note(
+                self.opts.json,
+                &self.name,
+                "a script (#! and an interpreter): cutf8 migrate leaves scripts raw on \
+                 purpose, so that they still run outside the mount; not checked \
+                 (cutf8 migrate --include-scripts converts it, for a script run only \
+                 through the mount)",
+            ));
+            return Ok(Scanned::Script);
         }
         if !magic {
             self.report(Rule::MissingMagic, 1, 1, || {
                 "no Corrected UTF-8 magic number at the start".to_string()
             });
+            // Not UTF-8 either: what it looks like, and the fix
+            // (`crate::diagnose`, the judgement encode and migrate make).
+            let head = &probe[..n];
+            if let Some(bom) = crate::diagnose::utf8_bom(head, Some(&self.name)) {
+                (self.out)(&note(self.opts.json, &self.name, &bom));
+            }
+            if let Err(e) = std::str::from_utf8(head) {
+                if e.error_len().is_some() {
+                    let at = e.valid_up_to();
+                    let guess = crate::diagnose::guess(
+                        head,
+                        Problem::StrayContinuation(head[at]),
+                        &head[at..],
+                    );
+                    if guess != crate::diagnose::Guess::MostlyUtf8 {
+                        let fix = crate::diagnose::suggestion_for(
+                            crate::diagnose::Fix::Migrate,
+                            guess,
+                            Some(&self.name),
+                        );
+                        (self.out)(&note(self.opts.json, &self.name, &fix));
+                    }
+                }
+            }
         }
         let mut eof = n < probe.len();
         self.feed(&mut dec, &probe[..n], eof, output);
@@ -703,7 +765,7 @@ impl<'a> FileCheck<'a> {
                 "no newline (U+000A) at the end of the file".to_string()
             });
         }
-        Ok(true)
+        Ok(Scanned::Checked)
     }
 
     fn feed(&mut self, dec: &mut Decoder, src: &[u8], last: bool, dst: &mut [u8]) {

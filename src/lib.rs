@@ -65,6 +65,7 @@
 pub mod check;
 pub mod codec;
 pub mod convert;
+pub mod diagnose;
 pub mod fs;
 pub mod indexdb;
 pub mod io;

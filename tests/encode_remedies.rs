@@ -3,7 +3,8 @@
 //! byte order mark) is to be converted to UTF-8 first, with the iconv
 //! command that does it; binary data is not text at all; only a file that
 //! is UTF-8 but for a stray byte gets `--lossless`, with what that costs.
-//! The error keeps its position (file:line:col and byte offset).
+//! The error keeps its position (file:line:col and byte offset). `cutf8
+//! decode` and `cutf8 check` make the same diagnosis (`cutf8fs::diagnose`).
 
 use crate::support::cli::Dir;
 
@@ -137,5 +138,55 @@ fn c1_controls_from_a_windows_1252_mixup_are_named_so() {
         "in.txt:1:9: ",
         &["C1 control", "Windows-1252", "iconv -f UTF-8 -t LATIN1"],
         &["--lossless"],
+    );
+}
+
+/// `cutf8 decode` of a file that is no Corrected UTF-8 and not UTF-8
+/// either says what it looks like, with the iconv command that makes
+/// UTF-8 of it (the diagnosis encode makes), instead of calling it plain
+/// UTF-8 already.
+#[test]
+fn decode_diagnoses_latin1_and_utf16_input() {
+    let d = Dir::new();
+    d.write("latin.txt", b"caf\xe9 cr\xe8me\n");
+    d.write("u16.txt", b"\xff\xfeh\0i\0\n\0");
+    let r = d.run(&["decode", "latin.txt"], b"");
+    assert_eq!(r.status, Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("looks like Latin-1"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("iconv -f LATIN1 -t UTF-8 latin.txt > OUT"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("plain UTF-8 already"), "{}", r.stderr);
+    let r = d.run(&["decode", "u16.txt"], b"");
+    assert!(
+        r.stderr.contains("iconv -f UTF-16 -t UTF-8 u16.txt"),
+        "{}",
+        r.stderr
+    );
+    // Plain UTF-8 is still called that.
+    let r = d.run(&["decode"], "déjà\n".as_bytes());
+    assert!(r.stderr.contains("plain UTF-8 already"), "{}", r.stderr);
+}
+
+/// `cutf8 check` notes UTF-8 with a byte order mark, with the command
+/// that drops the mark, and says what a Latin-1 file is.
+#[test]
+fn check_diagnoses_a_bom_and_latin1() {
+    let d = Dir::new();
+    d.write("bom.txt", b"\xef\xbb\xbfhi\n");
+    d.write("latin.txt", b"caf\xe9\n");
+    let r = d.run(&["check", "bom.txt", "latin.txt"], b"");
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        out.contains("bom.txt: note: UTF-8 with a byte order mark"),
+        "{out}"
+    );
+    assert!(out.contains("sed -i"), "{out}");
+    assert!(
+        out.contains("latin.txt: note: this looks like Latin-1"),
+        "{out}"
     );
 }

@@ -22,7 +22,7 @@ use crate::support::cli::BIN as CUTF8;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The installed module directory (GCONV_PATH), set for this process.
-fn gconv_dir() -> &'static Path {
+pub(crate) fn gconv_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();

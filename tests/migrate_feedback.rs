@@ -389,3 +389,172 @@ fn migrate_refuses_a_path_on_a_mount() {
         .unwrap();
     crate::support::run::succeeded(&out, "command failed");
 }
+
+/// `cutf8 migrate` says what a file it cannot convert looks like, with
+/// the command that fixes it, as `cutf8 encode` does (one diagnosis:
+/// `cutf8fs::diagnose`), and `cutf8 check` says the same of it.
+#[test]
+fn migrate_and_check_diagnose_a_latin1_file_as_encode_does() {
+    let d = Dir::new();
+    d.write("latin.txt", b"caf\xe9 cr\xe8me\n");
+    let out = migrate(&["-v"], &[d.path()]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("looks like Latin-1"), "{text}");
+    assert!(text.contains("iconv -f LATIN1 -t UTF-8"), "{text}");
+    let enc = cutf8(
+        &["encode", d.path().join("latin.txt").to_str().unwrap()],
+        b"",
+    );
+    assert!(enc.stderr.contains("looks like Latin-1"), "{}", enc.stderr);
+    let check = cutf8(&["check", d.path().to_str().unwrap()], b"");
+    let so = String::from_utf8_lossy(&check.stdout);
+    assert!(so.contains("note: this looks like Latin-1"), "{so}");
+}
+
+/// After migrate, `cutf8 check` says of each script migrate left raw
+/// that it did so on purpose: a note, not a warning, and the exit status
+/// is 0.
+#[test]
+fn check_notes_the_scripts_migrate_left_raw() {
+    let d = Dir::new();
+    d.write("run.sh", "#!/bin/sh\necho déjà\n".as_bytes());
+    d.write("a.txt", "déjà\n".as_bytes());
+    migrate(&[], &[d.path()]);
+    assert_eq!(d.read("run.sh"), "#!/bin/sh\necho déjà\n".as_bytes());
+    let check = cutf8(&["check", d.path().to_str().unwrap()], b"").exits(0);
+    let so = String::from_utf8_lossy(&check.stdout).into_owned();
+    let line = so
+        .lines()
+        .find(|l| l.contains("run.sh"))
+        .unwrap_or_else(|| panic!("no line for run.sh: {so}"))
+        .to_string();
+    assert!(
+        line.contains("note:") && line.contains("raw on purpose"),
+        "{line}"
+    );
+    assert!(!so.contains("warning"), "{so}");
+    assert!(check.stderr.contains("0 warnings"), "{}", check.stderr);
+}
+
+/// `--dry-run` and real runs print their lines sorted by path, the same
+/// every run, whatever order the --jobs workers finish in.
+#[test]
+fn migrate_prints_in_path_order_every_run() {
+    let make = |d: &Dir| {
+        for i in 0..40 {
+            let sub = format!("d{}/e{}", i % 3, i % 5);
+            std::fs::create_dir_all(d.path().join(&sub)).unwrap();
+            let body: &[u8] = match i % 4 {
+                _ if i % 7 == 0 => "déjà vu\n".as_bytes(),
+                0 => b"caf\xe9\n",
+                1 => b"#!/bin/sh\necho \xc3\xa9\n",
+                2 => b"bin\0ary",
+                _ => "déjà vu\n".as_bytes(),
+            };
+            // A few large files among small ones: the workers finish out
+            // of order.
+            let n = if i % 7 == 0 { 300_000 } else { 1 + i % 5 };
+            d.write(&format!("{sub}/f{i:02}"), &body.repeat(n));
+        }
+    };
+    let lines = |out: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("time:"))
+            .map(str::to_string)
+            .collect()
+    };
+    let d = Dir::new();
+    make(&d);
+    let first = lines(&migrate(&["-n", "-v", "-j", "4"], &[d.path()]));
+    let paths: Vec<&str> = first
+        .iter()
+        .filter(|l| l.starts_with("skipped ") || l.starts_with("would-convert "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().trim_end_matches(':'))
+        .collect();
+    assert_eq!(paths.len(), 40, "{first:#?}");
+    let mut sorted = paths.clone();
+    sorted.sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
+    assert_eq!(paths, sorted, "not sorted by path");
+    for _ in 0..4 {
+        assert_eq!(
+            lines(&migrate(&["-n", "-v", "-j", "4"], &[d.path()])),
+            first
+        );
+    }
+    // Real runs too, on copies of the same tree.
+    let mut real = Vec::new();
+    for _ in 0..3 {
+        let c = Dir::new();
+        make(&c);
+        let out = lines(&migrate(&["-v", "-j", "4"], &[c.path()]));
+        real.push(
+            out.iter()
+                .map(|l| l.replace(c.path().to_str().unwrap(), "ROOT"))
+                .filter(|l| !l.starts_with("size:"))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(real[0], real[1]);
+    assert_eq!(real[0], real[2]);
+    // Completion order is there when asked for.
+    migrate(&["-n", "-v", "-j", "4", "--completion-order"], &[d.path()]);
+}
+
+/// The git recipe migrate's warning gives, followed on a real repository
+/// with the CORRECTED-UTF-8 module: `git add --renormalize .` is what
+/// makes git status clean, and the repository keeps UTF-8.
+#[test]
+fn the_git_recipe_leaves_git_status_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = tmp.path().join("repo");
+    repo(&at);
+    fs::write(at.join("run.sh"), "#!/bin/sh\necho é\n").unwrap();
+    fs::write(at.join("data.bin"), b"x\0\xe9y").unwrap();
+    git(&at, &["add", "."]);
+    git(&at, &["commit", "-q", "-m", "more"]);
+    let out = migrate(&[], &[&at]);
+    let warning = String::from_utf8_lossy(&out.stderr).into_owned();
+    for step in [
+        "'* text working-tree-encoding=CORRECTED-UTF-8' '.gitattributes -working-tree-encoding'",
+        "'PATH -text -working-tree-encoding'",
+        "git add --renormalize .",
+        "git add .gitattributes && git commit",
+    ] {
+        assert!(
+            warning.contains(step),
+            "the warning lacks {step:?}: {warning}"
+        );
+    }
+    let g = |args: &[&str]| -> String {
+        let out = Command::new("git")
+            .current_dir(&at)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+            .args(args)
+            .env("GCONV_PATH", crate::gconv::gconv_dir())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let attrs = "* text working-tree-encoding=CORRECTED-UTF-8\n\
+                 .gitattributes -working-tree-encoding\n\
+                 run.sh -text -working-tree-encoding\n\
+                 data.bin -text -working-tree-encoding\n";
+    fs::write(at.join(".gitattributes"), attrs).unwrap();
+    assert!(
+        g(&["status", "--porcelain"]).contains(" M README"),
+        "before --renormalize git sees the converted files modified"
+    );
+    g(&["add", "--renormalize", "."]);
+    g(&["add", ".gitattributes"]);
+    g(&["commit", "-q", "-m", "Corrected UTF-8 working tree"]);
+    assert_eq!(g(&["status", "--porcelain"]), "");
+    assert_eq!(g(&["show", "HEAD:README"]), "Grüße\n");
+    assert_eq!(
+        g(&["diff", "--name-only", "HEAD~1"]),
+        ".gitattributes\n",
+        "the commit adds .gitattributes only"
+    );
+}

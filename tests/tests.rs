@@ -12,7 +12,7 @@
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
 //! tree's owner beyond migrate (`redteam_daemon`), the index database
-//! (`index_db`), the charset (`gconv`), docs and packaging (`docs`,
+//! (`index_db`) and its cache directory (`index_cache`), the charset (`gconv`), docs and packaging (`docs`,
 //! `man_page`, `package`, `sample_archive`) and the system-call
 //! layer (`sys`). One binary links the support code once and runs
 //! everything in one process.
@@ -58,6 +58,7 @@ mod freshness_hostile;
 mod fsx;
 mod full_disk;
 mod gconv;
+mod index_cache;
 mod index_db;
 mod killpriv;
 mod locks;

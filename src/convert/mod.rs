@@ -39,7 +39,6 @@ use crate::shown::display_path;
 
 mod atomic;
 mod position;
-mod remedy;
 
 use atomic::AtomicFile;
 #[cfg(test)]
@@ -259,10 +258,19 @@ fn convert_all(
                 summary.malformed += 1;
             }
             Err(FileError::NoMagic) => {
+                let file = match input {
+                    Input::Path(p) => Some(p.to_string_lossy()),
+                    Input::Stdin => None,
+                };
+                let why = match not_utf8(&mut reader, file.as_deref()) {
+                    Some(what) => format!("; it is not UTF-8 either: {what}"),
+                    None => ", so it is most likely plain UTF-8 already; if it is Corrected \
+                             UTF-8 without the magic number, give --no-magic"
+                        .to_string(),
+                };
                 diag(&format!(
                     "{name}:1:1: input does not begin with the Corrected UTF-8 magic number \
-                     (byte offset 0), so it is most likely plain UTF-8 already; if it is \
-                     Corrected UTF-8 without the magic number, give --no-magic"
+                     (byte offset 0){why}"
                 ));
                 summary.malformed += 1;
             }
@@ -296,7 +304,7 @@ fn convert_all(
 }
 
 /// What to add to a strict conversion error. Encoding: a remedy that fits
-/// what the input looks like (`remedy`), judged from its first bytes and
+/// what the input looks like (`crate::diagnose`), judged from its first bytes and
 /// those after the error (read on from `reader`, at most [`SAMPLE`]
 /// more). Decoding: `--lossless`, for what it can carry. Nothing when
 /// `--lossless` was given or cannot help.
@@ -321,8 +329,8 @@ fn hint(opts: &Options, input: &Input, at: &Located, reader: &mut Recorder) -> S
     let mut sample = reader.head.clone();
     sample.extend_from_slice(at.bytes.as_deref().unwrap_or_default());
     sample.extend_from_slice(&more[..n]);
-    let guess = remedy::guess(&reader.head, at.malformed.problem, &sample);
-    if guess == remedy::Guess::MostlyUtf8 && unstorable {
+    let guess = crate::diagnose::guess(&reader.head, at.malformed.problem, &sample);
+    if guess == crate::diagnose::Guess::MostlyUtf8 && unstorable {
         // Overlong forms and surrogates: --lossless cannot store them either.
         return String::new();
     }
@@ -330,7 +338,26 @@ fn hint(opts: &Options, input: &Input, at: &Located, reader: &mut Recorder) -> S
         Input::Path(p) => Some(p.to_string_lossy()),
         Input::Stdin => None,
     };
-    format!("; {}", remedy::suggestion(guess, name.as_deref()))
+    format!("; {}", crate::diagnose::suggestion(guess, name.as_deref()))
+}
+
+/// For `cutf8 decode` of an input without the magic number: what it
+/// looks like when it is not UTF-8 either (`crate::diagnose`), with the
+/// command that makes UTF-8 of it; None when it may be UTF-8.
+fn not_utf8(reader: &mut Recorder, name: Option<&str>) -> Option<String> {
+    let mut more = vec![0u8; SAMPLE];
+    let n = read_prefix(reader.inner, &mut more, SAMPLE).unwrap_or(0);
+    let mut head = reader.head.clone();
+    head.extend_from_slice(&more[..n]);
+    let at = match std::str::from_utf8(&head) {
+        Err(e) if e.error_len().is_some() => e.valid_up_to(),
+        _ if head.starts_with(&[0xFF, 0xFE]) || head.starts_with(&[0xFE, 0xFF]) => 0,
+        _ => return None,
+    };
+    let problem = Problem::StrayContinuation(head[at]);
+    let guess = crate::diagnose::guess(&head, problem, &head[at..]);
+    (guess != crate::diagnose::Guess::MostlyUtf8)
+        .then(|| crate::diagnose::suggestion_for(crate::diagnose::Fix::Decode, guess, name))
 }
 
 /// Bytes of an input looked at to suggest a remedy: its first ones (kept

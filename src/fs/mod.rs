@@ -200,6 +200,9 @@ impl CutFs {
         // and replays what a killed daemon left half done, or refuses.
         let journal =
             crate::redo::RedoJournal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
+        // The cache directory of index databases, tidied by every daemon
+        // as it starts (never fails the mount).
+        crate::indexdb::tidy_cache(std::os::fd::AsFd::as_fd(&root), opts.index_db_cache);
         // What earlier mounts learned of file sizes (never fails the mount).
         let db = crate::indexdb::IndexDb::open(
             std::os::fd::AsFd::as_fd(&root),

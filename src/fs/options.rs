@@ -47,6 +47,9 @@ pub struct Options {
     pub index_cache: usize,
     /// Where the persistent index database is (`index_db=PATH|none`).
     pub index_db: crate::indexdb::Location,
+    /// Bound and expiry of the cache directory of index databases
+    /// (`index_db_cache_max=SIZE`, `index_db_cache_days=N`).
+    pub index_db_cache: crate::indexdb::CacheLimits,
     /// How long the kernel may cache attributes; None (the default):
     /// [`LONG_TIMEOUT`] while the watch of BACKING runs, else
     /// [`SHORT_TIMEOUT`] (`CutFs::ttl`).
@@ -101,6 +104,7 @@ impl Default for Options {
             max_read: None,
             index_cache: 64 << 20,
             index_db: crate::indexdb::Location::Default,
+            index_db_cache: crate::indexdb::CacheLimits::default(),
             attr_timeout: None,
             entry_timeout: None,
             watch: true,
@@ -234,6 +238,18 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "BACKING/.cutf8fs-index",
         "file of the persistent index database; none: memory only",
         "an absolute file name, or none",
+    ),
+    (
+        "index_db_cache_max=SIZE",
+        "1G",
+        "bound of the cache directory of index databases (least recently used go first)",
+        "a size such as 1G (units k, M, G, T)",
+    ),
+    (
+        "index_db_cache_days=N",
+        "90",
+        "an index database in the cache directory unused this many days goes",
+        "a whole number of days",
     ),
     (
         "attr_timeout=SECS",
@@ -509,6 +525,10 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("max_read", Some(v)) => o.max_read = Some(v.parse().map_err(|_| bad())?),
         ("index_cache", Some(v)) => o.index_cache = parse_size(v).ok_or_else(bad)?,
         ("index_db", Some(v)) => o.index_db = crate::indexdb::Location::parse(v).ok_or_else(bad)?,
+        ("index_db_cache_max", Some(v)) => {
+            o.index_db_cache.max = parse_size(v).ok_or_else(bad)? as u64
+        }
+        ("index_db_cache_days", Some(v)) => o.index_db_cache.days = v.parse().map_err(|_| bad())?,
         ("attr_timeout", Some(v)) => o.attr_timeout = Some(parse_secs(v).ok_or_else(bad)?),
         ("entry_timeout", Some(v)) => o.entry_timeout = Some(parse_secs(v).ok_or_else(bad)?),
         ("watch", Some("auto")) => o.watch = true,
@@ -567,6 +587,8 @@ mod tests {
     fn defaults() {
         let o = parse::<&str>(&[]).unwrap();
         assert_eq!(o.index_cache, 64 << 20);
+        assert_eq!(o.index_db_cache.max, 1 << 30);
+        assert_eq!(o.index_db_cache.days, 90);
         assert_eq!(o.attr_timeout, None);
         assert!(o.watch);
         assert_eq!(o.flags, libc::MS_NOSUID | libc::MS_NODEV);

@@ -103,6 +103,15 @@ impl Finder {
                 }
             }
         };
+        if nix::sys::stat::fstat(&self.root).is_ok_and(|st| st.st_nlink == 0) {
+            // BACKING's root was deleted (unmounted and removed at once):
+            // nothing learned of it can serve again.
+            log::info!(
+                "index database: BACKING {} is deleted; nothing more is kept for it",
+                self.backing.display()
+            );
+            return Found::Nothing;
+        }
         match place::cache_dir() {
             // Created with the first record, like the default place: a
             // mount that stores nothing leaves no file behind.
@@ -119,6 +128,7 @@ impl Finder {
                 let r = place::open_cache_dir(&dir).and_then(|fd| {
                     let name = place::cache_file_name(&self.backing);
                     let file = place::open_file(fd.as_fd(), &name)?;
+                    super::cache::note_use(fd.as_fd(), &name, &self.backing);
                     Ok(Place {
                         path: dir.join(&name),
                         dir: fd,
@@ -140,10 +150,14 @@ impl Finder {
                     }
                     (Ok(pl), Some(why)) => {
                         log::warn!(
-                            "index database {}: {why}; not used (remove it to let the mount \
-                             create its own), kept in {} instead",
+                            "index database {}: {why}; not used, kept in {} instead. To let \
+                             the mount keep it in BACKING again, stop the mount, remove {} \
+                             (rm -r) and mount again; the copy in the cache directory goes \
+                             once unused for its expiry, or once BACKING is gone \
+                             (cutf8fs(1), FILES)",
                             here.display(),
-                            pl.path.display()
+                            pl.path.display(),
+                            here.display()
                         );
                         Found::Here(pl)
                     }

@@ -141,6 +141,7 @@
 //! however many files come and go. One record per inode: a file that
 //! changes replaces its record.
 
+mod cache;
 mod closing;
 mod finder;
 mod nodes;
@@ -164,8 +165,9 @@ use rusqlite::OptionalExtension;
 
 use crate::io::Stamp;
 use crate::view::OffsetIndex;
+pub use cache::Limits as CacheLimits;
 use finder::{Finder, Found};
-pub use place::DIR;
+pub use place::{CACHE_DIR_ENV, DIR};
 use pool::Pool;
 use store::Failed;
 pub use trees::{record_written, remove_unused, Removal};
@@ -281,6 +283,14 @@ pub fn racy_margin() -> Duration {
 pub fn settled(ctime: (i64, i64), started: (i64, i64)) -> bool {
     let to_ns = |t: (i64, i64)| i128::from(t.0) * 1_000_000_000 + i128::from(t.1);
     to_ns(started) - to_ns(ctime) > racy_margin().as_nanos() as i128
+}
+
+/// Tidies the cache directory of index databases (`cache`): run by every
+/// daemon as it starts, before it opens its own database (that of the
+/// BACKING whose root descriptor is `root`, which is kept). Never fails.
+pub fn tidy_cache(root: BorrowedFd<'_>, limits: CacheLimits) {
+    let backing = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).ok();
+    cache::tidy(limits, backing.as_deref());
 }
 
 impl IndexDb {

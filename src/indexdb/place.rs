@@ -71,10 +71,17 @@ pub fn open_given_dir(path: &Path) -> io::Result<OwnedFd> {
     nix::fcntl::open(p, flags, Mode::empty()).map_err(io::Error::from)
 }
 
-/// The per-user (or, for root, per-system) cache directory's parent and
-/// name: `/var/cache` + `cutf8fs` for root, else `$XDG_CACHE_HOME` or
-/// `~/.cache` + `cutf8fs`.
+/// The environment variable that names the cache directory instead (an
+/// absolute path): for a site that keeps caches elsewhere, and for tests.
+pub const CACHE_DIR_ENV: &str = "CUTF8FS_CACHE_DIR";
+
+/// The per-user (or, for root, per-system) cache directory:
+/// [`CACHE_DIR_ENV`] when set, else `/var/cache/cutf8fs` for root, else
+/// `$XDG_CACHE_HOME/cutf8fs` or `~/.cache/cutf8fs`.
 pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os(CACHE_DIR_ENV).filter(|v| Path::new(v).is_absolute()) {
+        return Some(PathBuf::from(d));
+    }
     if euid() == 0 {
         return Some(PathBuf::from("/var/cache/cutf8fs"));
     }
@@ -92,12 +99,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 /// The database's file name in the cache directory for BACKING at `backing`
 /// (its absolute path when the mount started): one file per BACKING.
 pub fn cache_file_name(backing: &Path) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    // FNV-1a: stable across builds and machines.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in backing.as_os_str().as_bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = super::cache::hash(backing);
     let base: String = backing
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -18,7 +18,7 @@ use super::finder::Place;
 
 /// `PRAGMA application_id` of our databases ("cu8i"): an SQLite file
 /// without it is somebody else's and never written.
-const APP_ID: i64 = 0x6375_3869;
+pub(super) const APP_ID: i64 = 0x6375_3869;
 /// `PRAGMA user_version` of the schema below.
 const SCHEMA: i64 = 1;
 /// SQLite's page cache per connection, in KiB (its default is 2 MiB): what

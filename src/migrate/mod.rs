@@ -38,7 +38,7 @@ use std::sync::mpsc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use report::{Outcome, Reason, Summary};
-pub use transcode::Direction;
+pub use transcode::{leaves_script_raw, Direction};
 pub use walk::Shard;
 
 /// Name prefix of migrate's temporary files (`.cutf8-tmp.<key>.<pid>-<n>`).
@@ -58,6 +58,8 @@ pub struct Settings {
     pub dry_run: bool,
     /// Files converted at a time (None: one per CPU).
     pub jobs: Option<usize>,
+    /// Report each path as its file is done, not sorted by path.
+    pub completion_order: bool,
     /// Globs of paths to leave alone.
     pub exclude: Vec<String>,
     /// Enter .git, .hg and .svn too.
@@ -77,6 +79,8 @@ pub struct Options {
     pub dry_run: bool,
     pub include_scripts: bool,
     pub jobs: usize,
+    /// Report in completion order (else sorted by path: [`run`]).
+    pub completion_order: bool,
     pub exclude: GlobSet,
     pub shard: Shard,
     pub one_file_system: bool,
@@ -108,6 +112,7 @@ impl Options {
             dry_run: args.dry_run,
             include_scripts: args.include_scripts,
             jobs,
+            completion_order: args.completion_order,
             exclude,
             shard: args.shard.unwrap_or(Shard::ALL),
             one_file_system: !args.cross_filesystems,
@@ -130,17 +135,31 @@ pub struct Event<'a> {
 pub trait Observer {
     /// Called once the walk is done.
     fn start(&mut self, _files: u64, _bytes: u64) {}
-    /// Called for every reported path, in the order outcomes arrive.
+    /// Called for every reported path: sorted by path (`Path`'s order,
+    /// component by component: each directory's entries by name, before
+    /// the names that follow the directory's), a further name of a
+    /// multiply linked file right after its first; with
+    /// [`Options::completion_order`], in the order outcomes arrive.
     fn event(&mut self, e: &Event);
     /// Called after each file a worker finished (its size).
     fn advance(&mut self, _bytes: u64) {}
 }
 
-/// Run migrate; every outcome goes to `observer`. Returns the summary.
+/// Run migrate; every outcome goes to `observer`, sorted by path unless
+/// [`Options::completion_order`] (workers finish files in any order: a
+/// file's outcome waits until those before it are reported). Returns the
+/// summary.
 pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
     let mut summary = Summary::default();
+    let ordered = !opts.completion_order;
+    // What the walk reports on sight, kept to merge in path order.
+    let mut seen: Vec<(PathBuf, Outcome, Option<u64>)> = Vec::new();
     let mut emit = |path: &Path, outcome: Outcome, size: Option<u64>| {
         summary.add(&outcome, true);
+        if ordered {
+            seen.push((path.to_path_buf(), outcome, size));
+            return;
+        }
         observer.event(&Event {
             path,
             outcome: &outcome,
@@ -158,10 +177,17 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
     for p in &opts.paths {
         walker.root(p);
     }
-    let files = std::mem::take(&mut walker.files);
+    let mut files = std::mem::take(&mut walker.files);
     let dirs = std::mem::take(&mut walker.dirs);
     let roots = std::mem::take(&mut walker.roots);
     drop(walker);
+    if ordered {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    let mut seen = seen.into_iter().peekable();
+    let mut pending = std::collections::BTreeMap::new();
+    let mut next_out = 0usize;
     observer.start(files.len() as u64, files.iter().map(|f| f.size).sum());
 
     let job = file::Job {
@@ -226,22 +252,26 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
                 }
             }
             summary.add(&outcome, true);
-            observer.event(&Event {
-                path: &entry.path,
-                outcome: &outcome,
-                size: Some(entry.size),
-                link_of: None,
-            });
-            for link in &entry.links {
+            for _ in &entry.links {
                 summary.add(&outcome, false);
-                observer.event(&Event {
-                    path: &link.path,
-                    outcome: &outcome,
-                    size: Some(entry.size),
-                    link_of: Some(&entry.path),
-                });
             }
             observer.advance(entry.size);
+            if !ordered {
+                report_file(observer, entry, &outcome);
+                continue;
+            }
+            pending.insert(i, outcome);
+            while let Some(outcome) = pending.remove(&next_out) {
+                let entry = &files[next_out];
+                while let Some((p, o, size)) = seen.next_if(|s| s.0 < entry.path) {
+                    report_seen(observer, &p, &o, size);
+                }
+                report_file(observer, entry, &outcome);
+                next_out += 1;
+            }
+        }
+        for (p, o, size) in seen.by_ref() {
+            report_seen(observer, &p, &o, size);
         }
         for w in workers {
             match w.join() {
@@ -274,6 +304,35 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
         });
     }
     summary
+}
+
+/// Hands what the walk reported on sight to `observer`.
+fn report_seen(observer: &mut dyn Observer, path: &Path, outcome: &Outcome, size: Option<u64>) {
+    observer.event(&Event {
+        path,
+        outcome,
+        size,
+        link_of: None,
+    });
+}
+
+/// Hands a file's outcome to `observer`, for its first name and then for
+/// each further name.
+fn report_file(observer: &mut dyn Observer, entry: &walk::Entry, outcome: &Outcome) {
+    observer.event(&Event {
+        path: &entry.path,
+        outcome,
+        size: Some(entry.size),
+        link_of: None,
+    });
+    for link in &entry.links {
+        observer.event(&Event {
+            path: &link.path,
+            outcome,
+            size: Some(entry.size),
+            link_of: Some(&entry.path),
+        });
+    }
 }
 
 /// Records the files just converted in each tree root's index database

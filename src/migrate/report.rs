@@ -31,8 +31,9 @@ pub enum Reason {
     Nul(Position),
     /// A C1 control (U+0080–U+009F), which Corrected UTF-8 cannot encode.
     C1Control(u32, Position),
-    /// Not well-formed UTF-8 (overlong forms and surrogates included).
-    InvalidUtf8(Problem, Position),
+    /// Not well-formed UTF-8 (overlong forms and surrogates included),
+    /// with what the file looks like (`crate::diagnose`).
+    InvalidUtf8(Problem, Position, Option<crate::diagnose::Guess>),
     /// Begins with the magic number already (`--to cutf8`).
     AlreadyCorrected,
     /// No content: nothing to convert.
@@ -97,7 +98,14 @@ impl fmt::Display for Reason {
             ),
             Reason::Nul(p) => write!(f, "contains NUL at {p}"),
             Reason::C1Control(cp, p) => write!(f, "C1 control U+{cp:04X} at {p}"),
-            Reason::InvalidUtf8(problem, p) => write!(f, "invalid UTF-8 at {p}: {problem}"),
+            Reason::InvalidUtf8(problem, p, None) => {
+                write!(f, "invalid UTF-8 at {p}: {problem}")
+            }
+            Reason::InvalidUtf8(problem, p, Some(g)) => write!(
+                f,
+                "invalid UTF-8 at {p}: {problem}; {}",
+                crate::diagnose::suggestion_for(crate::diagnose::Fix::Migrate, *g, None)
+            ),
             Reason::AlreadyCorrected => write!(f, "already corrected"),
             Reason::Empty => write!(f, "empty"),
             Reason::Special(kind) => write!(f, "special file ({kind})"),
@@ -201,7 +209,7 @@ fn position(reason: &Reason) -> Option<Position> {
     match reason {
         Reason::Nul(p)
         | Reason::C1Control(_, p)
-        | Reason::InvalidUtf8(_, p)
+        | Reason::InvalidUtf8(_, p, _)
         | Reason::NotConvertible(_, p) => Some(*p),
         _ => None,
     }

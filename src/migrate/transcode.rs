@@ -147,7 +147,7 @@ fn position(src: Region, text_start: u64, offset: u64) -> io::Result<Position> {
 fn reason(dir: Direction, problem: Problem, pos: Position) -> Reason {
     match (dir, problem) {
         (Direction::Encode, Problem::C1Control(cp)) => Reason::C1Control(cp, pos),
-        (Direction::Encode, p) => Reason::InvalidUtf8(p, pos),
+        (Direction::Encode, p) => Reason::InvalidUtf8(p, pos, None),
         (Direction::Decode, p) => Reason::NotConvertible(p, pos),
     }
 }
@@ -176,9 +176,39 @@ pub fn precheck(
         Direction::Encode if !scripts && crate::view::sniff::is_script(head) => {
             Err(Stop::Skip(Reason::Script))
         }
+        // (`leaves_script_raw` below is this order of checks, for `cutf8
+        // check`.)
         Direction::Decode if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
         _ => Ok(()),
     }
+}
+
+/// What a file strict encoding refused at `offset` looks like
+/// (`crate::diagnose`, the judgement `cutf8 encode` makes), from its first
+/// [`DIAGNOSIS_SAMPLE`] bytes and as many from the error on.
+fn diagnosis(src: Region, problem: Problem, offset: u64) -> Option<crate::diagnose::Guess> {
+    let mut head = vec![0u8; DIAGNOSIS_SAMPLE];
+    let n = src.read(0, &mut head).ok()?;
+    head.truncate(n);
+    let mut sample = vec![0u8; DIAGNOSIS_SAMPLE];
+    let n = src.read(offset, &mut sample).ok()?;
+    sample.truncate(n);
+    Some(crate::diagnose::guess(&head, problem, &sample))
+}
+
+/// Bytes looked at for [`diagnosis`], at the start and at the error.
+const DIAGNOSIS_SAMPLE: usize = 64 << 10;
+
+/// Whether `cutf8 migrate` (without `--include-scripts`) leaves a file
+/// that begins with `head` raw on purpose as a script: no magic number,
+/// no NUL in the first [`BINARY_WINDOW`] bytes (binary is another
+/// reason), and a `#!` line [`precheck`] takes for a script. `cutf8 check`
+/// asks this, so that it says of such a file what migrate did.
+pub fn leaves_script_raw(head: &[u8]) -> bool {
+    !head.is_empty()
+        && !has_magic(head)
+        && memchr::memchr(0, &head[..head.len().min(BINARY_WINDOW)]).is_none()
+        && crate::view::sniff::is_script(head)
 }
 
 /// The strict coder, to Corrected UTF-8 (`to_disk`) or back; `magic`: the
@@ -258,7 +288,11 @@ pub fn convert(
         if let Err((m, used)) = pump(&mut codec, feed, last_feed, out, &mut both)? {
             let end = at + used as u64;
             let pos = position(src, text_start, end - m.len as u64)?;
-            return Err(Stop::Skip(reason(dir, m.problem, pos)));
+            let mut why = reason(dir, m.problem, pos);
+            if let Reason::InvalidUtf8(problem, pos, guess) = &mut why {
+                *guess = diagnosis(src, *problem, pos.offset);
+            }
+            return Err(Stop::Skip(why));
         }
         if let Some(z) = nul {
             let pos = position(src, text_start, at + z as u64)?;
@@ -395,7 +429,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match to_cutf8(b"ab\ncd\xC0\xAF") {
-            Err(Reason::InvalidUtf8(_, pos)) => assert_eq!(pos, p(2, 3, 5)),
+            Err(Reason::InvalidUtf8(_, pos, _)) => assert_eq!(pos, p(2, 3, 5)),
             other => panic!("{other:?}"),
         }
         let mut late_nul = vec![b'a'; BINARY_WINDOW + 3];
@@ -422,7 +456,7 @@ mod tests {
         bad.pop();
         let len = bad.len() as u64;
         match to_cutf8(&bad) {
-            Err(Reason::InvalidUtf8(_, pos)) => assert_eq!(pos.offset, len - 2),
+            Err(Reason::InvalidUtf8(_, pos, _)) => assert_eq!(pos.offset, len - 2),
             other => panic!("{other:?}"),
         }
     }

@@ -208,7 +208,12 @@ on standard output as FILE:LINE:COL: error|warning: MESSAGE [RULE] (or JSON \
 lines with --format json), and a summary line on standard error. Exit status \
 1 when any finding is an error. Directories are checked recursively; a file \
 without the magic number that has a NUL byte in its first 8000 bytes is \
-binary: one note says so and it is not checked. An empty file draws no \
+binary: one note says so and it is not checked. A script that cutf8 migrate \
+leaves raw on purpose (#! and an interpreter, no magic number: migrate's own \
+rule) draws one note, not a warning, and is not checked. A file without the \
+magic number that is not UTF-8 either draws a note saying what it looks like \
+(Latin-1, Windows-1252, UTF-16, binary) and the command that fixes it, as \
+encode and migrate say. An empty file draws no \
 finding. A path on a cutf8fs mount is not checked (the mount shows the \
 view, without the magic number): the message names the file in BACKING to \
 check instead, and the exit status is 2.

@@ -60,6 +60,12 @@ pub struct MigrateArgs {
     #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 
+    /// Print each path's line (-v, --report, and the git warning) as its
+    /// file is done, in the order the --jobs workers finish; by default
+    /// lines are sorted by path, the same every run.
+    #[arg(long)]
+    pub completion_order: bool,
+
     /// Write one JSON object per path to FILE (JSON lines).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -253,10 +259,16 @@ fn git_warning(root: &std::path::Path, dry_run: bool) -> String {
          modified (and git diff calls it binary), as its repository holds UTF-8. Two ways \
          forward: use git through a cutf8fs mount of the tree, where the files read as \
          UTF-8 again and git status is clean (commit there as usual); or tell git the \
-         working tree is Corrected UTF-8 with the CORRECTED-UTF-8 iconv module \
-         installed: echo '* text working-tree-encoding=CORRECTED-UTF-8' >> \
-         {root}/.gitattributes (docs/charset.md). cutf8 migrate --to utf8 undoes the \
-         conversion."
+         working tree is Corrected UTF-8, with the CORRECTED-UTF-8 iconv module \
+         installed (docs/charset.md), in four steps: (1) cd {root} && printf '%s\\n' \
+         '* text working-tree-encoding=CORRECTED-UTF-8' '.gitattributes \
+         -working-tree-encoding' >> .gitattributes; (2) for each file this run leaves \
+         raw (scripts, binary files and the other skipped ones: --report lists them), \
+         add a line 'PATH -text -working-tree-encoding' to .gitattributes; (3) git add \
+         --renormalize . (git status shows every converted file modified until then); \
+         (4) git add .gitattributes && git commit -m 'Corrected UTF-8 working tree'. \
+         git status is then clean, and the repository still holds UTF-8. cutf8 migrate \
+         --to utf8 undoes the conversion."
     )
 }
 
@@ -361,6 +373,7 @@ impl MigrateArgs {
             },
             dry_run: self.dry_run,
             jobs: self.jobs.map(|n| n as usize),
+            completion_order: self.completion_order,
             exclude: self.exclude.clone(),
             include_vcs: self.include_vcs,
             include_scripts: self.include_scripts,

@@ -1,10 +1,13 @@
-//! What to suggest when `cutf8 encode` refuses an input: a guess at what
-//! the input really is, from its first bytes and the bytes at and after
-//! the error, and the conversion that fits. Text in another charset is to
+//! The one diagnosis of input that is not UTF-8: a guess at what it
+//! really is (Latin-1, Windows-1252, UTF-16, UTF-32, binary, UTF-8 with a
+//! few stray bytes), from its first bytes and the bytes at and after the
+//! error, and the command that fixes it. Text in another charset is to
 //! be converted to UTF-8 first (iconv's names, as an iconv user expects);
 //! binary data is not text; only UTF-8 with a few stray bytes gets
-//! `--lossless`, with what it costs. Pure: bytes in, a sentence out;
-//! `convert` calls it with the error's position kept in its message.
+//! `--lossless`, with what it costs. Pure: bytes in, a sentence out.
+//! Called by `cutf8 encode` (`convert`, with the error's position kept in
+//! its message) and `cutf8 migrate` (`migrate::transcode`, for a file it
+//! leaves unconverted), each with the fix in its own terms ([`Fix`]).
 
 use cutf8::Problem;
 
@@ -104,11 +107,42 @@ pub fn guess(head: &[u8], problem: Problem, sample: &[u8]) -> Guess {
     Guess::MostlyUtf8
 }
 
+/// Which program the fix is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fix {
+    /// `cutf8 encode`: convert, then pipe into it.
+    Encode,
+    /// `cutf8 migrate`: convert the file in place, then run migrate again.
+    Migrate,
+    /// `cutf8 decode`: the input is no Corrected UTF-8; iconv alone makes
+    /// UTF-8 of it.
+    Decode,
+}
+
 /// The sentence to add to the error for `guess` of input `name` (a file
-/// name, or None for standard input).
+/// name, or None for standard input), with the fix for `cutf8 encode`.
 pub fn suggestion(guess: Guess, name: Option<&str>) -> String {
-    let file = name.map_or(String::new(), |n| format!(" {}", shell_word(n)));
-    let via = |charset: &str| format!("iconv -f {charset} -t UTF-8{file} | cutf8 encode -o OUT");
+    suggestion_for(Fix::Encode, guess, name)
+}
+
+/// [`suggestion`], with the fix for `fix`'s program.
+pub fn suggestion_for(fix: Fix, guess: Guess, name: Option<&str>) -> String {
+    let word = name.map(shell_word);
+    let file = word.as_ref().map_or(String::new(), |n| format!(" {n}"));
+    let via = |charset: &str| match fix {
+        Fix::Encode => format!("iconv -f {charset} -t UTF-8{file} | cutf8 encode -o OUT"),
+        Fix::Decode => format!(
+            "iconv -f {charset} -t UTF-8{file} > OUT (it is no Corrected UTF-8: nothing to \
+             decode)"
+        ),
+        Fix::Migrate => {
+            let f = word.clone().unwrap_or_else(|| "FILE".into());
+            format!(
+                "iconv -f {charset} -t UTF-8 {f} > {f}.utf8 && mv {f}.utf8 {f}, then run \
+                 cutf8 migrate again"
+            )
+        }
+    };
     match guess {
         Guess::Utf16 => format!(
             "this is UTF-16 (it begins with a UTF-16 byte order mark); convert it to \
@@ -140,11 +174,29 @@ pub fn suggestion(guess: Guess, name: Option<&str>) -> String {
              U+0080-U+009F); if so, undo that and convert again: iconv -f UTF-8 -t \
              LATIN1{file} | iconv -f CP1252 -t UTF-8 | cutf8 encode -o OUT"
         ),
+        Guess::MostlyUtf8 if fix == Fix::Migrate => "UTF-8 but for a few bytes: fix \
+             them, or leave the file as it is (the mount shows it raw)"
+            .to_string(),
         Guess::MostlyUtf8 => "--lossless carries it through as the mount does; the output \
              is then read back with cutf8 decode --lossless or through the mount \
              (strict cutf8 decode refuses it)"
             .to_string(),
     }
+}
+
+/// The note for UTF-8 text that begins with a byte order mark (EF BB
+/// BF), when `head` (its first bytes) does: valid UTF-8, so it converts,
+/// but the mark stays as U+FEFF at the start of the text. None otherwise.
+pub fn utf8_bom(head: &[u8], name: Option<&str>) -> Option<String> {
+    if !head.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        return None;
+    }
+    let file = name.map_or(String::new(), |n| format!(" {}", shell_word(n)));
+    Some(format!(
+        "UTF-8 with a byte order mark (EF BB BF): it converts, but the mark stays as \
+         U+FEFF at the start of the text; drop it first if it is not wanted: sed -i \
+         '1s/^\\xEF\\xBB\\xBF//'{file}"
+    ))
 }
 
 /// `name` as one shell word: as it is when it needs no quoting.
@@ -226,5 +278,10 @@ mod tests {
         );
         let s = suggestion(Guess::Utf16, None);
         assert!(s.contains("iconv -f UTF-16 -t UTF-8 | cutf8 encode"), "{s}");
+        let s = suggestion_for(Fix::Migrate, Guess::Latin1, Some("a b"));
+        assert!(
+            s.contains("iconv -f LATIN1 -t UTF-8 'a b' > 'a b'.utf8 && mv 'a b'.utf8 'a b'"),
+            "{s}"
+        );
     }
 }
