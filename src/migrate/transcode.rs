@@ -201,8 +201,8 @@ const DIAGNOSIS_SAMPLE: usize = 64 << 10;
 
 /// Whether `cutf8 migrate` (without `--include-scripts`) leaves a file
 /// that begins with `head` raw on purpose as a script: no magic number,
-/// no NUL in the first [`BINARY_WINDOW`] bytes (binary is another
-/// reason), and a `#!` line [`precheck`] takes for a script. `cutf8 check`
+/// no NUL in the first `BINARY_WINDOW` bytes (binary is another
+/// reason), and a `#!` line `precheck` takes for a script. `cutf8 check`
 /// asks this, so that it says of such a file what migrate did.
 pub fn leaves_script_raw(head: &[u8]) -> bool {
     !head.is_empty()
