@@ -79,6 +79,20 @@ for line in sys.stdin:
         print('err', errno.errorcode.get(e.errno, str(e.errno)), flush=True)
 "#;
 
+/// The lines a child writes to `out`, as they come.
+fn lines_of(out: std::process::ChildStdout) -> mpsc::Receiver<String> {
+    let out = BufReader::new(out);
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A process that takes locks on command.
 pub(crate) struct Locker {
     child: Child,
@@ -98,15 +112,7 @@ impl Locker {
             .spawn()
             .expect("python3");
         let stdin = child.stdin.take().unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in out.lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().unwrap());
         let hello = lines
             .recv_timeout(Duration::from_secs(10))
             .expect("the locker did not start");
@@ -635,15 +641,7 @@ impl Waiters {
             .stdout(Stdio::piped())
             .spawn()
             .expect("setpriv /usr/bin/python3");
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in out.lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = lines_of(child.stdout.take().unwrap());
         let hello = lines.recv_timeout(Duration::from_secs(20));
         assert_eq!(
             hello.as_deref(),

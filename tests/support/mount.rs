@@ -301,16 +301,21 @@ impl Mount {
             .expect("rchar")
     }
 
-    /// One count of the daemon's statistics (`cutf8fs --stats`): the
-    /// number on its line named `what` ("scans", "read", "flush", …).
-    pub fn stats_count(&self, what: &str) -> u64 {
+    /// The daemon's statistics report (`cutf8fs --stats`).
+    fn stats_text(&self) -> String {
         let out = Command::new(BIN)
             .arg("--stats")
             .arg(&self.mnt)
             .output()
             .unwrap();
         crate::support::run::succeeded(&out, "cutf8fs --stats");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// One count of the daemon's statistics (`cutf8fs --stats`): the
+    /// number on its line named `what` ("scans", "read", "flush", …).
+    pub fn stats_count(&self, what: &str) -> u64 {
+        let text = self.stats_text();
         text.lines()
             .find_map(|l| l.trim_start().strip_prefix(what)?.strip_prefix(' '))
             .and_then(|l| l.split_whitespace().next()?.parse().ok())
@@ -336,13 +341,7 @@ impl Mount {
             "getxattr",
         ];
         assert!(KINDS.contains(&op), "not a request kind counted: {op}");
-        let out = Command::new(BIN)
-            .arg("--stats")
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        crate::support::run::succeeded(&out, "cutf8fs --stats");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = self.stats_text();
         assert!(
             text.contains("\nrequests "),
             "no request counts in:\n{text}"
