@@ -95,16 +95,19 @@ sync; echo 3 > /proc/sys/vm/drop_caches; sleep 10
 rest=$(awk '/^VmRSS:/ { print $2 }' "/proc/$PID/status")
 awk -F '\t' -v rest="$rest" -v commit="$(git -C "$REPO" rev-parse --short HEAD)" \
     -v workers="$WORKERS" -v files="$FILES" '
+# Least-squares slope per hour of column c from sample `from` on.
+function slope(c, from,    i, n, x, y, sx, sy, sxx, sxy, d) {
+    for (i = from; i <= NR; i++) { x = t[i] / 3600; y = v[c, i]; n++; sx += x; sy += y; sxx += x * x; sxy += x * y }
+    d = n * sxx - sx * sx
+    return d > 0 ? (n * sxy - sx * sy) / d : 0
+}
 { t[NR] = $1; for (c = 2; c <= 4; c++) { v[c, NR] = $c; if (NR == 1 || $c > mx[c]) mx[c] = $c } }
 END {
     split("RSS (KiB),descriptors,threads", name, ",")
     printf "cutf8fs soak (%s): %d workers x %d files, %d samples over %d s\n", commit, workers, files, NR, t[NR]
     for (c = 2; c <= 4; c++) {
-        sx = sy = sxx = sxy = 0
-        for (i = 1; i <= NR; i++) { x = t[i] / 3600; y = v[c, i]; sx += x; sy += y; sxx += x * x; sxy += x * y }
-        d = NR * sxx - sx * sx
-        slope = d > 0 ? (NR * sxy - sx * sy) / d : 0
-        printf "%-16s first %8d  last %8d  max %8d  slope %+10.1f per hour\n", name[c - 1], v[c, 1], v[c, NR], mx[c], slope
+        printf "%-16s first %8d  last %8d  max %8d  slope %+10.1f per hour, %+10.1f in the second half\n", \
+            name[c - 1], v[c, 1], v[c, NR], mx[c], slope(c, 1), slope(c, int(NR / 2) + 1)
     }
     printf "RSS at rest after the churn (caches dropped, 10 s quiet): %d KiB\n", rest
 }' "$out" | tee "$W/results.txt"
