@@ -301,32 +301,37 @@ impl Filesystem for CutFs {
         // In flight until the reply is sent (`inflight`).
         let reads = self.kernel.reads();
         let reading = reads.enter(ino.0);
-        if let (Some(readers), 0) = (&self.archive, fh.0) {
-            return self.read_archive(readers, ino.0, offset, size, flags, &reading, reply);
-        }
-        match self.guard("read", ino.0, || {
-            CutFs::read_handle(self, fh.0, offset, size)
-        }) {
-            Ok(d) if d.len() < size as usize => {
-                // Decided and answered one at a time per inode, so the
-                // kernel has taken one short answer before the next is
-                // weighed (`inflight`).
-                let _one = reads.answering_short(ino.0);
-                if self.short_read_fails(&reading, fh.0, (offset, size), d.len(), flags) {
-                    // Sent, perhaps, before an invalidation: the kernel
-                    // would keep the old size and show zeros; it asks again.
-                    reply.error(fuser::Errno::EINTR);
-                } else {
-                    reply.data(&d);
-                }
-                crate::io::recycle(d);
-            }
-            Ok(d) => {
+        let r = self.guard("read", ino.0, || {
+            let h = self.read_handle(ino.0, fh.0)?;
+            let handles::Handle::File(f) = &*h else {
+                return Err(fuser::Errno::EISDIR);
+            };
+            let d = self.read_file(f, offset, size)?;
+            Ok((h, d))
+        });
+        let (h, d) = match r {
+            Ok(hd) => hd,
+            Err(e) => return reply.error(e),
+        };
+        let handles::Handle::File(f) = &*h else {
+            return reply.error(fuser::Errno::EISDIR);
+        };
+        if d.len() < size as usize {
+            // Decided and answered one at a time per inode, so the kernel
+            // has taken one short answer before the next is weighed
+            // (`inflight`).
+            let _one = reads.answering_short(ino.0);
+            if self.short_read_fails(f, fh.0, &reading, (offset, size), d.len(), flags) {
+                // Sent, perhaps, before an invalidation: the kernel would
+                // keep the old size and show zeros; it asks again.
+                reply.error(fuser::Errno::EINTR);
+            } else {
                 reply.data(&d);
-                crate::io::recycle(d);
             }
-            Err(e) => reply.error(e),
+        } else {
+            reply.data(&d);
         }
+        crate::io::recycle(d);
     }
 
     fn write(
@@ -748,50 +753,5 @@ impl Filesystem for CutFs {
     ) -> std::result::Result<(), fuser::Errno> {
         self.locks.interrupt(unique.0);
         Ok(())
-    }
-}
-
-impl CutFs {
-    /// A READ with no file handle (`-o archive`): through the daemon's own
-    /// handle of `ino` (`archive`), answered as `read` answers.
-    #[allow(clippy::too_many_arguments)]
-    fn read_archive(
-        &self,
-        readers: &archive::Readers<Arc<handles::Handle>>,
-        ino: u64,
-        offset: u64,
-        size: u32,
-        flags: OpenFlags,
-        reading: &inflight::Reading<'_>,
-        reply: ReplyData,
-    ) {
-        let r = self.guard("read", ino, || {
-            let h = self.archive_handle(readers, ino)?;
-            let d = match &*h {
-                handles::Handle::File(f) => self.read_file(f, offset, size)?,
-                handles::Handle::Dir(_) => return Err(fuser::Errno::EISDIR),
-            };
-            Ok((h, d))
-        });
-        let (h, d) = match r {
-            Ok(hd) => hd,
-            Err(e) => return reply.error(e),
-        };
-        let handles::Handle::File(f) = &*h else {
-            return reply.error(fuser::Errno::EISDIR);
-        };
-        if d.len() < size as usize {
-            // One short answer per inode at a time, as in `read`.
-            let reads = self.kernel.reads();
-            let _one = reads.answering_short(ino);
-            if self.short_read_of(f, 0, reading, (offset, size), d.len(), flags) {
-                reply.error(fuser::Errno::EINTR);
-            } else {
-                reply.data(&d);
-            }
-        } else {
-            reply.data(&d);
-        }
-        crate::io::recycle(d);
     }
 }

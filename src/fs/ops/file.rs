@@ -174,15 +174,9 @@ impl CutFs {
     /// move (changed in place without moving ctime, as writes through a
     /// shared mapping can: `crate::io::Viewed::Stale`) has the index built
     /// again, once, and is read again.
-    pub(in crate::fs) fn read_handle(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let h = self.handles.file(fh)?;
-        let Handle::File(h) = &*h else {
-            return Err(Refused::IsDir.into());
-        };
-        self.read_file(h, offset, size)
-    }
-
-    /// A read through file handle `h` (`read_handle`).
+    ///
+    /// `h` is a handle of the caller's, or in `-o archive` the daemon's own
+    /// (`read_handle`).
     pub(in crate::fs) fn read_file(
         &self,
         h: &FileHandle,
@@ -239,29 +233,12 @@ impl CutFs {
         Err(Refused::KeepsChanging.into())
     }
 
-    /// Whether a READ through handle `fh` answered short (`got` bytes of
-    /// `size` at `offset`) must fail so the kernel asks again (see
-    /// `inflight`); if not, the kernel takes its end as the file's end.
+    /// Whether a READ through handle `h` (numbered `fh` in the handle
+    /// table; 0: the daemon's own, `crate::fs::archive`) answered short
+    /// (`got` bytes of `size` at `offset`) must fail so the kernel asks
+    /// again (see `inflight`); if not, the kernel takes its end as the
+    /// file's end.
     pub(in crate::fs) fn short_read_fails(
-        &self,
-        reading: &crate::fs::inflight::Reading<'_>,
-        fh: u64,
-        (offset, size): (u64, u32),
-        got: usize,
-        flags: fuser::OpenFlags,
-    ) -> bool {
-        let Ok(h) = self.handles.file(fh) else {
-            return false;
-        };
-        let Handle::File(h) = &*h else {
-            return false;
-        };
-        self.short_read_of(h, fh, reading, (offset, size), got, flags)
-    }
-
-    /// `short_read_fails` for the file handle `h` (numbered `fh` in the
-    /// handle table; 0: the daemon's own, `crate::fs::archive`).
-    pub(in crate::fs) fn short_read_of(
         &self,
         h: &FileHandle,
         fh: u64,
@@ -587,9 +564,18 @@ pub(in crate::fs) fn handle_closed(h: Arc<Handle>) {
 }
 
 impl CutFs {
+    /// The handle a READ of `ino` with file handle `fh` goes through: the
+    /// caller's, or with none (`-o archive`) the daemon's own.
+    pub(in crate::fs) fn read_handle(&self, ino: u64, fh: u64) -> Result<Arc<Handle>> {
+        match (&self.archive, fh) {
+            (Some(readers), 0) => self.archive_handle(readers, ino),
+            _ => self.handles.file(fh),
+        }
+    }
+
     /// A READ with no file handle (`-o archive`, `crate::fs::archive`):
     /// through the daemon's own handle of `ino`, opened now if it has none.
-    pub(in crate::fs) fn archive_handle(
+    fn archive_handle(
         &self,
         readers: &crate::fs::archive::Readers<Arc<Handle>>,
         ino: u64,
