@@ -37,7 +37,7 @@ rm -rf "$B"
 mkdir -p "$B" "$M"
 chmod 755 "$W" "$B"
 "$CUTF8FS" -o "log=$W/daemon.log" "$B" "$M"
-PID=$(pgrep -n -f "cutf8fs -o log=$W/daemon.log") || { echo "soak: the daemon did not start" >&2; exit 1; }
+PID=$(pgrep -n -f -- "-o log=$W/daemon.log") || { echo "soak: the daemon did not start" >&2; exit 1; }
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; fusermount3 -u "$M" 2>/dev/null || umount -l "$M"' EXIT
 
 CHURN='
