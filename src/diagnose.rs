@@ -6,8 +6,11 @@
 //! binary data is not text; only UTF-8 with a few stray bytes gets
 //! `--lossless`, with what it costs. Pure: bytes in, a sentence out.
 //! Called by `cutf8 encode` (`convert`, with the error's position kept in
-//! its message) and `cutf8 migrate` (`migrate::transcode`, for a file it
-//! leaves unconverted), each with the fix in its own terms ([`Fix`]).
+//! its message), `cutf8 decode`, `cutf8 check` and `cutf8 migrate`
+//! (`migrate::transcode`, for a file it leaves unconverted), each with the
+//! fix in its own terms ([`Fix`]). UTF-8 that begins with a byte order
+//! mark converts; encode, migrate and check add the same note on it
+//! ([`utf8_bom`]).
 
 use cutf8::Problem;
 
@@ -191,11 +194,13 @@ pub fn utf8_bom(head: &[u8], name: Option<&str>) -> Option<String> {
     if !head.starts_with(&[0xEF, 0xBB, 0xBF]) {
         return None;
     }
-    let file = name.map_or(String::new(), |n| format!(" {}", shell_word(n)));
+    let drop = match name {
+        Some(n) => format!("sed -i '1s/^\\xEF\\xBB\\xBF//' {}", shell_word(n)),
+        None => "sed '1s/^\\xEF\\xBB\\xBF//' | cutf8 encode".to_string(),
+    };
     Some(format!(
         "UTF-8 with a byte order mark (EF BB BF): it converts, but the mark stays as \
-         U+FEFF at the start of the text; drop it first if it is not wanted: sed -i \
-         '1s/^\\xEF\\xBB\\xBF//'{file}"
+         U+FEFF at the start of the text; drop it first if it is not wanted: {drop}"
     ))
 }
 

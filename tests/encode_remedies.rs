@@ -190,3 +190,75 @@ fn check_diagnoses_a_bom_and_latin1() {
         "{out}"
     );
 }
+
+/// UTF-8 with a byte order mark converts, and `cutf8 encode` says once,
+/// as a note naming the input, that the mark stays as U+FEFF, with the
+/// command that drops it (a pipe for standard input).
+#[test]
+fn encode_notes_a_byte_order_mark_and_converts_it() {
+    let d = Dir::new();
+    d.write("bom.txt", b"\xef\xbb\xbfhi\n");
+    d.write("plain.txt", b"hi\n");
+    let r = d.run(&["encode", "bom.txt", "-o", "out.cu8"], b"");
+    assert_eq!(r.status, Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("bom.txt: note: UTF-8 with a byte order mark"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("sed -i '1s/^\\xEF\\xBB\\xBF//' bom.txt"),
+        "{}",
+        r.stderr
+    );
+    let back = d.run(&["decode", "out.cu8"], b"");
+    assert_eq!(back.stdout, b"\xef\xbb\xbfhi\n", "the mark is kept");
+    let r = d.run(&["encode"], b"\xef\xbb\xbfhi\n");
+    assert_eq!(r.status, Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("<stdin>: note: UTF-8 with a byte order mark"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("| cutf8 encode"), "{}", r.stderr);
+    let r = d.run(&["encode", "plain.txt", "-o", "plain.cu8"], b"");
+    assert_eq!(r.status, Some(0), "{}", r.stderr);
+    assert!(r.stderr.is_empty(), "no note for plain UTF-8: {}", r.stderr);
+}
+
+/// `cutf8 migrate` converts UTF-8 with a byte order mark and notes it
+/// after the summary, in a dry run and a real one, and in the report.
+#[test]
+fn migrate_notes_a_byte_order_mark_and_converts_it() {
+    let d = Dir::new();
+    std::fs::create_dir(d.path().join("tree")).unwrap();
+    d.write("tree/bom.txt", b"\xef\xbb\xbfhi\n");
+    d.write("tree/plain.txt", b"hi\n");
+    let r = d.run(&["migrate", "--dry-run", "tree"], b"");
+    assert_eq!(r.status, Some(0), "{}", r.stderr);
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        out.contains("note: 1 file begins with a UTF-8 byte order mark"),
+        "{out}"
+    );
+    assert!(out.contains("would stay as U+FEFF"), "{out}");
+    let r = d.run(&["migrate", "--report", "r.json", "tree"], b"");
+    assert_eq!(r.status, Some(0), "{}", r.stderr);
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains("the mark stays as U+FEFF"), "{out}");
+    let named: Vec<&str> = out.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(
+        named.len(),
+        1,
+        "only the file with the mark is named: {out}"
+    );
+    assert!(named[0].ends_with("bom.txt"), "{out}");
+    let report = std::fs::read_to_string(d.path().join("r.json")).unwrap();
+    let noted: Vec<&str> = report.lines().filter(|l| l.contains("utf8-bom")).collect();
+    assert_eq!(noted.len(), 1, "{report}");
+    assert!(noted[0].contains("bom.txt"), "{report}");
+    let back = d.run(&["decode", "tree/bom.txt"], b"");
+    assert_eq!(back.stdout, b"\xef\xbb\xbfhi\n", "the mark is kept");
+}

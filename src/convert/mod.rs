@@ -240,7 +240,17 @@ fn convert_all(
         };
         let at_start = out.n == 0;
         let mut reader = Recorder::new(&mut *reader);
-        match convert_one(opts, &mut reader, &mut out, at_start, &mut buffers) {
+        let result = convert_one(opts, &mut reader, &mut out, at_start, &mut buffers);
+        if result.is_ok() && opts.direction == Direction::Encode {
+            let file = match input {
+                Input::Path(p) => Some(p.to_string_lossy()),
+                Input::Stdin => None,
+            };
+            if let Some(bom) = crate::diagnose::utf8_bom(&reader.head, file.as_deref()) {
+                diag(&format!("{name}: note: {bom}"));
+            }
+        }
+        match result {
             Ok(0) => {}
             Ok(exempt) => diag(&format!(
                 "{name}: warning: {exempt} reserved unit(s) of FE plus six continuation \

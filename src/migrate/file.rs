@@ -173,14 +173,15 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
         drop(file);
         return Step::Done(in_place(job, dirs, &dir, entry, bufs));
     }
-    if let Err(stop) = transcode::precheck(
+    let bom = match transcode::precheck(
         job.direction,
         job.include_scripts,
         Region::upto(&file, md.len()),
         bufs,
     ) {
-        return Step::Done(skip_or_fail(stop, "cannot read"));
-    }
+        Ok(bom) => bom,
+        Err(stop) => return Step::Done(skip_or_fail(stop, "cannot read")),
+    };
     if job.dry_run {
         let src = Region::upto(&file, md.len());
         let r = transcode::convert(job.direction, src, &mut Count(0), bufs);
@@ -188,11 +189,12 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
             Ok(after) => Outcome::WouldConvert {
                 before: md.len(),
                 after,
+                bom,
             },
             Err(stop) => skip_or_fail(stop, "cannot read"),
         });
     }
-    match by_rename(job, &dir, entry, file, md, bufs) {
+    match by_rename(job, &dir, entry, file, md, bom, bufs) {
         Ok(step) => step,
         // This user cannot give the new file the old one's owner: keep the
         // inode instead.
@@ -257,6 +259,7 @@ pub struct Pending {
     name: OsString,
     md: Metadata,
     after: u64,
+    bom: bool,
 }
 
 impl Pending {
@@ -272,6 +275,7 @@ fn by_rename(
     entry: &Entry,
     file: File,
     md: Metadata,
+    bom: bool,
     bufs: &mut Buffers,
 ) -> Result<Step, Fallback> {
     let fail = |msg: String| Ok(Step::Done(Outcome::Failed(msg)));
@@ -319,6 +323,7 @@ fn by_rename(
             name: entry.name.clone(),
             md,
             after,
+            bom,
         }))),
         Err(msg) => fail(msg),
     }
@@ -333,6 +338,7 @@ fn commit(p: Pending) -> (Outcome, File) {
         name,
         md,
         after,
+        bom,
     } = p;
     match sys::statat(&temp.dir, &name).map(|st| Stamp::of(&st)) {
         Ok(now) if now == Stamp::of_metadata(&md) => {}
@@ -351,7 +357,7 @@ fn commit(p: Pending) -> (Outcome, File) {
     }
     temp.armed = false;
     let before = md.len();
-    (Outcome::Converted { before, after }, original)
+    (Outcome::Converted { before, after, bom }, original)
 }
 
 /// A worker's pending conversions: their data is made durable with one
@@ -498,9 +504,10 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         ));
     }
     let src = Region::upto(&file, md.len());
-    if let Err(stop) = transcode::precheck(job.direction, job.include_scripts, src, bufs) {
-        return skip_or_fail(stop, "cannot read");
-    }
+    let bom = match transcode::precheck(job.direction, job.include_scripts, src, bufs) {
+        Ok(bom) => bom,
+        Err(stop) => return skip_or_fail(stop, "cannot read"),
+    };
     // Classify the whole file before writing anything.
     let after = match transcode::convert(job.direction, src, &mut Count(0), bufs) {
         Ok(n) => n,
@@ -510,6 +517,7 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         return Outcome::WouldConvert {
             before: md.len(),
             after,
+            bom,
         };
     }
     let xattrs = match sys::xattr::all(file.as_fd()) {
@@ -568,6 +576,7 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
             Ok(()) => Outcome::Converted {
                 before: md.len(),
                 after,
+                bom,
             },
             Err(e) => Outcome::Failed(format!(
                 "converted, but its journal could not be removed: {e}"
@@ -696,6 +705,7 @@ mod tests {
         let want = Outcome::Converted {
             before: 8,
             after: 16,
+            bom: false,
         };
         assert_eq!(outcome, want);
         let md = std::fs::metadata(&p).unwrap();

@@ -132,9 +132,9 @@ impl fmt::Display for Reason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Replaced by its verified conversion.
-    Converted { before: u64, after: u64 },
+    Converted { before: u64, after: u64, bom: bool },
     /// `--dry-run`: would have been converted to `after` bytes.
-    WouldConvert { before: u64, after: u64 },
+    WouldConvert { before: u64, after: u64, bom: bool },
     /// Left alone.
     Skipped(Reason),
     /// Something went wrong; the file is as it was.
@@ -157,6 +157,15 @@ impl Outcome {
             Outcome::Cleaned => "cleaned",
             Outcome::RolledBack => "rolled-back",
         }
+    }
+
+    /// Whether the file converted (or would) begins with a UTF-8 byte
+    /// order mark, kept as U+FEFF (`crate::diagnose::utf8_bom`).
+    pub fn has_utf8_bom(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Converted { bom: true, .. } | Outcome::WouldConvert { bom: true, .. }
+        )
     }
 }
 
@@ -193,6 +202,9 @@ struct Line<'a> {
     code: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// `utf8-bom` for a converted file that begins with a byte order mark.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,7 +238,7 @@ pub fn json_line(
     let shown = display_path(path);
     let exact = shown.as_bytes() == path.as_os_str().as_bytes();
     let (before, after) = match *outcome {
-        Outcome::Converted { before, after } | Outcome::WouldConvert { before, after } => {
+        Outcome::Converted { before, after, .. } | Outcome::WouldConvert { before, after, .. } => {
             (Some(before), Some(after))
         }
         Outcome::Skipped(_) | Outcome::Failed(_) => (size, size),
@@ -247,6 +259,7 @@ pub fn json_line(
         action: outcome.action(),
         code,
         reason,
+        note: outcome.has_utf8_bom().then_some("utf8-bom"),
         line: pos.map(|p| p.line),
         col: pos.map(|p| p.column),
         offset: pos.map(|p| p.offset),
@@ -280,7 +293,8 @@ impl Summary {
     /// of an inode already counted, whose bytes must not count twice.
     pub fn add(&mut self, outcome: &Outcome, primary: bool) {
         match outcome {
-            Outcome::Converted { before, after } | Outcome::WouldConvert { before, after } => {
+            Outcome::Converted { before, after, .. }
+            | Outcome::WouldConvert { before, after, .. } => {
                 if matches!(outcome, Outcome::Converted { .. }) {
                     self.converted += 1;
                 } else {

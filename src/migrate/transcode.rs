@@ -156,13 +156,15 @@ fn reason(dir: Direction, problem: Problem, pos: Position) -> Reason {
 /// and (unless `scripts` asks to convert them) scripts, which the kernel
 /// must still run from the tree (`crate::view::sniff::is_script`, the rule
 /// the mount keeps new files raw by). Cheap, so that files to skip never
-/// get a temporary file.
+/// get a temporary file. `Ok(true)`: a file to encode that begins with a
+/// UTF-8 byte order mark, which converts but stays as U+FEFF
+/// (`crate::diagnose::utf8_bom`), worth a note.
 pub fn precheck(
     dir: Direction,
     scripts: bool,
     src: Region,
     bufs: &mut Buffers,
-) -> Result<(), Stop> {
+) -> Result<bool, Stop> {
     let n = src.read(0, &mut bufs.inp[..])?;
     let head = &bufs.inp[..n];
     if n == 0 {
@@ -179,7 +181,8 @@ pub fn precheck(
         // (`leaves_script_raw` below is this order of checks, for `cutf8
         // check`.)
         Direction::Decode if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
-        _ => Ok(()),
+        Direction::Encode => Ok(head.starts_with(&[0xEF, 0xBB, 0xBF])),
+        Direction::Decode => Ok(false),
     }
 }
 

@@ -180,7 +180,10 @@ forms above U+10FFFF, and the magic number's own characters U+10E7D U+ED4E \
 U+0000 U+000A in a row anywhere in the text (they would encode to a magic \
 number, which decode refuses inside a text). NUL, CR and TAB convert (judging \
 them is check's job). An input that already begins with the magic number is \
-refused.")]
+refused. An input that is not UTF-8 gets an error saying what it looks like \
+(Latin-1, Windows-1252, UTF-16, UTF-32, binary) and the command that fixes it; \
+UTF-8 that begins with a byte order mark converts, with a note that the mark \
+stays as U+FEFF and the command that drops it.")]
     Encode(EncodeArgs),
 
     /// Convert Corrected UTF-8 to UTF-8 (stdin to stdout without FILE).
@@ -213,7 +216,7 @@ leaves raw on purpose (#! and an interpreter, no magic number: migrate's own \
 rule) draws one note, not a warning, and is not checked. A file without the \
 magic number that is not UTF-8 either draws a note saying what it looks like \
 (Latin-1, Windows-1252, UTF-16, binary) and the command that fixes it, as \
-encode and migrate say. An empty file draws no \
+encode and migrate say; so does UTF-8 that begins with a byte order mark. An empty file draws no \
 finding. A path on a cutf8fs mount is not checked (the mount shows the \
 view, without the magic number): the message names the file in BACKING to \
 check instead, and the exit status is 2.

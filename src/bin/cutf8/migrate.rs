@@ -29,7 +29,10 @@ pub enum Target {
 /// links. Everything else is left byte for byte alone and reported with the
 /// reason, except the mount's own files (`.cutf8fs-*`), which are neither
 /// entered nor reported. Re-running is safe and finishes what a killed run
-/// left.
+/// left. A file that is not UTF-8 is left as it is, its line saying what
+/// it looks like and the command that fixes it (as encode and check say);
+/// files that begin with a UTF-8 byte order mark convert, and a note
+/// after the summary names them (the mark stays as U+FEFF).
 ///
 /// Exit status: 0 when every file was converted or skipped, 1 when some
 /// failed, 2 on a usage error.
@@ -132,10 +135,27 @@ struct Cli {
     /// reasons carry a position), and how many there were.
     unconverted: Vec<String>,
     unconverted_total: u64,
+    /// The first files converted that begin with a UTF-8 byte order mark,
+    /// and how many there were.
+    with_bom: Vec<String>,
+    with_bom_total: u64,
 }
 
 /// Files named after the summary at most (`--report` lists them all).
 const NAMED: usize = 10;
+
+/// The note after the summary on `n` files that begin with a UTF-8 byte
+/// order mark: they convert, and the mark stays (as iconv keeps it).
+fn bom_note(n: u64, dry_run: bool) -> String {
+    let stays = if dry_run { "would stay" } else { "stays" };
+    let begin = if n == 1 { "begins" } else { "begin" };
+    format!(
+        "note: {} {begin} with a UTF-8 byte order mark (EF BB BF); the mark {stays} as \
+         U+FEFF at the start of the text, as iconv keeps it; where it is not wanted, drop \
+         it, through the mount or before migrating: sed -i '1s/^\\xEF\\xBB\\xBF//' FILE",
+        migrate::report::count(n, "file")
+    )
+}
 
 /// The progress bar's look once the work is counted; before, a spinner
 /// says the tree is being counted (a bar over 0 B/0 B would read as done).
@@ -319,14 +339,29 @@ impl Observer for Cli {
                 }
             }
         }
+        if e.outcome.has_utf8_bom() && e.link_of.is_none() {
+            self.with_bom_total += 1;
+            if self.with_bom.len() < NAMED {
+                self.with_bom.push(format!("  {shown}"));
+            }
+        }
         match e.outcome {
             Outcome::Failed(msg) => self.say(&format!("cutf8: migrate: {shown}: {msg}"), true),
             o if self.verbose => {
                 let detail = match o {
                     Outcome::Skipped(r) => format!(": {r}"),
-                    Outcome::Converted { before, after }
-                    | Outcome::WouldConvert { before, after } => {
-                        format!(" ({} -> {})", report::size(*before), report::size(*after))
+                    Outcome::Converted { before, after, .. }
+                    | Outcome::WouldConvert { before, after, .. } => {
+                        let bom = if o.has_utf8_bom() {
+                            "; begins with a UTF-8 byte order mark"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            " ({} -> {}{bom})",
+                            report::size(*before),
+                            report::size(*after)
+                        )
                     }
                     _ => String::new(),
                 };
@@ -498,6 +533,8 @@ pub fn run(args: &MigrateArgs) -> i32 {
         ),
         unconverted: Vec::new(),
         unconverted_total: 0,
+        with_bom: Vec::new(),
+        with_bom_total: 0,
     };
     if !opts.dry_run {
         say_how_to_resume_on_ctrl_c();
@@ -541,6 +578,15 @@ pub fn run(args: &MigrateArgs) -> i32 {
             );
             for line in &cli.unconverted {
                 let _ = writeln!(out, "{line}");
+            }
+        }
+        if cli.with_bom_total > 0 {
+            let _ = writeln!(out, "{}", bom_note(cli.with_bom_total, opts.dry_run));
+            for line in &cli.with_bom {
+                let _ = writeln!(out, "{line}");
+            }
+            if cli.with_bom_total as usize > NAMED {
+                let _ = writeln!(out, "  ... (--report FILE lists them all: note utf8-bom)");
             }
         }
     }
