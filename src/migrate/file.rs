@@ -69,17 +69,6 @@ fn times_of(md: &Metadata) -> io::Result<FileTimes> {
         .set_modified(md.modified()?))
 }
 
-/// Whether the file changed since `before` was taken.
-fn changed(before: &Metadata, now: &Metadata) -> bool {
-    before.len() != now.len()
-        || before.mtime() != now.mtime()
-        || before.mtime_nsec() != now.mtime_nsec()
-        || before.ctime() != now.ctime()
-        || before.ctime_nsec() != now.ctime_nsec()
-        || before.ino() != now.ino()
-        || before.nlink() != now.nlink()
-}
-
 fn skip_or_fail(stop: Stop, what: &str) -> Outcome {
     match stop {
         Stop::Skip(r) => Outcome::Skipped(r),
@@ -534,7 +523,9 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         Err(e) => return Outcome::Failed(format!("cannot write the journal: {e}")),
     };
     match file.metadata() {
-        Ok(now) if !changed(&md, &now) => {}
+        // The one change check (`io::Stamp`, as at commit time): size,
+        // times (a link or unlink changes ctime), inode and device.
+        Ok(now) if Stamp::of_metadata(&now) == Stamp::of_metadata(&md) => {}
         _ => {
             let _ = journal.finish();
             return Outcome::Failed(
