@@ -72,6 +72,7 @@ use crate::view::OffsetIndex;
 pub use crate::view::DATA_START;
 
 use super::error::{io, Result};
+use super::stats::Stats;
 
 pub use crate::io::Stamp;
 
@@ -256,30 +257,34 @@ impl Seen {
 /// first `cat` used to wait out a 2 GiB scan whenever the two inode
 /// numbers fell on one of a fixed set of locks). What it holds is one
 /// entry per file being classified right now.
-pub fn scan_turn(ino: u64) -> ScanTurn {
-    let (busy, freed) = &*SCANNING;
-    let mut busy = busy.lock();
-    while busy.contains(&ino) {
-        freed.wait(&mut busy);
-    }
-    busy.insert(ino);
-    ScanTurn(ino)
+#[derive(Default)]
+pub struct ScanTurns {
+    busy: Mutex<std::collections::HashSet<u64>>,
+    freed: parking_lot::Condvar,
 }
 
-type Scanning = (Mutex<std::collections::HashSet<u64>>, parking_lot::Condvar);
+impl ScanTurns {
+    /// Waits for `ino`'s turn: until no other caller holds one for it.
+    pub fn take(&self, ino: u64) -> ScanTurn<'_> {
+        let mut busy = self.busy.lock();
+        while busy.contains(&ino) {
+            self.freed.wait(&mut busy);
+        }
+        busy.insert(ino);
+        ScanTurn(self, ino)
+    }
+}
 
-static SCANNING: std::sync::LazyLock<Scanning> = std::sync::LazyLock::new(Default::default);
-
-/// One inode's turn to be classified ([`scan_turn`]); the next caller for
-/// that inode goes on when it is dropped.
+/// One inode's turn to be classified ([`ScanTurns::take`]); the next
+/// caller for that inode goes on when it is dropped.
 #[must_use]
-pub struct ScanTurn(u64);
+pub struct ScanTurn<'a>(&'a ScanTurns, u64);
 
-impl Drop for ScanTurn {
+impl Drop for ScanTurn<'_> {
     fn drop(&mut self) {
-        let (busy, freed) = &*SCANNING;
+        let ScanTurn(ScanTurns { busy, freed }, ino) = self;
         let mut set = busy.lock();
-        set.remove(&self.0);
+        set.remove(ino);
         // Shrink what a burst of classifications grew (months of uptime).
         let len = set.len();
         if set.capacity() > 64 && len < set.capacity() / 4 {
@@ -541,7 +546,7 @@ fn learn_class(
     if let Some(c) = seen.lock().class(&stamp) {
         return Ok(Some(c));
     }
-    let _one = scan.then(|| scan_turn(ino));
+    let _one = scan.then(|| cache.turns.take(ino));
     if let Some(c) = seen.lock().class(&stamp) {
         return Ok(Some(c));
     }
@@ -669,35 +674,44 @@ pub struct IndexCache {
     limit: usize,
     inner: Mutex<CacheInner>,
     pub db: crate::indexdb::IndexDb,
+    /// The mount's counters (lookups and scans count here).
+    pub stats: Arc<Stats>,
+    /// Whose turn it is to classify each file.
+    turns: ScanTurns,
+    /// Long scans, reported in the log as they go.
+    progress: Arc<super::progress::Progress>,
 }
 
 impl IndexCache {
     #[cfg(test)]
     pub fn new(limit: usize) -> IndexCache {
-        IndexCache::with_db(limit, crate::indexdb::IndexDb::none())
+        IndexCache::with_db(limit, crate::indexdb::IndexDb::none(), Arc::default())
     }
 
-    pub fn with_db(limit: usize, db: crate::indexdb::IndexDb) -> IndexCache {
+    pub fn with_db(limit: usize, db: crate::indexdb::IndexDb, stats: Arc<Stats>) -> IndexCache {
         IndexCache {
             limit,
             inner: Mutex::new(CacheInner::default()),
             db,
+            stats,
+            turns: ScanTurns::default(),
+            progress: Arc::default(),
         }
     }
 
     /// The index for this stamp: cached (marked as recently used), or from
     /// the index database (then cached).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
-        use super::stats::{lookup, Lookup};
+        use super::stats::Lookup;
         if let Some(index) = self.get_cached(stamp) {
-            lookup(Lookup::Memory);
+            self.stats.lookup(Lookup::Memory);
             return Some(index);
         }
         let Some(index) = self.db.get(stamp) else {
-            lookup(Lookup::Miss);
+            self.stats.lookup(Lookup::Miss);
             return None;
         };
-        lookup(Lookup::Database);
+        self.stats.lookup(Lookup::Database);
         let index = Arc::new(index);
         self.put(*stamp, index.clone());
         Some(index)
@@ -806,12 +820,12 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
     }
     let started = crate::indexdb::now();
     let size = stamp.size;
-    super::stats::scan(size);
+    cache.stats.scan(size);
     let index = if size >= super::progress::WATCHED {
         use std::os::fd::AsRawFd;
         let name = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_or_else(|_| "a corrected file".into(), |p| p.display().to_string());
-        let scan = super::progress::start(name, size);
+        let scan = cache.progress.start(name, size);
         crate::io::build_index_watched(file, scan.done())
     } else {
         build_index(file)
@@ -858,12 +872,15 @@ mod tests {
     fn a_scan_turn_is_the_files_own() {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::time::Duration;
-        // Numbers far from other tests' (the set is process-wide).
+        let turns = Arc::new(ScanTurns::default());
         let base = 0x5CA0_0000_0000u64;
-        let held = scan_turn(base);
-        let others = std::thread::spawn(move || {
-            for ino in base + 1..base + 1000 {
-                drop(scan_turn(ino));
+        let held = turns.take(base);
+        let others = std::thread::spawn({
+            let turns = turns.clone();
+            move || {
+                for ino in base + 1..base + 1000 {
+                    drop(turns.take(ino));
+                }
             }
         });
         let t = std::time::Instant::now();
@@ -877,9 +894,9 @@ mod tests {
         others.join().unwrap();
         let done = Arc::new(AtomicBool::new(false));
         let second = {
-            let done = done.clone();
+            let (done, turns) = (done.clone(), turns.clone());
             std::thread::spawn(move || {
-                let _t = scan_turn(base);
+                let _t = turns.take(base);
                 done.store(true, Ordering::SeqCst);
             })
         };
@@ -892,7 +909,7 @@ mod tests {
         second.join().unwrap();
         assert!(done.load(Ordering::SeqCst));
         assert!(
-            !SCANNING.0.lock().contains(&base),
+            !turns.busy.lock().contains(&base),
             "a finished turn is kept"
         );
     }

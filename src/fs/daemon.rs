@@ -409,12 +409,13 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     // Before the filesystem's threads start; freed memory goes back after
     // each burst of requests (`memory`).
     super::memory::limit_arenas();
-    super::memory::spawn_trimmer(super::stats::requests_served)
-        .map_err(|e| Failure::mount(format!("cannot start a thread: {e}")))?;
     let root: OwnedFd = CutFs::open_backing(&c.backing)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
     let fs = CutFs::new(root, &c.opts)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
+    let stats = fs.stats();
+    super::memory::spawn_trimmer(move || stats.requests_served())
+        .map_err(|e| Failure::mount(format!("cannot start a thread: {e}")))?;
     let root_user = sys::is_root();
     let allow_other = c.opts.allow_other.unwrap_or(root_user);
     let source = c

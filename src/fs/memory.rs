@@ -38,7 +38,7 @@ pub fn limit_arenas() {
 /// Starts the thread that trims the allocator's free memory once the
 /// daemon has been quiet for [`QUIET`] after serving requests; `served`
 /// counts the requests served so far.
-pub fn spawn_trimmer(served: fn() -> u64) -> std::io::Result<()> {
+pub fn spawn_trimmer(served: impl Fn() -> u64 + Send + 'static) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("trim".into())
         .spawn(move || {

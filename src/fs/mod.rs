@@ -108,6 +108,8 @@ pub struct CutFs {
     /// Shared with the scan threads, which finish some opens.
     handles: Arc<HandleTable>,
     cache: Arc<IndexCache>,
+    /// The mount's counters (`cutf8fs --stats`), shared with `cache`.
+    stats: Arc<stats::Stats>,
     /// Threads that classify large files, so FUSE workers stay free.
     scans: content::ScanPool,
     /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`,
@@ -222,7 +224,8 @@ impl CutFs {
         // change in BACKING is queued for the watch's thread.
         let watch = watch::arm(std::os::fd::AsFd::as_fd(&root), opts.watch);
         let inodes = Arc::new(InodeTable::new(root)?);
-        let cache = Arc::new(IndexCache::with_db(opts.index_cache, db));
+        let stats = Arc::<stats::Stats>::default();
+        let cache = Arc::new(IndexCache::with_db(opts.index_cache, db, stats.clone()));
         inodes.set_nodes(Arc::new(export::Nodes::new(Some(cache.clone()))));
         let shares = share::Shares::new(descriptor_policy(&inodes, most_threads(opts.threads)));
         let kernel = Arc::<invalidate::Invalidator>::default();
@@ -252,6 +255,7 @@ impl CutFs {
             false => None,
         };
         Ok(CutFs {
+            stats,
             archive,
             locks,
             passthrough,
@@ -277,6 +281,11 @@ impl CutFs {
     /// session is up.
     pub fn invalidator(&self) -> Arc<invalidate::Invalidator> {
         self.kernel.clone()
+    }
+
+    /// The mount's counters, for the threads that outlive a request.
+    pub(crate) fn stats(&self) -> Arc<stats::Stats> {
+        self.stats.clone()
     }
 
     /// Opens BACKING for serving (an `O_PATH` descriptor of the directory).
@@ -341,7 +350,7 @@ impl CutFs {
     /// Runs one request's work under `error::guard`: a panic answers EIO
     /// and is logged with `op` and the path of `ino`; the session goes on.
     fn guard<T>(&self, op: &str, ino: u64, work: impl FnOnce() -> Result<T>) -> Result<T> {
-        stats::request(op);
+        self.stats.request(op);
         error::guard(op, || self.name_of_ino(ino), work)
     }
 

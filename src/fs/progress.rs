@@ -4,11 +4,12 @@
 //! [`interval`] (2 s, or `CUTF8FS_SCAN_PROGRESS_MS` milliseconds) one
 //! thread logs each scan running longer than that: the file, bytes read
 //! of its size, how long so far; and once it ends, that it ended. Scans
-//! register here (`content::index_for`); the scanning itself reports its
-//! position through an atomic (`crate::io::build_index_watched`).
+//! register with the mount's [`Progress`] (`content::index_for`); the
+//! scanning itself reports its position through an atomic
+//! (`crate::io::build_index_watched`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -27,9 +28,12 @@ pub struct Scan {
     reported: std::sync::atomic::AtomicBool,
 }
 
-fn running() -> &'static Mutex<Vec<Arc<Scan>>> {
-    static R: OnceLock<Mutex<Vec<Arc<Scan>>>> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(Vec::new()))
+/// One mount's scans in progress, and its reporting thread (started with
+/// the first scan registered, gone with the `Progress`).
+#[derive(Default)]
+pub struct Progress {
+    running: Mutex<Vec<Arc<Scan>>>,
+    reporter: OnceLock<()>,
 }
 
 /// How often progress is logged.
@@ -43,58 +47,62 @@ pub fn interval() -> Duration {
     })
 }
 
-/// Registers a scan of `name` (`size` bytes) until the guard drops.
-pub fn start(name: String, size: u64) -> Guard {
-    let scan = Arc::new(Scan {
-        name,
-        size,
-        started: Instant::now(),
-        done: AtomicU64::new(0),
-        reported: std::sync::atomic::AtomicBool::new(false),
-    });
-    running().lock().push(scan.clone());
-    start_reporter();
-    Guard(scan)
-}
-
-/// A registered scan; dropping it ends the registration.
-pub struct Guard(Arc<Scan>);
-
-impl Guard {
-    pub fn done(&self) -> &AtomicU64 {
-        &self.0.done
+impl Progress {
+    /// Registers a scan of `name` (`size` bytes) until the guard drops.
+    pub fn start(self: &Arc<Progress>, name: String, size: u64) -> Guard<'_> {
+        let scan = Arc::new(Scan {
+            name,
+            size,
+            started: Instant::now(),
+            done: AtomicU64::new(0),
+            reported: std::sync::atomic::AtomicBool::new(false),
+        });
+        self.running.lock().push(scan.clone());
+        self.reporter
+            .get_or_init(|| start_reporter(Arc::downgrade(self)));
+        Guard(self, scan)
     }
 }
 
-impl Drop for Guard {
+/// A registered scan; dropping it ends the registration.
+pub struct Guard<'a>(&'a Progress, Arc<Scan>);
+
+impl Guard<'_> {
+    pub fn done(&self) -> &AtomicU64 {
+        &self.1.done
+    }
+}
+
+impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        running().lock().retain(|s| !Arc::ptr_eq(s, &self.0));
-        if self.0.reported.load(Relaxed) {
+        let Guard(progress, scan) = self;
+        progress.running.lock().retain(|s| !Arc::ptr_eq(s, scan));
+        if scan.reported.load(Relaxed) {
             log::info!(
                 "{}: first scan done in {:.1} s; its index is kept (later opens and stats \
                  do not read the file again)",
-                self.0.name,
-                self.0.started.elapsed().as_secs_f64()
+                scan.name,
+                scan.started.elapsed().as_secs_f64()
             );
         }
     }
 }
 
-fn start_reporter() {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    STARTED.get_or_init(|| {
-        let _ = std::thread::Builder::new()
-            .name("scan-progress".into())
-            .spawn(|| loop {
-                std::thread::sleep(interval());
-                let scans: Vec<Arc<Scan>> = running().lock().clone();
-                for s in scans {
-                    if s.started.elapsed() >= interval() {
-                        report(&s);
-                    }
+/// The thread that logs `progress`'s long scans, until it is gone.
+fn start_reporter(progress: Weak<Progress>) {
+    let _ = std::thread::Builder::new()
+        .name("scan-progress".into())
+        .spawn(move || loop {
+            std::thread::sleep(interval());
+            let Some(p) = progress.upgrade() else { return };
+            let scans: Vec<Arc<Scan>> = p.running.lock().clone();
+            drop(p);
+            for s in scans {
+                if s.started.elapsed() >= interval() {
+                    report(&s);
                 }
-            });
-    });
+            }
+        });
 }
 
 fn report(s: &Scan) {

@@ -257,7 +257,7 @@ impl Filesystem for CutFs {
         if self.archive.is_some() {
             // The kernel opens every regular file itself from now on, and
             // READs come without a handle (`archive`).
-            stats::request("open");
+            self.stats.request("open");
             return reply.error(fuser::Errno::ENOSYS);
         }
         match self.guard("open", ino.0, || {
@@ -376,7 +376,7 @@ impl Filesystem for CutFs {
         if self.archive.is_some() && fh.0 == 0 {
             // No FLUSH again for this mount: nothing to write, and locks
             // stay in the mount (`archive`).
-            stats::request("flush");
+            self.stats.request("flush");
             return reply.error(fuser::Errno::ENOSYS);
         }
         let r = self.guard("flush", ino.0, || CutFs::flush_handle(self, fh.0, req));
@@ -651,7 +651,7 @@ impl Filesystem for CutFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        stats::request("ioctl");
+        self.stats.request("ioctl");
         log::debug!("ioctl {cmd:#x} on inode {}: not supported (ENOTTY)", ino.0);
         reply.error(fuser::Errno::ENOTTY);
     }

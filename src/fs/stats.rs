@@ -7,11 +7,11 @@
 //! system call or more (a FUSE request, a scan, a read): no lock, no
 //! ordering with anything else. What is cheap to learn only when asked
 //! (descriptors, memory, inodes, the index cache's size, the log lines
-//! held back by `crate::ratelog`) is learned then. One process serves one
-//! mount, so the counters are the process's.
+//! held back by `crate::ratelog`) is learned then. The counters are the
+//! mount's ([`Stats`], owned by `CutFs` and shared with what counts), not
+//! the process's: two `CutFs` (unit tests) count apart.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
 use std::time::Instant;
 
 /// The request kinds counted, in report order (the names `CutFs::guard`
@@ -53,7 +53,8 @@ const OPS: [&str; 34] = [
     "other",
 ];
 
-struct Counters {
+/// One mount's counters.
+pub(crate) struct Stats {
     started: Instant,
     requests: [AtomicU64; OPS.len()],
     scans: AtomicU64,
@@ -65,38 +66,62 @@ struct Counters {
     view_written: AtomicU64,
 }
 
-fn counters() -> &'static Counters {
-    static C: OnceLock<Counters> = OnceLock::new();
-    C.get_or_init(|| Counters {
-        started: Instant::now(),
-        requests: [const { AtomicU64::new(0) }; OPS.len()],
-        scans: AtomicU64::new(0),
-        scanned: AtomicU64::new(0),
-        hits_memory: AtomicU64::new(0),
-        hits_db: AtomicU64::new(0),
-        misses: AtomicU64::new(0),
-        view_read: AtomicU64::new(0),
-        view_written: AtomicU64::new(0),
-    })
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats {
+            started: Instant::now(),
+            requests: [const { AtomicU64::new(0) }; OPS.len()],
+            scans: AtomicU64::new(0),
+            scanned: AtomicU64::new(0),
+            hits_memory: AtomicU64::new(0),
+            hits_db: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            view_read: AtomicU64::new(0),
+            view_written: AtomicU64::new(0),
+        }
+    }
 }
 
-/// Counts one request of kind `op` (unknown kinds count as "other").
-#[inline]
-pub(crate) fn request(op: &str) {
-    let k = OPS.iter().position(|&o| o == op).unwrap_or(OPS.len() - 1);
-    counters().requests[k].fetch_add(1, Relaxed);
-}
+impl Stats {
+    /// Counts one request of kind `op` (unknown kinds count as "other").
+    #[inline]
+    pub(crate) fn request(&self, op: &str) {
+        let k = OPS.iter().position(|&o| o == op).unwrap_or(OPS.len() - 1);
+        self.requests[k].fetch_add(1, Relaxed);
+    }
 
-/// Requests counted so far, of every kind.
-pub(crate) fn requests_served() -> u64 {
-    counters().requests.iter().map(|r| r.load(Relaxed)).sum()
-}
+    /// Requests counted so far, of every kind.
+    pub(crate) fn requests_served(&self) -> u64 {
+        self.requests.iter().map(|r| r.load(Relaxed)).sum()
+    }
 
-/// Counts a scan of `bytes` bytes (a corrected file read to index it).
-pub(crate) fn scan(bytes: u64) {
-    let c = counters();
-    c.scans.fetch_add(1, Relaxed);
-    c.scanned.fetch_add(bytes, Relaxed);
+    /// Counts a scan of `bytes` bytes (a corrected file read to index it).
+    pub(crate) fn scan(&self, bytes: u64) {
+        self.scans.fetch_add(1, Relaxed);
+        self.scanned.fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts one index lookup.
+    pub(crate) fn lookup(&self, how: Lookup) {
+        match how {
+            Lookup::Memory => &self.hits_memory,
+            Lookup::Database => &self.hits_db,
+            Lookup::Miss => &self.misses,
+        }
+        .fetch_add(1, Relaxed);
+    }
+
+    /// Counts view bytes served by reading corrected files (converted V).
+    #[inline]
+    pub(crate) fn view_read(&self, bytes: u64) {
+        self.view_read.fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts view bytes written into corrected files (converted W).
+    #[inline]
+    pub(crate) fn view_written(&self, bytes: u64) {
+        self.view_written.fetch_add(bytes, Relaxed);
+    }
 }
 
 /// Where an index lookup was answered.
@@ -110,29 +135,6 @@ pub(crate) enum Lookup {
     Miss,
 }
 
-/// Counts one index lookup.
-pub(crate) fn lookup(how: Lookup) {
-    let c = counters();
-    match how {
-        Lookup::Memory => &c.hits_memory,
-        Lookup::Database => &c.hits_db,
-        Lookup::Miss => &c.misses,
-    }
-    .fetch_add(1, Relaxed);
-}
-
-/// Counts view bytes served by reading corrected files (converted V).
-#[inline]
-pub(crate) fn view_read(bytes: u64) {
-    counters().view_read.fetch_add(bytes, Relaxed);
-}
-
-/// Counts view bytes written into corrected files (converted W).
-#[inline]
-pub(crate) fn view_written(bytes: u64) {
-    counters().view_written.fetch_add(bytes, Relaxed);
-}
-
 /// What the report adds that the counters do not hold, learned when asked.
 pub(crate) struct Now {
     pub(crate) backing: String,
@@ -144,8 +146,7 @@ pub(crate) struct Now {
 /// The report: `name value` lines, indented ones grouped under the line
 /// above them, every number in plain digits first (so scripts can split
 /// on whitespace), a human size after it where it helps.
-pub(crate) fn report(now: &Now) -> String {
-    let c = counters();
+pub(crate) fn report(c: &Stats, now: &Now) -> String {
     let get = |a: &AtomicU64| a.load(Relaxed);
     let mut s = format!(
         "cutf8fs {} serving {} for {} s\n",
@@ -254,27 +255,23 @@ mod tests {
 
     #[test]
     fn every_kind_counts_in_its_own_place() {
-        let before: Vec<u64> = counters()
-            .requests
-            .iter()
-            .map(|a| a.load(Relaxed))
-            .collect();
-        request("read");
-        request("no such request");
-        let after: Vec<u64> = counters()
-            .requests
-            .iter()
-            .map(|a| a.load(Relaxed))
-            .collect();
+        let c = Stats::default();
+        let before: Vec<u64> = c.requests.iter().map(|a| a.load(Relaxed)).collect();
+        c.request("read");
+        c.request("no such request");
+        let after: Vec<u64> = c.requests.iter().map(|a| a.load(Relaxed)).collect();
         let read = OPS.iter().position(|&o| o == "read").unwrap();
         assert!(after[read] > before[read]);
         assert!(after[OPS.len() - 1] > before[OPS.len() - 1]);
-        let text = report(&Now {
-            backing: "/b".into(),
-            inodes: 3,
-            cache_used: 0,
-            cache_limit: 64 << 20,
-        });
+        let text = report(
+            &c,
+            &Now {
+                backing: "/b".into(),
+                inodes: 3,
+                cache_used: 0,
+                cache_limit: 64 << 20,
+            },
+        );
         assert!(text.contains("\n  read "), "{text}");
         assert!(text.contains("inodes 3 known"), "{text}");
         assert_eq!(size(1536), "1.50 KiB");

@@ -243,7 +243,7 @@ impl CutFs {
                             let held = self.hold_rest(file, offset, data, first.len())?;
                             self.changed(state, content, file, Some(index))?;
                             content.held = held;
-                            super::stats::view_written(u64::from(n));
+                            self.stats.view_written(u64::from(n));
                             return Ok(n);
                         }
                         Err(backing::Error::View(e)) => log::debug!("new file stays raw: {e}"),
@@ -328,7 +328,7 @@ impl CutFs {
                         return Err(e.into());
                     }
                 }
-                super::stats::view_written(u64::from(n));
+                self.stats.view_written(u64::from(n));
                 Ok(n)
             }
         }

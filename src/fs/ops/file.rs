@@ -195,14 +195,14 @@ impl CutFs {
             drop(content);
             match data.map_err(io)? {
                 Viewed::Read(data) => {
-                    crate::fs::stats::view_read(data.len() as u64);
+                    self.stats.view_read(data.len() as u64);
                     return Ok(data);
                 }
                 Viewed::Changed => {}
                 // Built from these very bytes: they are changing now, as
                 // under a writer on a native filesystem.
                 Viewed::Stale(data) if rebuilt => {
-                    crate::fs::stats::view_read(data.len() as u64);
+                    self.stats.view_read(data.len() as u64);
                     return Ok(data);
                 }
                 Viewed::Stale(_) => {

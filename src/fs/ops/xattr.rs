@@ -239,7 +239,7 @@ impl CutFs {
                     cache_used,
                     cache_limit,
                 };
-                Ok(crate::fs::stats::report(&now).into_bytes())
+                Ok(crate::fs::stats::report(&self.stats, &now).into_bytes())
             }
             _ => Err(Refused::NoVirtual.into()),
         }
