@@ -6,7 +6,7 @@
 //!   under the stamp it was learned from and is used only while a fresh
 //!   `fstat` gives the same stamp, so a change in BACKING behind the mount's
 //!   back is never served stale.
-//! * [`Seen`] is what is known of an inode's content while the kernel
+//! * [`KnownContent`] is what is known of an inode's content while the kernel
 //!   remembers it, in 32 bytes: the class (raw, or corrected with its view
 //!   length) under the stamp it was learned at, and whether the kernel's
 //!   page cache was filled at that stamp. It lives in the inode entry.
@@ -97,8 +97,8 @@ pub struct Content {
     pub view: Option<(Stamp, Arc<OffsetIndex>)>,
     /// Open handles of the file.
     pub open: usize,
-    /// Bytes a write held back to join with the next ([`Held`]).
-    pub held: Option<Held>,
+    /// Bytes a write held back to join with the next ([`HeldBytes`]).
+    pub held: Option<HeldBytes>,
     /// Held bytes that could not be written, for the handles to report.
     pub lost: super::errseq::Lost,
 }
@@ -123,7 +123,7 @@ pub struct Content {
 /// of the daemon between the two pieces would leave it so (a corrected
 /// file that strict decoding refuses). Held at the file's end, the bytes
 /// count in the size the mount reports, as they do in the kernel's.
-pub struct Held {
+pub struct HeldBytes {
     /// The view offset of the held bytes.
     pub at: u64,
     pub bytes: Vec<u8>,
@@ -138,14 +138,14 @@ pub struct Held {
 /// flag bits beside the view length. A stamp whose times do not fit is not
 /// recorded (nothing is known of it), so no two stamps ever share a record.
 #[derive(Clone, Copy, Default)]
-pub struct Seen {
+pub struct KnownContent {
     size: u64,
     mtime: i64,
     ctime: i64,
     what: u64,
 }
 
-/// `Seen::what`: a stamp is recorded.
+/// `KnownContent::what`: a stamp is recorded.
 const STAMPED: u64 = 1 << 63;
 /// Its class is known.
 const CLASSED: u64 = 1 << 62;
@@ -163,10 +163,10 @@ fn nanos((sec, nsec): (i64, i64)) -> Option<i64> {
     sec.checked_mul(1_000_000_000)?.checked_add(nsec)
 }
 
-impl Seen {
+impl KnownContent {
     /// The record of `stamp` with nothing known yet (None: not recordable).
-    fn at(stamp: &Stamp) -> Option<Seen> {
-        Some(Seen {
+    fn at(stamp: &Stamp) -> Option<KnownContent> {
+        Some(KnownContent {
             size: stamp.size,
             mtime: nanos(stamp.mtime)?,
             ctime: nanos(stamp.ctime)?,
@@ -176,7 +176,7 @@ impl Seen {
 
     fn is(&self, stamp: &Stamp) -> bool {
         self.what & STAMPED != 0
-            && Seen::at(stamp)
+            && KnownContent::at(stamp)
                 .is_some_and(|s| (s.size, s.mtime, s.ctime) == (self.size, self.mtime, self.ctime))
     }
 
@@ -200,7 +200,7 @@ impl Seen {
         let what = match class {
             Class::Raw => CLASSED,
             Class::Corrected { view_len, .. } if view_len > VIEW_LEN => {
-                *self = Seen::default();
+                *self = KnownContent::default();
                 return;
             }
             Class::Corrected { view_len, lossless } => {
@@ -208,7 +208,7 @@ impl Seen {
             }
         };
         if !self.is(&stamp) {
-            *self = match Seen::at(&stamp) {
+            *self = match KnownContent::at(&stamp) {
                 Some(s) => s,
                 None => return,
             };
@@ -224,7 +224,7 @@ impl Seen {
             self.what |= OPENED;
             return before;
         }
-        *self = Seen::at(&stamp).unwrap_or_default();
+        *self = KnownContent::at(&stamp).unwrap_or_default();
         if self.what & STAMPED != 0 {
             self.what |= OPENED;
         }
@@ -233,7 +233,7 @@ impl Seen {
 
     /// Forgets everything (after the mount itself changed the content).
     pub fn forget(&mut self) {
-        *self = Seen::default();
+        *self = KnownContent::default();
     }
 
     /// After a change of metadata only: the class known under `old` holds
@@ -242,7 +242,7 @@ impl Seen {
     fn carry(&mut self, old: &Stamp, new: &Stamp) {
         match self.class(old) {
             Some(c) => {
-                *self = Seen::default();
+                *self = KnownContent::default();
                 self.remember(*new, c);
             }
             None if self.is(old) => self.forget(),
@@ -297,10 +297,10 @@ impl Drop for ScanTurn<'_> {
 
 /// Per-file state while a regular file is open (or being changed by the
 /// mount), shared by all its handles; what outlives the open is in the
-/// inode's [`Seen`].
+/// inode's [`KnownContent`].
 ///
-/// Lock order: `content` before the inode's `Seen` and a scan turn, and
-/// any of these before the [`IndexCache`]'s lock; `Seen` and the cache's
+/// Lock order: `content` before the inode's `KnownContent` and a scan turn, and
+/// any of these before the [`IndexCache`]'s lock; `KnownContent` and the cache's
 /// lock are leaves. The inode table's locks (`inodes`) may be taken under
 /// `content`, never the other way round.
 pub struct OpenFile {
@@ -334,7 +334,7 @@ impl OpenFile {
     pub fn carry(
         &self,
         content: &mut Content,
-        seen: &Mutex<Seen>,
+        seen: &Mutex<KnownContent>,
         cache: &IndexCache,
         old: Stamp,
         new: Stamp,
@@ -370,7 +370,7 @@ impl OpenFile {
     /// opens a readable descriptor when `file` is write-only.
     pub fn current<'a>(
         &'a self,
-        seen: &Mutex<Seen>,
+        seen: &Mutex<KnownContent>,
         cache: &IndexCache,
         file: &File,
         second: impl Fn() -> io::Result<File>,
@@ -431,7 +431,7 @@ impl OpenFile {
     /// readable descriptor when `file` is write-only.
     pub fn rebuild(
         &self,
-        seen: &Mutex<Seen>,
+        seen: &Mutex<KnownContent>,
         cache: &IndexCache,
         file: &File,
         stamp: Stamp,
@@ -477,7 +477,7 @@ impl OpenFile {
 /// Records what the file is at `stamp` (under the content lock).
 fn learn(
     content: &mut Content,
-    seen: &Mutex<Seen>,
+    seen: &Mutex<KnownContent>,
     cache: &IndexCache,
     reader: &File,
     stamp: Stamp,
@@ -507,7 +507,7 @@ fn learn(
 /// (holes skipped) unless its index is cached. One classification per file
 /// at a time; a second caller waits and takes the first one's answer.
 pub fn classify(
-    seen: &Mutex<Seen>,
+    seen: &Mutex<KnownContent>,
     ino: u64,
     cache: &IndexCache,
     st: &libc::stat,
@@ -522,7 +522,7 @@ pub fn classify(
 /// (a corrected file whose index is not cached). Raw files, however
 /// large, are answered by their head alone.
 pub fn peek(
-    seen: &Mutex<Seen>,
+    seen: &Mutex<KnownContent>,
     ino: u64,
     cache: &IndexCache,
     st: &libc::stat,
@@ -532,7 +532,7 @@ pub fn peek(
 }
 
 fn learn_class(
-    seen: &Mutex<Seen>,
+    seen: &Mutex<KnownContent>,
     ino: u64,
     cache: &IndexCache,
     st: &libc::stat,
@@ -996,7 +996,7 @@ mod tests {
     fn carrying_an_index_to_a_new_stamp_moves_it() {
         let cache = IndexCache::new(1 << 30);
         let st = OpenFile::new();
-        let seen = Mutex::new(Seen::default());
+        let seen = Mutex::new(KnownContent::default());
         let mut content = Content::default();
         let index = dense_index(8);
         cache.put(stamp(1), index.clone());
@@ -1024,7 +1024,7 @@ mod tests {
 
     #[test]
     fn class_and_open_stamps_are_per_stamp() {
-        let mut st = Seen::default();
+        let mut st = KnownContent::default();
         assert_eq!(st.class(&later(1)), None);
         st.remember(later(1), Class::Raw);
         assert_eq!(st.class(&later(1)), Some(Class::Raw));
@@ -1052,7 +1052,7 @@ mod tests {
     /// stamps never share one; a metadata change carries the class only.
     #[test]
     fn seen_records_only_what_it_can_hold_exactly() {
-        let mut st = Seen::default();
+        let mut st = KnownContent::default();
         let mut far = stamp(1);
         far.mtime = (i64::MAX / 2, 0);
         st.remember(far, Class::Raw);
@@ -1071,6 +1071,6 @@ mod tests {
         st.carry(&later(3), &later(4));
         assert_eq!(st.class(&later(4)), Some(Class::Raw));
         assert!(!st.opened_at(later(4)), "the page cache is not carried");
-        assert!(std::mem::size_of::<Seen>() <= 32);
+        assert!(std::mem::size_of::<KnownContent>() <= 32);
     }
 }

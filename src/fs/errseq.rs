@@ -37,12 +37,12 @@ impl Lost {
 
 /// What one handle has been told so far.
 #[derive(Debug, Default)]
-pub struct Seen(AtomicU64);
+pub struct ErrorsTold(AtomicU64);
 
-impl Seen {
+impl ErrorsTold {
     /// Sampled at open: losses before it are not the handle's.
-    pub fn at(now: Lost) -> Seen {
-        Seen(AtomicU64::new(now.0))
+    pub fn at(now: Lost) -> ErrorsTold {
+        ErrorsTold(AtomicU64::new(now.0))
     }
 
     /// The errno of a loss since the handle last asked, once.
@@ -59,9 +59,9 @@ mod tests {
     #[test]
     fn each_handle_is_told_once_and_only_of_losses_after_its_open() {
         let mut lost = Lost::default();
-        let early = Seen::at(lost);
+        let early = ErrorsTold::at(lost);
         lost.record(libc::ENOSPC);
-        let late = Seen::at(lost);
+        let late = ErrorsTold::at(lost);
         assert_eq!(early.take(lost), Some(libc::ENOSPC));
         assert_eq!(early.take(lost), None);
         assert_eq!(late.take(lost), None);

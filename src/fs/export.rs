@@ -129,7 +129,7 @@ const RECENT: usize = 1 << 12;
 /// kernel forgot during this mount.
 pub struct Nodes {
     cache: Option<Arc<IndexCache>>,
-    recent: Mutex<Recent>,
+    recent: Mutex<NodeSlots>,
 }
 
 /// The longest encoded record: a name record of a name of 255 bytes (a
@@ -151,7 +151,7 @@ struct Slot {
 /// idle size kept after the kernel forgot 200 000 inodes, 2.0 MB with the
 /// slots).
 #[derive(Default)]
-struct Recent {
+struct NodeSlots {
     /// Node id → slot.
     map: HashMap<u64, usize>,
     slots: Vec<Slot>,
@@ -159,7 +159,7 @@ struct Recent {
     next: usize,
 }
 
-impl Recent {
+impl NodeSlots {
     fn put(&mut self, ino: u64, record: &Record) {
         let v = record.encode();
         if v.len() > SLOT {
@@ -204,7 +204,7 @@ impl Nodes {
     pub fn new(cache: Option<Arc<IndexCache>>) -> Nodes {
         Nodes {
             cache,
-            recent: Mutex::new(Recent::default()),
+            recent: Mutex::new(NodeSlots::default()),
         }
     }
 

@@ -31,7 +31,7 @@ pub struct FileHandle {
     /// The file's state, shared with its other handles.
     pub state: Arc<OpenFile>,
     /// The file's lost writes this handle was told of (`errseq`).
-    pub lost: super::errseq::Seen,
+    pub lost: super::errseq::ErrorsTold,
     /// Attached to the inode: keeps `state`, and `file` as its descriptor.
     pub _attached: Attached,
     /// The descriptor counted against the opener's share.

@@ -79,14 +79,14 @@ pub struct Reads {
     /// Short answers being decided and sent, one at a time per slot.
     answering: [Mutex<()>; 64],
     /// Inodes invalidated within [`SUSPECT`].
-    recent: Mutex<Recent>,
+    recent: Mutex<RecentInvalidations>,
 }
 
 /// The recent invalidations, and the count at which expired ones are
 /// next swept out (twice the live ones after a sweep, so that invalidating
 /// every inode the kernel holds, after lost events, costs a sweep per
 /// doubling, not one per inode).
-struct Recent {
+struct RecentInvalidations {
     map: HashMap<u64, Invalidated>,
     sweep_at: usize,
 }
@@ -114,7 +114,7 @@ impl Default for Reads {
         Reads {
             serving: std::array::from_fn(|_| AtomicU32::new(0)),
             answering: std::array::from_fn(|_| Mutex::new(())),
-            recent: Mutex::new(Recent {
+            recent: Mutex::new(RecentInvalidations {
                 map: HashMap::new(),
                 sweep_at: SWEEP,
             }),

@@ -63,7 +63,7 @@
 //! fstat, fchmod and the like, as natively.
 //!
 //! Per-file state for regular files lives here too, in two parts: what is
-//! known of the content under a stamp (`content::Seen`, 32 bytes, kept
+//! known of the content under a stamp (`content::KnownContent`, 32 bytes, kept
 //! while the kernel remembers the inode), and, only while the file is open
 //! or being changed by the mount, `content::OpenFile` (the content lock,
 //! the offset index, held bytes), shared by every handle.
@@ -97,7 +97,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use super::content::{OpenFile, Seen};
+use super::content::{KnownContent, OpenFile};
 use super::error::{io, Errno, Result};
 use super::export::{self, Nodes, Record};
 use super::sys::{self, BackingHandle};
@@ -252,7 +252,7 @@ impl Anchor {
 /// inode is open (or its content is being changed) through the mount;
 /// most entries hold nothing, and no allocation.
 #[derive(Default)]
-struct Held {
+struct EntryFds {
     /// A cached descriptor: the root's, or a directory's.
     cached: Option<Fd>,
     /// Handles and other users attached ([`Attached`]).
@@ -266,7 +266,7 @@ struct Held {
 
 struct Inner {
     anchor: Anchor,
-    held: Option<Box<Held>>,
+    held: Option<Box<EntryFds>>,
 }
 
 impl Inner {
@@ -299,9 +299,9 @@ pub struct Inode {
     word: AtomicU64,
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
-    /// What is known of a regular file's content (`content::Seen`); for a
+    /// What is known of a regular file's content (`content::KnownContent`); for a
     /// directory, the stamp its listing was last opened at.
-    seen: Mutex<Seen>,
+    seen: Mutex<KnownContent>,
 }
 
 /// While alive, keeps an inode's open state: the per-file state of a
@@ -561,8 +561,8 @@ impl Inode {
         self.fmt() == libc::S_IFDIR
     }
 
-    /// What is known of the content (see `content::Seen`).
-    pub fn seen(&self) -> &Mutex<Seen> {
+    /// What is known of the content (see `content::KnownContent`).
+    pub fn seen(&self) -> &Mutex<KnownContent> {
         &self.seen
     }
 
@@ -1023,12 +1023,12 @@ impl InodeTable {
             shared: shared.clone(),
             inner: Mutex::new(Inner {
                 anchor: Anchor::Root,
-                held: Some(Box::new(Held {
+                held: Some(Box::new(EntryFds {
                     cached: Some(root),
-                    ..Held::default()
+                    ..EntryFds::default()
                 })),
             }),
-            seen: Mutex::new(Seen::default()),
+            seen: Mutex::new(KnownContent::default()),
         });
         let mut t = Tables {
             next_foreign: FOREIGN_BASE,
@@ -1194,7 +1194,7 @@ impl InodeTable {
             word: AtomicU64::new(Inode::word(st, lookups)),
             shared: self.shared.clone(),
             inner: Mutex::new(Inner { anchor, held: None }),
-            seen: Mutex::new(Seen::default()),
+            seen: Mutex::new(KnownContent::default()),
         })
     }
 
@@ -1890,9 +1890,9 @@ mod tests {
     fn an_entry_stays_small() {
         let size = std::mem::size_of::<Inode>();
         println!(
-            "Inode: {size} bytes (Anchor {}, Seen {}), in an Arc: {}",
+            "Inode: {size} bytes (Anchor {}, KnownContent {}), in an Arc: {}",
             std::mem::size_of::<Anchor>(),
-            std::mem::size_of::<Seen>(),
+            std::mem::size_of::<KnownContent>(),
             size + 16
         );
         // 120 bytes, 136 in an Arc: glibc's 144-byte chunk (152 would

@@ -138,7 +138,7 @@ pub struct CutFs {
     /// Every lock taken through the mount, on the backing files.
     locks: locks::Locks,
     /// Descriptors xattr reads opened, kept for a moment.
-    recent: recent::Recent,
+    recent: recent::RecentFds,
     /// `-o archive`: the handles READs without one are served through.
     archive: Option<Arc<archive::Readers<Arc<handles::Handle>>>>,
 }
@@ -273,7 +273,7 @@ impl CutFs {
             cache,
             scans: content::ScanPool::new(SCAN_THREADS)?,
             ttl,
-            recent: recent::Recent::new(),
+            recent: recent::RecentFds::new(),
         })
     }
 

@@ -64,15 +64,15 @@ impl Slots {
 }
 
 /// The cache (one per mount).
-pub struct Recent {
+pub struct RecentFds {
     slots: Arc<Mutex<Slots>>,
     sweeper: Option<Thread>,
 }
 
-impl Recent {
+impl RecentFds {
     /// An empty cache and its sweeper thread (without one, nothing is
     /// ever kept).
-    pub fn new() -> Recent {
+    pub fn new() -> RecentFds {
         let slots = Arc::new(Mutex::new(Slots::default()));
         let weak = Arc::downgrade(&slots);
         let sweeper = std::thread::Builder::new()
@@ -81,7 +81,7 @@ impl Recent {
             .map_err(|e| log::warn!("no sweeper thread ({e}): xattr reads reopen every time"))
             .ok()
             .map(|h| h.thread().clone());
-        Recent { slots, sweeper }
+        RecentFds { slots, sweeper }
     }
 
     /// The descriptor kept for `inode`, if any (marked used).
@@ -134,11 +134,11 @@ impl Recent {
         self.slots.lock().sweep(&mut closing);
     }
 
-    /// A cache swept only by [`Recent::sweep`] (for tests: the sweeper
+    /// A cache swept only by [`RecentFds::sweep`] (for tests: the sweeper
     /// thread would race the test's own sweeps).
     #[cfg(test)]
-    fn swept_by_hand() -> Recent {
-        Recent {
+    fn swept_by_hand() -> RecentFds {
+        RecentFds {
             slots: Arc::new(Mutex::new(Slots::default())),
             // `put` unparks it: harmless for the test's thread.
             sweeper: Some(std::thread::current()),
@@ -152,7 +152,7 @@ impl Recent {
     }
 }
 
-impl Drop for Recent {
+impl Drop for RecentFds {
     fn drop(&mut self) {
         // Wakes the sweeper, which then finds the cache gone and ends.
         if let Some(t) = &self.sweeper {
@@ -219,7 +219,7 @@ mod tests {
     fn found_by_entry_and_bounded() {
         let d = tempfile::tempdir().unwrap();
         let (_t, all) = entries(d.path(), SLOTS + 4);
-        let r = Recent::swept_by_hand();
+        let r = RecentFds::swept_by_hand();
         for inode in &all {
             let fd = Arc::new(inode.open(libc::O_RDONLY).unwrap());
             r.put(inode, &fd);
@@ -237,7 +237,7 @@ mod tests {
     fn unused_descriptors_close_within_two_sweeps() {
         let d = tempfile::tempdir().unwrap();
         let (_t, all) = entries(d.path(), 2);
-        let r = Recent::swept_by_hand();
+        let r = RecentFds::swept_by_hand();
         for inode in &all {
             r.put(inode, &Arc::new(inode.open(libc::O_RDONLY).unwrap()));
         }
@@ -248,7 +248,7 @@ mod tests {
         r.sweep();
         assert_eq!(r.len(), 0);
         // The thread, with a file deleted behind the cache's back.
-        let r = Recent::new();
+        let r = RecentFds::new();
         r.put(&all[1], &Arc::new(all[1].open(libc::O_RDONLY).unwrap()));
         std::fs::remove_file(d.path().join("f1")).unwrap();
         assert_eq!(deleted_fds(d.path()), 1);

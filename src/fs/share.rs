@@ -69,7 +69,7 @@ pub enum Refusal {
 }
 
 #[derive(Default)]
-struct Held {
+struct UserCounts {
     by_uid: HashMap<u32, usize>,
     total: usize,
 }
@@ -77,7 +77,7 @@ struct Held {
 /// The daemon's count of handle descriptors by user.
 pub struct Shares {
     policy: Policy,
-    held: Mutex<Held>,
+    held: Mutex<UserCounts>,
 }
 
 /// One descriptor held by one user; given back when dropped.
@@ -103,7 +103,7 @@ impl Shares {
     pub fn new(policy: Policy) -> Arc<Shares> {
         Arc::new(Shares {
             policy,
-            held: Mutex::new(Held::default()),
+            held: Mutex::new(UserCounts::default()),
         })
     }
 

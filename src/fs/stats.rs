@@ -8,7 +8,7 @@
 //! ordering with anything else. What is cheap to learn only when asked
 //! (descriptors, memory, inodes, the index cache's size, the log lines
 //! held back by `crate::ratelog`) is learned then. The counters are the
-//! mount's ([`Stats`], owned by `CutFs` and shared with what counts), not
+//! mount's (`Stats`, owned by `CutFs` and shared with what counts), not
 //! the process's: two `CutFs` (unit tests) count apart.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -17,7 +17,7 @@
 //!   one begin with the magic number fails with EILSEQ.
 //! * A character the kernel's page split cut, which W cannot store with the
 //!   old bytes after it, is held back and joined with the next write
-//!   ([`Held`]), so one write(2) of text does not turn a file raw.
+//!   ([`HeldBytes`]), so one write(2) of text does not turn a file raw.
 //!
 //! * fallocate on a corrected file is the same call on the view
 //!   (`io::zero_range`, `io::allocate`); on others, BACKING's own.
@@ -38,7 +38,7 @@ use crate::io::{self as backing, Zeroing};
 use crate::view::{self, sniff, OffsetIndex};
 use cutf8::MAGIC;
 
-use super::content::{self, Class, Content, Held, OpenFile, Stamp};
+use super::content::{self, Class, Content, HeldBytes, OpenFile, Stamp};
 use super::error::{io, Result};
 use super::handles::FileHandle;
 use super::inodes::Fd;
@@ -131,7 +131,7 @@ impl CutFs {
 
     /// A write through handle `h` at `offset` (a view offset for corrected
     /// files, a byte offset otherwise). A lead held back by the last write
-    /// (see [`Held`]) is joined with this one when this one continues it,
+    /// (see [`HeldBytes`]) is joined with this one when this one continues it,
     /// and written as it is first otherwise.
     pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
         let mut content = h.state.content.write();
@@ -155,14 +155,14 @@ impl CutFs {
         }
     }
 
-    /// Writes bytes held back by an earlier write (see [`Held`]) as they
+    /// Writes bytes held back by an earlier write (see [`HeldBytes`]) as they
     /// are: what the writer left, if nothing continued it. If that fails,
     /// the bytes are lost: the error goes to the caller (a close(2), an
     /// fsync, the write or read that came next) and is kept for every
     /// handle open now, the writer's too (`errseq`: its close(2) or fsync
     /// reports it), the log says so, and the kernel, which counted them in
     /// the file's size, is told to ask again.
-    fn write_held(&self, inode: &Inode, content: &mut Content, held: Held) -> Result<()> {
+    fn write_held(&self, inode: &Inode, content: &mut Content, held: HeldBytes) -> Result<()> {
         self.write_locked(inode, &held.file, content, held.at, &held.bytes, false)
             .map(drop)
             .inspect_err(|e| {
@@ -197,12 +197,18 @@ impl CutFs {
     }
 
     /// What of `data` (a write at `offset` through `file`) is held back
-    /// when only its first `k` bytes were written (see [`Held`]).
-    fn hold_rest(&self, file: &Fd, offset: u64, data: &[u8], k: usize) -> Result<Option<Held>> {
+    /// when only its first `k` bytes were written (see [`HeldBytes`]).
+    fn hold_rest(
+        &self,
+        file: &Fd,
+        offset: u64,
+        data: &[u8],
+        k: usize,
+    ) -> Result<Option<HeldBytes>> {
         if k >= data.len() {
             return Ok(None);
         }
-        Ok(Some(Held {
+        Ok(Some(HeldBytes {
             at: offset + k as u64,
             bytes: data[k..].to_vec(),
             file: file.clone(),
@@ -211,7 +217,7 @@ impl CutFs {
 
     /// A write of `data` at `offset` through `file` (read-write) of
     /// `inode`, under the content lock held alone. `hold`: a lead the
-    /// kernel's split left at the end may be held back (see [`Held`]).
+    /// kernel's split left at the end may be held back (see [`HeldBytes`]).
     fn write_locked(
         &self,
         inode: &Inode,
@@ -235,7 +241,7 @@ impl CutFs {
                     && !self.passthrough.in_kernel(inode.ino)
                 {
                     // A first write the kernel cut inside its last
-                    // character: that character waits for the rest (`Held`).
+                    // character: that character waits for the rest (`HeldBytes`).
                     let cut = hold.then(|| cut_lead(offset, data)).flatten();
                     let first = cut.filter(|&k| k > 0).map_or(data, |k| &data[..k]);
                     match backing::start_corrected(file, first) {
@@ -265,7 +271,7 @@ impl CutFs {
                 }
                 let mut next = content::take_index(content, &self.cache, &stamp, index);
                 // An append the kernel cut inside its last character: that
-                // character waits for the rest (`Held`), so the file never
+                // character waits for the rest (`HeldBytes`), so the file never
                 // ends in half a character the writer did not leave there.
                 let cut = (hold && offset == next.view_len())
                     .then(|| cut_lead(offset, data))

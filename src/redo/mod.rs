@@ -94,12 +94,12 @@ pub struct RedoJournal {
     /// rewrite created it), and this daemon's owner file in it once it
     /// wrote an entry there. Held only to look it up or replace it; each
     /// rewrite keeps its own `Arc` of the directory it started in.
-    dir: parking_lot::Mutex<Option<Held>>,
+    dir: parking_lot::Mutex<Option<DirClaim>>,
 }
 
 /// The journal directory in use, and this daemon's claim on it.
 #[derive(Debug)]
-struct Held {
+struct DirClaim {
     fd: Arc<OwnedFd>,
     owner: Option<Owner>,
 }
@@ -150,7 +150,7 @@ impl RedoJournal {
         };
         j.recover(&dir, &path)?;
         if !j.read_only {
-            *j.dir.lock() = Some(Held {
+            *j.dir.lock() = Some(DirClaim {
                 fd: Arc::new(dir),
                 owner: None,
             });
@@ -479,7 +479,7 @@ impl RedoJournal {
         }
         let owner = self.claim(&fd, &path)?;
         let fd = Arc::new(fd);
-        *held = Some(Held {
+        *held = Some(DirClaim {
             fd: fd.clone(),
             owner: Some(owner),
         });

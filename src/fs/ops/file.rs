@@ -517,7 +517,7 @@ impl Opener {
             }
         }
         content.open += 1;
-        let lost = crate::fs::errseq::Seen::at(content.lost);
+        let lost = crate::fs::errseq::ErrorsTold::at(content.lost);
         let keep = inode.seen().lock().opened_at(stamp) && !self.strictatime;
         drop(content);
         let fh = self.handles.insert(Handle::File(FileHandle {
