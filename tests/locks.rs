@@ -68,6 +68,28 @@ for line in sys.stdin:
             cmd = fcntl.F_GETLK if w[1] == 'posix' else F_OFD_GETLK
             r = struct.unpack('hhqqi4x', fcntl.fcntl(fds[w[2]], cmd, flk(T[w[3]], int(w[4]), int(w[5]))))
             out = 'ok %s %d %d %d' % (N[r[0]], r[2], r[3], r[4])
+        elif c == 'fork':
+            # A child that closes its copy of a descriptor (`close`) or
+            # tries a lock through it (`posix` TYPE), then exits; answers
+            # what the child saw.
+            r, wfd = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                said = b'ok'
+                try:
+                    if w[1] == 'close':
+                        os.close(fds[w[2]])
+                    else:
+                        fcntl.fcntl(fds[w[2]], fcntl.F_SETLK, flk(T[w[3]], 0, 0))
+                except OSError as e:
+                    said = ('err ' + errno.errorcode.get(e.errno, str(e.errno))).encode()
+                os.write(wfd, said)
+                os._exit(0)
+            os.close(wfd)
+            out = os.read(r, 100).decode()
+            os.close(r)
+            os.waitpid(pid, 0)
         elif c == 'read':
             out = 'ok ' + os.pread(fds[w[1]], 4096, 0).decode().strip().replace(' ', '_')
         else:
@@ -407,6 +429,40 @@ fn locks_go_at_close_as_natively() {
         let free = wait_for(5.0, || c.run(&lock_cmd(kind, "m", "wr", false)) == "ok");
         assert!(free, "{kind:?}: still held after the last close");
         c.ok(&lock_cmd(kind, "m", "un", false));
+    }
+}
+
+/// fork(2): a child neither inherits its parent's POSIX locks (its own
+/// lock through the inherited descriptor conflicts with them) nor drops
+/// them by closing its copy of the descriptor or by exiting; OFD locks and
+/// flocks belong to the open file, which the parent still holds.
+#[test]
+fn a_forked_child_neither_inherits_nor_drops_its_parents_locks() {
+    let two = Two::new();
+    let [(_, a), _, (_, native)] = two.sites("f");
+    let mut c = Locker::new();
+    c.ok(&format!("open n {} rw", s(&native)));
+    for kind in KINDS {
+        let mut h = Locker::new();
+        h.ok(&format!("open x {} rw", s(&a)));
+        h.ok(&lock_cmd(kind, "x", "wr", false));
+        if kind == Kind::Posix {
+            assert_eq!(
+                h.run("fork posix x wr"),
+                "err EAGAIN",
+                "a child got its parent's POSIX lock"
+            );
+        }
+        assert_eq!(h.run("fork close x"), "ok");
+        assert_eq!(
+            c.run(&lock_cmd(kind, "n", "wr", false)),
+            "err EAGAIN",
+            "{kind:?}: the parent's lock went with a child's close and exit"
+        );
+        h.ok("close x");
+        let free = wait_for(5.0, || c.run(&lock_cmd(kind, "n", "wr", false)) == "ok");
+        assert!(free, "{kind:?}: still held after the parent's close");
+        c.ok(&lock_cmd(kind, "n", "un", false));
     }
 }
 
