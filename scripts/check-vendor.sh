@@ -106,7 +106,8 @@ apply "$tested" "${code[@]}"
 if tc=$(rustup show active-toolchain 2>/dev/null | cut -d' ' -f1) && [ -n "$tc" ]; then
     export RUSTUP_TOOLCHAIN="$tc"
 fi
-target="$(pwd)/$cache/target"
+mkdir -p "$cache/target"
+target=$(cd "$cache/target" && pwd)
 # What 0000-* allows for the vendored build: unused ABI structs, upstream's.
 export RUSTFLAGS="-A dead_code"
 (cd "$tested" && CARGO_TARGET_DIR="$target" cargo test --locked --all-targets --quiet) ||
