@@ -18,9 +18,11 @@ need=()
 # binutils (objcopy, strip), apt, man-db (man -w), procps (pgrep), lintian.
 # samba, smbclient, nfs-ganesha(-vfs), libnfs-utils and libnfs-dev: the servers and
 # clients of the export tests (tests/support/servers.rs starts them itself).
+# curl and patch: scripts/check-vendor.sh (psmisc: fuser(1) for fuser's own
+# tests/test_passthrough.sh).
 for pkg in fuse3 bindfs gocryptfs vim rsync attr acl git perl python3 util-linux psmisc gcc \
     libc6-dev binutils file less e2fsprogs libcap2-bin sqlite3 dpkg apt man-db procps lintian \
-    samba smbclient nfs-ganesha nfs-ganesha-vfs libnfs-utils libnfs-dev; do
+    samba smbclient nfs-ganesha nfs-ganesha-vfs libnfs-utils libnfs-dev curl patch; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

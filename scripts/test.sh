@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test: installs what they need (scripts/setup.sh), then format,
-# lint, and `cargo test` (unit, property, CLI, real-mount, editor and peer
-# suite tests, and the Debian package installed and removed), then builds
-# the package (target/debian). `.ci/run` calls exactly this.
+# lint, the vendored fuser against its patch series (scripts/check-vendor.sh,
+# which also runs fuser's own tests), and `cargo test` (unit, property, CLI,
+# real-mount, editor and peer suite tests, and the Debian package installed
+# and removed), then builds the package (target/debian). `.ci/run` calls
+# exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# vendor/fuser is the published fuser plus vendor/fuser-patches, and
+# fuser's own tests pass on the patched code (scripts/check-vendor.sh).
+scripts/check-vendor.sh
 cargo test --release --workspace --all-targets
 cargo test --release --workspace --doc
 # The Debian package from the binaries just built (tests/package.rs has
