@@ -7,7 +7,7 @@
 //! and over another FUSE filesystem `backing_fuse`), its
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
-//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`, `memory`), locks and
+//! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`, `memory`, `fair_turns`), locks and
 //! export (`locks`, `export`, `export_restart`, `file_handles`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
@@ -50,6 +50,7 @@ mod docs;
 mod encode_remedies;
 mod export;
 mod export_restart;
+mod fair_turns;
 mod fallocate;
 mod file_handles;
 mod first_read;

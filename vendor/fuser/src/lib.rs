@@ -102,6 +102,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod turns;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -51,6 +51,7 @@ use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::RequestWithSender;
+use crate::turns::Turns;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -274,8 +275,14 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut channels = Vec::with_capacity(n_threads);
 
+        // (cutf8fs patch) With `turns`, one thread receives on the session's
+        // channel and the others answer through it (a reply goes to the
+        // clone its request came from).
+        let turns = config
+            .turns
+            .then(|| Arc::new(Turns::new(TURNS_MAX_LEN, TURNS_MAX_BYTES)));
         for _ in 0..n_threads_minus_one {
-            if config.clone_fd {
+            if config.clone_fd && turns.is_none() {
                 #[cfg(target_os = "linux")]
                 {
                     channels.push(ch.clone_fd()?);
@@ -306,20 +313,37 @@ impl<FS: Filesystem> Session<FS> {
         let grow_from = channels
             .last()
             .cloned()
-            .filter(|_| config.clone_fd && config.max_threads.is_some_and(|m| m > n_threads));
+            .filter(|_| {
+                (config.clone_fd || turns.is_some())
+                    && config.max_threads.is_some_and(|m| m > n_threads)
+            });
 
+        if let Some(t) = &turns {
+            let (ch, t, pool) = (receiver_channel(&channels), t.clone(), pool.clone());
+            threads.push(
+                thread::Builder::new()
+                    .name("fuser-recv".into())
+                    .spawn(move || receive(&ch, &t, &pool))?,
+            );
+        }
         for (i, ch) in channels.into_iter().enumerate() {
-            threads.push(start_loop(&pool, i, ch, &filesystem, allowed, session_owner)?);
+            threads.push(start_loop(
+                &pool,
+                i,
+                ch,
+                &filesystem,
+                allowed,
+                session_owner,
+                turns.clone(),
+            )?);
         }
         let grower = match grow_from {
             Some(ch) => {
                 let (pool, fs) = (pool.clone(), filesystem.clone());
                 let max = config.max_threads.unwrap_or(n_threads);
-                Some(
-                    thread::Builder::new()
-                        .name("fuser-grow".into())
-                        .spawn(move || grow(&pool, &ch, &fs, allowed, session_owner, max))?,
-                )
+                Some(thread::Builder::new().name("fuser-grow".into()).spawn(
+                    move || grow(&pool, &ch, &fs, allowed, session_owner, max, turns),
+                )?)
             }
             None => None,
         };
@@ -560,6 +584,65 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// ([`Pool::stamp`]).
     pub(crate) busy: Arc<AtomicU64>,
     pub(crate) pool: Arc<Pool>,
+    /// (cutf8fs patch) With `Config::turns`: the requests this thread
+    /// serves, which it does not receive itself.
+    pub(crate) turns: Option<Arc<Turns<Job>>>,
+}
+
+/// (cutf8fs patch) With `Config::turns`, at most this many requests (or
+/// [`TURNS_MAX_BYTES`]) wait received but not served; the kernel keeps the
+/// rest in its queue.
+const TURNS_MAX_LEN: usize = 1024;
+const TURNS_MAX_BYTES: usize = 32 << 20;
+
+/// (cutf8fs patch) A request received, copied out of the receive buffer
+/// (in words: parsing wants the header aligned).
+pub(crate) struct Job {
+    words: Vec<u64>,
+    len: usize,
+}
+
+/// The channel the receiver reads: the session's own, the last.
+fn receiver_channel(channels: &[Channel]) -> Channel {
+    channels.last().cloned().expect("at least one channel")
+}
+
+/// (cutf8fs patch) With `Config::turns`: receives every request on `ch`
+/// and queues it in `turns` by the caller's uid (an interrupt ahead of
+/// all), until the session ends (then the servers finish what is queued
+/// and stop). DESTROY is answered here, as the event loop does.
+fn receive(ch: &Channel, turns: &Turns<Job>, pool: &Pool) -> io::Result<()> {
+    let mut buf = FuseReadBuf::new();
+    let buf = buf.as_mut();
+    let end = loop {
+        match ch.receive_retrying(buf) {
+            Ok(size) => {
+                let Some(req) = RequestWithSender::new(ch.sender(), &buf[..size]) else {
+                    break Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "Invalid request",
+                    ));
+                };
+                let (opcode, uid) = (req.request.header().opcode, req.request.header().uid);
+                if opcode == abi::fuse_opcode::FUSE_DESTROY as u32 {
+                    req.reply::<ReplyEmpty>().ok();
+                    break Ok(());
+                }
+                let urgent = opcode == abi::fuse_opcode::FUSE_INTERRUPT as u32;
+                let mut words = vec![0u64; size.div_ceil(8)];
+                zerocopy::IntoBytes::as_mut_bytes(&mut words[..])[..size]
+                    .copy_from_slice(&buf[..size]);
+                turns.push(uid, urgent, Job { words, len: size }, size);
+            }
+            Err(nix::errno::Errno::ENODEV) => {
+                pool.end();
+                break Ok(());
+            }
+            Err(err) => break Err(err.into()),
+        }
+    };
+    turns.close();
+    end
 }
 
 /// (cutf8fs patch) How long every event loop thread must have been inside
@@ -653,6 +736,7 @@ fn grow<FS: Filesystem>(
     allowed: SessionACL,
     session_owner: Uid,
     max: usize,
+    turns: Option<Arc<Turns<Job>>>,
 ) {
     let _ = pool.grower.set(thread::current());
     loop {
@@ -665,14 +749,15 @@ fn grow<FS: Filesystem>(
         if n >= max || !pool.stalled() {
             continue;
         }
-        let ch = match ch.clone_fd() {
+        // With turns, a new thread answers through the receiver's channel.
+        let ch = match turns.as_ref().map_or_else(|| ch.clone_fd(), |_| Ok(ch.clone())) {
             Ok(ch) => ch,
             Err(e) => {
                 warn!("cannot add a thread for requests: {e}");
                 continue;
             }
         };
-        match start_loop(pool, n, ch, fs, allowed, session_owner) {
+        match start_loop(pool, n, ch, fs, allowed, session_owner, turns.clone()) {
             Ok(t) => {
                 warn!(
                     "every thread for requests has been inside one for {} s: added one \
@@ -696,6 +781,7 @@ fn start_loop<FS: Filesystem>(
     fs: &Arc<FilesystemHolder<FS>>,
     allowed: SessionACL,
     session_owner: Uid,
+    turns: Option<Arc<Turns<Job>>>,
 ) -> io::Result<JoinHandle<io::Result<()>>> {
     let thread_name = format!("fuser-{i}");
     let event_loop = SessionEventLoop {
@@ -706,6 +792,7 @@ fn start_loop<FS: Filesystem>(
         session_owner,
         busy: pool.stamp(),
         pool: pool.clone(),
+        turns,
     };
     thread::Builder::new()
         .name(thread_name)
@@ -717,6 +804,9 @@ fn start_loop<FS: Filesystem>(
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
+        if let Some(turns) = &self.turns {
+            return self.serve_turns(turns);
+        }
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
@@ -752,6 +842,26 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+}
+
+impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// (cutf8fs patch) Serves the requests `receive` queued, in turns,
+    /// until it closes the queue and the queue is empty.
+    fn serve_turns(&self, turns: &Turns<Job>) -> io::Result<()> {
+        while let Some(job) = turns.take() {
+            let data = &zerocopy::IntoBytes::as_bytes(&job.words[..])[..job.len];
+            let Some(req) = RequestWithSender::new(self.ch.sender(), data) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "Invalid request",
+                ));
+            };
+            self.pool.enter(&self.busy);
+            req.dispatch(self);
+            self.pool.leave(&self.busy);
+        }
+        Ok(())
     }
 }
 

@@ -26,6 +26,12 @@ pub struct Config {
     ///
     /// [`STALL`]: crate::STALL
     pub max_threads: Option<usize>,
+    /// (cutf8fs patch) One thread receives every request and queues it
+    /// per caller (the header's uid); the `n_threads` event loop threads
+    /// (and those `max_threads` adds) serve them in turns, one of each
+    /// user's in round-robin, FUSE_INTERRUPT first. False: each thread
+    /// receives and serves its own, first come, as 0.18.0.
+    pub turns: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
