@@ -13,6 +13,8 @@
 #
 # Usage: scripts/bench-fair.sh [ROUNDS] [N]   (root: mounts, real users)
 #   CUTF8FS=path  another daemon binary (e.g. main's, for before/after)
+#   FAIR_OPTS=opts  mount options beside allow_other (default: turns;
+#                   FAIR_OPTS=noturns for the default mount)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-10}
@@ -50,7 +52,7 @@ for k in range(8):
 PYEOF
 chown -R cutf8t-a: "$work/backing/a"
 chown -R cutf8t-b: "$work/backing/b"
-"$CUTF8FS" -o "allow_other,log=$work/daemon.log" "$work/backing" "$work/mnt"
+"$CUTF8FS" -o "allow_other,${FAIR_OPTS-turns},log=$work/daemon.log" "$work/backing" "$work/mnt"
 sleep 0.5
 
 as() { setpriv --reuid="$(id -u "$1")" --regid="$(id -g "$1")" --init-groups -- "${@:2}"; }

@@ -80,7 +80,7 @@ fn storm_against_reads(more: impl Fn(&[bool]) -> bool) -> (Vec<bool>, Vec<String
     // One storm at a time: two would be each other's load.
     let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
     let (a, b) = (user("cutf8t-a"), user("cutf8t-b"));
-    let m = Mount::new(&["allow_other"], |bk| {
+    let m = Mount::new(&["allow_other", "turns"], |bk| {
         fs::set_permissions(bk.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
         fs::set_permissions(bk, fs::Permissions::from_mode(0o755)).unwrap();
         for (d, u) in [("a", a), ("b", b)] {

@@ -87,6 +87,11 @@ pub struct Options {
     /// `archive`: a read-only mount whose regular files are served by
     /// inode, without OPEN, FLUSH or RELEASE requests (`fs::archive`).
     pub archive: bool,
+    /// `turns`: one thread receives every request and the workers serve
+    /// each user's in turns (fuser's `Config::turns`, patch 0004): fair
+    /// between users, at the cost of a hand-over between threads per
+    /// request, so off by default (man page, RESOURCES).
+    pub turns: bool,
     /// Options accepted but ignored, each with why: said on the terminal
     /// before the daemon detaches (its log does not exist yet when options
     /// are read), and logged once it does.
@@ -118,6 +123,7 @@ impl Default for Options {
             passthrough: None,
             blksize: Some(DEFAULT_BLKSIZE),
             archive: false,
+            turns: false,
             ignored: Vec::new(),
         }
     }
@@ -186,6 +192,13 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "off",
         "read-only mount for browsing and searching: files served by inode, no open or close \
          requests (locks stay in the mount)",
+        "",
+    ),
+    (
+        "turns",
+        "off",
+        "serve each user's requests in turns, so one user's storm does not queue another's \
+         behind it; each request then costs a hand-over between threads",
         "",
     ),
     (
@@ -497,6 +510,8 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
             o.archive = true;
             set(o, libc::MS_RDONLY, true)
         }
+        ("turns", None) => o.turns = true,
+        ("noturns", None) => o.turns = false,
         ("nosuid", None) => set(o, libc::MS_NOSUID, true),
         ("suid", None) => set(o, libc::MS_NOSUID, false),
         ("nodev", None) => set(o, libc::MS_NODEV, true),
