@@ -353,11 +353,11 @@ impl CutFs {
     /// The first bytes of `inode` open as `file` (through a second,
     /// readable descriptor when `file` is write-only).
     fn head(inode: &Inode, file: &File) -> std::io::Result<Vec<u8>> {
-        backing::read_raw(file, 0, MAGIC.len()).or_else(|e| {
+        backing::read_head(file).or_else(|e| {
             let r = inode
                 .open_quiet(libc::O_RDONLY)
                 .map_err(|e| std::io::Error::from_raw_os_error(e.code()))?;
-            backing::read_raw(&r, 0, MAGIC.len()).map_err(|_| e)
+            backing::read_head(&r).map_err(|_| e)
         })
     }
 

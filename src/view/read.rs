@@ -67,12 +67,12 @@ impl OffsetIndex {
         // Disk bytes never outnumber their view: the skip to view_off, the
         // request, the unit before the block start and one unit of slack
         // are enough, so a small read decodes a small range.
-        let need = view_off.saturating_sub(block + g) + back + want as u64 + 16;
+        let need = view_off.saturating_sub(block + g) + back + want as u64 + SLACK;
         // CHUNK at a time, not a whole request's disk bytes at once: the
         // bytes are decoded while they are still in the CPU's cache (a
         // 1 MiB read made the copy from the page cache three times as
         // costly: docs/performance.md, "Mount, reads").
-        let first = need.min(CHUNK as u64) as usize;
+        let first = chunk_for(need);
         Reading {
             disk_len: self.disk_len(),
             view_off,
@@ -231,7 +231,28 @@ impl Reading {
             return;
         }
         self.pos += n as u64;
-        self.len = CHUNK;
+        // No more than the read still needs: the view bytes still wanted
+        // or skipped (they never take more disk bytes than view ones) and
+        // the slack of a unit straddling the end. A short ask costs only
+        // another pread (the bytes end only where a pread comes back short).
+        let left = (self.want - self.got) as u64 + self.skip + SLACK;
+        self.len = chunk_for(left);
+    }
+}
+
+/// Disk bytes asked beyond the view bytes a read needs: a unit the read's
+/// end cuts (at most `MAX_UNIT_LEN` bytes) and the bytes that tell it ends.
+const SLACK: u64 = 16;
+
+/// The next pread's length when `need` disk bytes at most remain: CHUNK,
+/// or all of them when they are few more than CHUNK (so a 1 MiB READ does
+/// not end in a pread for a few bytes past its 16 chunks).
+fn chunk_for(need: u64) -> usize {
+    let most = (CHUNK + CHUNK / 8) as u64;
+    if need <= most {
+        need as usize
+    } else {
+        CHUNK
     }
 }
 

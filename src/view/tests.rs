@@ -517,3 +517,70 @@ fn large_reads_cut_anywhere_give_the_view_exactly() {
         }
     }
 }
+
+/// The preads a read plans, `(disk offset, length)`, fed from `disk`.
+fn planned_reads(disk: &[u8], index: &OffsetIndex, off: u64, len: usize) -> Vec<(u64, usize)> {
+    let mut buf = vec![0u8; len];
+    let mut r = index.reading(off, len);
+    let mut asked = Vec::new();
+    while let Some((pos, n)) = r.need() {
+        asked.push((pos, n));
+        let s = (pos as usize).min(disk.len());
+        let e = (s + n).min(disk.len());
+        r.feed(&disk[s..e], &mut buf);
+    }
+    asked
+}
+
+#[test]
+fn a_read_asks_no_disk_bytes_past_what_it_needs() {
+    use crate::view::index::tests::corpus;
+    const MIB: usize = 1 << 20;
+    // Text whose view is its bytes: a 1 MiB read needs 1 MiB of disk
+    // bytes, the few before its block and a unit's slack after it.
+    let disk: Vec<u8> = b"plain text, one byte a character\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(3 * MIB)
+        .collect();
+    let index = OffsetIndex::from_bytes(&disk);
+    assert_eq!(index.view_len(), disk.len() as u64);
+    for off in [0u64, 1, 4095, 4096, MIB as u64 + 7] {
+        let asked = planned_reads(&disk, &index, off, MIB);
+        assert_eq!(asked.len(), 16, "{off}: {asked:?}");
+        for w in asked.windows(2) {
+            assert_eq!(w[0].0 + w[0].1 as u64, w[1].0, "{off}: contiguous");
+        }
+        let (last, n) = *asked.last().unwrap();
+        let end = last + n as u64;
+        assert!(end >= off + MIB as u64, "{off}: ends at {end}");
+        assert!(end <= off + MIB as u64 + 16, "{off}: reads to {end}");
+        let total: usize = asked.iter().map(|a| a.1).sum();
+        assert!(total <= MIB + 4096 + 16, "{off}: {total} bytes");
+    }
+    // Small reads ask a few bytes, not a chunk.
+    let asked = planned_reads(&disk, &index, 100, 10);
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].1 <= 10 + 100 + 16, "{asked:?}");
+    // A multi-byte sequence cut by the read's end is still completed:
+    // whatever the text, every read gives the view exactly.
+    let dense = corpus(5, 3 * MIB, 400, true);
+    let index = OffsetIndex::from_bytes(&dense);
+    let view = decode_lossless(&dense);
+    for off in [0usize, 3, MIB - 1, MIB + 2] {
+        for len in [MIB, MIB - 1, MIB + 3, 65536 + 1] {
+            let mut buf = vec![0u8; len];
+            let n = read_mem(&dense, &index, off as u64, &mut buf);
+            assert!(buf[..n] == view[off..off + len], "{off}+{len}");
+            let asked = planned_reads(&dense, &index, off as u64, len);
+            let (last, k) = *asked.last().unwrap();
+            let disk_end = last + k as u64;
+            // The view never has fewer bytes than its disk bytes.
+            assert!(
+                disk_end <= (off + len) as u64 + 4096 + 16,
+                "{off}+{len}: {asked:?}"
+            );
+        }
+    }
+}
