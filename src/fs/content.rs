@@ -65,8 +65,6 @@ use std::sync::{mpsc, Arc};
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
-
 pub use crate::io::{build_index, has_magic};
 use crate::view::OffsetIndex;
 pub use crate::view::DATA_START;
@@ -562,15 +560,14 @@ fn learn_class(
         return Ok(Some(class));
     }
     let file = open().map_err(io)?;
-    // One page for the head, not a readahead window: the read must not
-    // bring more of the file (unwritten extents) into the page cache.
-    advise(&file, PosixFadviseAdvice::POSIX_FADV_RANDOM);
+    // `has_magic` reads one page for the head, not a readahead window
+    // (`io::read_head`).
     let class = if has_magic(&file).map_err(io)? {
         let index = match cache.get(&stamp) {
             Some(index) => index,
             None if !scan => return Ok(None),
             None => {
-                advise(&file, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
+                super::sys::fadvise(&file, libc::POSIX_FADV_SEQUENTIAL);
                 index_for(cache, &file, stamp)?
             }
         };
@@ -583,11 +580,6 @@ fn learn_class(
     };
     seen.lock().remember(stamp, class);
     Ok(Some(class))
-}
-
-fn advise(file: &File, advice: PosixFadviseAdvice) {
-    // Only a hint: a filesystem that takes none is no error.
-    let _ = posix_fadvise(file, 0, 0, advice);
 }
 
 /// Files larger than this whose class is not known are classified on the

@@ -21,7 +21,6 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use nix::errno::Errno as NixErrno;
-use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
 use nix::unistd::{lseek, Whence};
 
 use crate::view::{self, OffsetIndex, Piece, Reading, Rescan, Span, DATA_START};
@@ -254,9 +253,9 @@ pub fn has_magic(file: &File) -> io::Result<bool> {
 /// were data (16384 where BACKING says 4096: xfstests generic/436). The
 /// descriptor's readahead is normal again after.
 pub fn read_head(file: &File) -> io::Result<Vec<u8>> {
-    let _ = posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_RANDOM);
+    crate::sys::fadvise(file, libc::POSIX_FADV_RANDOM);
     let head = read_raw(file, 0, MAGIC.len());
-    let _ = posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_NORMAL);
+    crate::sys::fadvise(file, libc::POSIX_FADV_NORMAL);
     head
 }
 
