@@ -205,8 +205,8 @@ fn act_as_gives_the_callers_groups_to_this_thread_only() {
         .contains(&nix::unistd::Gid::from_raw(34567)));
 }
 
-#[test]
-fn act_as_does_not_lend_root_rights() {
+/// [`dir`] holding `secret`, a file only its owner (root) may read.
+fn dir_with_secret() -> (tempfile::TempDir, File) {
     let (d, dirf) = dir();
     std::fs::write(d.path().join("secret"), b"s").unwrap();
     std::fs::set_permissions(
@@ -214,6 +214,12 @@ fn act_as_does_not_lend_root_rights() {
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )
     .unwrap();
+    (d, dirf)
+}
+
+#[test]
+fn act_as_does_not_lend_root_rights() {
+    let (_d, dirf) = dir_with_secret();
     std::thread::scope(|s| {
         s.spawn(|| {
             let _as = ActAs::new(&Identity::of(12345, 12345, 0)).unwrap();
@@ -227,13 +233,7 @@ fn act_as_does_not_lend_root_rights() {
 
 #[test]
 fn limits_take_only_the_reserve_from_a_caller_who_is_not_root() {
-    let (d, dirf) = dir();
-    std::fs::write(d.path().join("secret"), b"s").unwrap();
-    std::fs::set_permissions(
-        d.path().join("secret"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
+    let (d, dirf) = dir_with_secret();
     let create = |name: &str| {
         open_at(
             &dirf,
