@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::content::IndexCache;
+use crate::fs::state::content::IndexCache;
 
 /// How a node's backing file is found again.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -63,9 +63,9 @@ use std::time::{Duration, Instant};
 use nix::sys::pthread::Pthread;
 use parking_lot::{Condvar, Mutex};
 
-use super::error::{self, io, Errno, Refused, Result};
-use super::invalidate::Invalidator;
-use super::share::{Refusal, Shares, Ticket};
+use crate::fs::coherence::invalidate::Invalidator;
+use crate::fs::frontend::error::{self, io, Errno, Refused, Result};
+use crate::fs::state::share::{Refusal, Shares, Ticket};
 use crate::sys;
 use crate::sys::lock::{Conflict, Range};
 
@@ -653,7 +653,7 @@ mod tests {
 
     fn locks() -> Locks {
         Locks::block_wake_signal().unwrap();
-        let shares = Shares::new(crate::fs::share::Policy::new(1 << 16, 0));
+        let shares = Shares::new(crate::fs::state::share::Policy::new(1 << 16, 0));
         Locks::new(Arc::default(), shares)
     }
 
@@ -817,7 +817,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = file(&dir);
         Locks::block_wake_signal().unwrap();
-        let shares = Shares::new(crate::fs::share::Policy::new(40, 0));
+        let shares = Shares::new(crate::fs::state::share::Policy::new(40, 0));
         let share = shares.policy().share;
         let l = Locks::new(Arc::default(), shares.clone());
         let mut got = 0;

@@ -50,35 +50,19 @@
 //!   for the lock's owner, and waits for the ones that must wait on threads
 //!   of its own; FLUSH and RELEASE tell it when an owner's locks go.
 
-mod archive;
-mod attr;
-mod content;
-mod daemon;
-mod error;
-mod errseq;
-mod explain;
+mod coherence;
 mod export;
-mod failure;
-mod handles;
-mod inflight;
-mod inodes;
-mod invalidate;
+mod frontend;
 mod locks;
-mod memory;
-mod mount;
-mod ops;
-pub mod options;
-mod passthrough;
-mod privs;
-mod progress;
-mod rawnew;
-mod recent;
-mod requests;
-mod share;
-pub mod stats;
+mod observe;
+mod state;
 use crate::sys;
-mod watch;
-mod write;
+
+use coherence::{invalidate, watch};
+pub use frontend::options;
+use frontend::{archive, daemon, error, failure, ops};
+pub use observe::stats;
+use state::{content, handles, inodes, passthrough, rawnew, recent, share};
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //!   how it is stored in BACKING (through the mount every file reads as
 //!   UTF-8, so nothing else tells);
 //! * `cutf8fs.stats` on the mount's root: the daemon's statistics
-//!   (`super::super::stats`), which `cutf8fs --stats MOUNTPOINT` prints.
+//!   (`crate::fs::observe::stats`), which `cutf8fs --stats MOUNTPOINT` prints.
 //!
 //! They are answered by getxattr and by nothing else: never listed by
 //! listxattr, so `cp -a`, `tar --xattrs`, `rsync -X` and any tool that
@@ -44,7 +44,7 @@
 //! the inode table would give, can be read only through its
 //! `/proc/self/fd` path, a walk through procfs that costs more than the
 //! reopen itself (docs/performance.md). The descriptor is kept for a
-//! moment (`super::super::recent`), so the second request of the pair
+//! moment (`crate::fs::state::recent`), so the second request of the pair
 //! reads through it, and let go within half a second. `O_NONBLOCK`: a
 //! lease on the file in BACKING is never waited for (the `O_PATH` way is
 //! taken instead). Only regular files: opening a device or a FIFO would
@@ -54,8 +54,8 @@
 
 use std::ffi::CStr;
 
-use super::super::inodes::Fd;
 use super::*;
+use crate::fs::state::inodes::Fd;
 
 /// The namespace of the mount's virtual attributes.
 const VIRTUAL: &[u8] = b"cutf8fs.";
@@ -223,7 +223,7 @@ impl CutFs {
                 };
                 Ok(value.as_bytes().to_vec())
             }
-            STATS if ino == crate::fs::inodes::ROOT => {
+            STATS if ino == crate::fs::state::inodes::ROOT => {
                 let (cache_used, cache_limit) = self.cache.usage();
                 let backing = inode
                     .fd()
@@ -233,13 +233,13 @@ impl CutFs {
                         std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
                     })
                     .map_or_else(|| "BACKING".into(), |p| p.display().to_string());
-                let now = crate::fs::stats::Now {
+                let now = crate::fs::observe::stats::Now {
                     backing,
                     inodes: self.inodes.known(),
                     cache_used,
                     cache_limit,
                 };
-                Ok(crate::fs::stats::report(&self.stats, &now).into_bytes())
+                Ok(crate::fs::observe::stats::report(&self.stats, &now).into_bytes())
             }
             _ => Err(Refused::NoVirtual.into()),
         }

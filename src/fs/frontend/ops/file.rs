@@ -1,7 +1,7 @@
 //! Regular files through handles: open and create (the class and index of
 //! the file learned under its content lock, on the scan threads for a large
 //! file), read (raw bytes or the view, through `crate::io`, read again if
-//! BACKING changed the file meanwhile), write and fallocate (`crate::fs::write`),
+//! BACKING changed the file meanwhile), write and fallocate (`crate::fs::state::write`),
 //! flush, release, fsync and lseek. Each handle holds one descriptor,
 //! taken from its opener's share (`share`) before it is opened.
 
@@ -234,7 +234,7 @@ impl CutFs {
     }
 
     /// Whether a READ through handle `h` (numbered `fh` in the handle
-    /// table; 0: the daemon's own, `crate::fs::archive`) answered short
+    /// table; 0: the daemon's own, `crate::fs::frontend::archive`) answered short
     /// (`got` bytes of `size` at `offset`) must fail so the kernel asks
     /// again (see `inflight`); if not, the kernel takes its end as the
     /// file's end.
@@ -242,7 +242,7 @@ impl CutFs {
         &self,
         h: &FileHandle,
         fh: u64,
-        reading: &crate::fs::inflight::Reading<'_>,
+        reading: &crate::fs::coherence::inflight::Reading<'_>,
         (offset, size): (u64, u32),
         got: usize,
         flags: fuser::OpenFlags,
@@ -422,16 +422,16 @@ pub(in crate::fs) enum Opened {
 /// attached to the inode, and the share it is counted in.
 pub(in crate::fs) struct Later {
     pub inode: Arc<Inode>,
-    pub file: crate::fs::inodes::Fd,
+    pub file: crate::fs::state::inodes::Fd,
     state: Arc<content::OpenFile>,
-    attached: crate::fs::inodes::Attached,
+    attached: crate::fs::state::inodes::Attached,
     ticket: Ticket,
 }
 
 impl Later {
     pub(in crate::fs) fn new(
         inode: Arc<Inode>,
-        file: crate::fs::inodes::Fd,
+        file: crate::fs::state::inodes::Fd,
         ticket: Ticket,
     ) -> Result<Later> {
         let attached = inode.attach(Some(&file));
@@ -452,7 +452,7 @@ impl Later {
 /// The parts of the filesystem that give an open file its handle, shared
 /// with the scan threads.
 pub(in crate::fs) struct Opener {
-    handles: Arc<crate::fs::handles::HandleTable>,
+    handles: Arc<crate::fs::state::handles::HandleTable>,
     cache: Arc<content::IndexCache>,
     noatime: bool,
     strictatime: bool,
@@ -507,7 +507,7 @@ impl Opener {
             // The exception to lossless reading (docs/format.md): the view cannot be written
             // back unchanged, so the file opens for writing with an error.
             if write && matches!(&content.view, Some((_, i)) if !i.lossless()) {
-                crate::fs::explain::read_only_view(&inode.path());
+                crate::fs::observe::explain::read_only_view(&inode.path());
                 return Err(crate::view::Error::ReadOnly.into());
             }
         } else {
@@ -517,7 +517,7 @@ impl Opener {
             }
         }
         content.open += 1;
-        let lost = crate::fs::errseq::ErrorsTold::at(content.lost);
+        let lost = crate::fs::state::errseq::ErrorsTold::at(content.lost);
         let keep = inode.seen().lock().opened_at(stamp) && !self.strictatime;
         drop(content);
         let fh = self.handles.insert(Handle::File(FileHandle {
@@ -543,7 +543,7 @@ impl Opener {
 
 /// Closes handle `fh` (release, or an open the kernel must not get; the
 /// scan threads call it too).
-pub(in crate::fs) fn release_handle(handles: &crate::fs::handles::HandleTable, fh: u64) {
+pub(in crate::fs) fn release_handle(handles: &crate::fs::state::handles::HandleTable, fh: u64) {
     if let Some(h) = handles.remove(fh) {
         handle_closed(h);
     }
@@ -573,11 +573,11 @@ impl CutFs {
         }
     }
 
-    /// A READ with no file handle (`-o archive`, `crate::fs::archive`):
+    /// A READ with no file handle (`-o archive`, `crate::fs::frontend::archive`):
     /// through the daemon's own handle of `ino`, opened now if it has none.
     fn archive_handle(
         &self,
-        readers: &crate::fs::archive::Readers<Arc<Handle>>,
+        readers: &crate::fs::frontend::archive::Readers<Arc<Handle>>,
         ino: u64,
     ) -> Result<Arc<Handle>> {
         let inode = self.inodes.get(ino)?;

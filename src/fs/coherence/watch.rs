@@ -61,9 +61,9 @@ use std::time::Duration;
 use crate::sys;
 use crate::sys::fanotify::{self, Event, Fanotify, Fid};
 
-use super::inodes::InodeTable;
-use super::invalidate::Invalidator;
-use super::options::{LONG_TIMEOUT, SHORT_TIMEOUT};
+use crate::fs::coherence::invalidate::Invalidator;
+use crate::fs::frontend::options::{LONG_TIMEOUT, SHORT_TIMEOUT};
+use crate::fs::state::inodes::InodeTable;
 
 /// Bytes read from the group at once: about 1500 events of a short name.
 const BUFFER: usize = 64 << 10;
@@ -289,7 +289,7 @@ impl Watch {
     /// by the handle alone where its layout is known, else by opening it.
     fn number(&self, fid: &Fid, inodes: &InodeTable) -> Option<u64> {
         if fid.ty == self.root.0 && fid.handle == self.root.1 {
-            return Some(super::inodes::ROOT);
+            return Some(crate::fs::state::inodes::ROOT);
         }
         if let Some(ino) = self.layout.and_then(|l| l.ino(&fid.handle)) {
             if let Some(known) = inodes.number_by_handle(ino, fid.ty, &fid.handle) {

@@ -7,7 +7,7 @@
 //!   written into them first: corrected when it is UTF-8 text without U+0000
 //!   that W can store (and `-o newfiles=raw` is not set), raw otherwise, and
 //!   raw while the file is open in the kernel's passthrough mode, whose
-//!   handles see its bytes (`super::passthrough`). From
+//!   handles see its bytes (`crate::fs::state::passthrough`). From
 //!   then on the file holds content and keeps its encoding (docs/behaviour.md, "The mount").
 //! * Corrected files go through `crate::io::write`, which carries out the
 //!   plans of `crate::view::write` (in-place patches, appends or journaled
@@ -23,7 +23,7 @@
 //!   (`io::zero_range`, `io::allocate`); on others, BACKING's own.
 //!
 //! Nothing here picks an errno: the view's reasons (`crate::view::Error`)
-//! become one in `super::error`.
+//! become one in `crate::fs::frontend::error`.
 //!
 //! After every change the per-file state gets the new index under the new
 //! stamp, so the next read, getattr or open sees it without a rescan; a
@@ -38,14 +38,14 @@ use crate::io::{self as backing, Zeroing};
 use crate::view::{self, sniff, OffsetIndex};
 use cutf8::MAGIC;
 
-use super::content::{self, Class, Content, HeldBytes, OpenFile, Stamp};
-use super::error::{io, Result};
-use super::handles::FileHandle;
-use super::inodes::Fd;
-use super::inodes::Inode;
-use super::options::NewFiles;
-use super::sys;
-use super::CutFs;
+use crate::fs::frontend::error::{io, Result};
+use crate::fs::frontend::options::NewFiles;
+use crate::fs::state::content::{self, Class, Content, HeldBytes, OpenFile, Stamp};
+use crate::fs::state::handles::FileHandle;
+use crate::fs::state::inodes::Fd;
+use crate::fs::state::inodes::Inode;
+use crate::fs::sys;
+use crate::fs::CutFs;
 
 /// What a regular file is right now.
 enum Now {
@@ -133,7 +133,12 @@ impl CutFs {
     /// files, a byte offset otherwise). A lead held back by the last write
     /// (see [`HeldBytes`]) is joined with this one when this one continues it,
     /// and written as it is first otherwise.
-    pub(super) fn write_file(&self, h: &FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
+    pub(in crate::fs) fn write_file(
+        &self,
+        h: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32> {
         let mut content = h.state.content.write();
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let held = match content.held.take() {
@@ -185,7 +190,7 @@ impl CutFs {
     /// Writes a lead held back by an earlier write, if any: before
     /// anything else reads or changes the file (a read, a size change,
     /// fallocate, fsync, a close).
-    pub(super) fn settle(&self, inode: &Inode, state: &OpenFile) -> Result<()> {
+    pub(in crate::fs) fn settle(&self, inode: &Inode, state: &OpenFile) -> Result<()> {
         if state.content.read().held.is_none() {
             return Ok(());
         }
@@ -233,7 +238,7 @@ impl CutFs {
         match now {
             Now::Empty => {
                 // A file open in passthrough stays raw: the kernel shows
-                // its bytes to those handles (`super::passthrough`).
+                // its bytes to those handles (`crate::fs::state::passthrough`).
                 if self.newfiles == NewFiles::Auto
                     && offset == 0
                     && sniff::is_text(data)
@@ -323,7 +328,7 @@ impl CutFs {
                             self.failed(state, content, file, stamp, next);
                             return Err(e.into());
                         }
-                        super::explain::now_raw(&name, &why);
+                        crate::fs::observe::explain::now_raw(&name, &why);
                         self.changed(state, content, file, None)?;
                         // Its class changed behind the kernel's cached
                         // attributes (the blocks it takes, for one).
@@ -363,7 +368,7 @@ impl CutFs {
 
     fn log_magic_refused(&self, inode: &Inode, e: &backing::Error) {
         if matches!(e, backing::Error::View(view::Error::MagicOnRaw)) {
-            super::explain::magic_on_raw(&self.name_of(inode));
+            crate::fs::observe::explain::magic_on_raw(&self.name_of(inode));
         }
     }
 
@@ -373,7 +378,7 @@ impl CutFs {
     /// `io::allocate`); collapse, insert and anything else are EOPNOTSUPP
     /// (the kernel's FUSE client does not send them; refused here too, so
     /// a corrected file never shifts text by block-aligned disk offsets).
-    pub(super) fn fallocate_file(
+    pub(in crate::fs) fn fallocate_file(
         &self,
         h: &FileHandle,
         offset: u64,
@@ -407,7 +412,7 @@ impl CutFs {
             PUNCH if keep => Some(Zeroing::Punch),
             ZERO => Some(Zeroing::Zero),
             _ => {
-                super::explain::fallocate_mode(&self.name_of(&h.inode), mode);
+                crate::fs::observe::explain::fallocate_mode(&self.name_of(&h.inode), mode);
                 return Err(view::Error::Unsupported.into());
             }
         };
@@ -433,7 +438,7 @@ impl CutFs {
 
     /// Sets the size of a regular file (truncate, ftruncate, O_TRUNC):
     /// a view length for corrected files.
-    pub(super) fn set_size(
+    pub(in crate::fs) fn set_size(
         &self,
         inode: &Inode,
         file_state: &OpenFile,

@@ -27,8 +27,8 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag};
 use nix::mount::{umount2, MntFlags, MsFlags};
 
-use super::failure::Failure;
-use super::options::Options;
+use crate::fs::frontend::failure::Failure;
+use crate::fs::frontend::options::Options;
 use crate::sys;
 
 pub const FSTYPE: &str = "fuse.cutf8fs";

@@ -3,7 +3,7 @@
 //! not cost a rescan.
 
 use super::*;
-use crate::fs::privs;
+use crate::fs::state::privs;
 
 impl CutFs {
     #[allow(clippy::too_many_arguments)]
@@ -95,7 +95,7 @@ impl CutFs {
     }
 
     pub(in crate::fs) fn fs_stats(&self) -> Result<sys::StatVfs> {
-        let root = self.inodes.get(crate::fs::inodes::ROOT)?;
+        let root = self.inodes.get(crate::fs::state::inodes::ROOT)?;
         sys::fstatvfs(root.fd()?.as_fd()).map_err(io)
     }
 

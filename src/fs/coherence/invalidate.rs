@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::inflight::Reads;
+use crate::fs::coherence::inflight::Reads;
 
 /// How long a lock's reply waits for the kernel to drop a file's pages.
 pub const PAGES_WAIT: Duration = Duration::from_millis(500);

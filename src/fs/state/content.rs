@@ -40,7 +40,7 @@
 //!   cache, so the reads that follow do not go to the disk again: a cold
 //!   `cat` reads the disk once (docs/performance.md, "Mount, reads").
 //! * Reads in order are left to the kernel's read-ahead on both sides:
-//!   the mount's (`crate::fs::mount::READ_AHEAD`: requests of 1 MiB, several
+//!   the mount's (`crate::fs::frontend::mount::READ_AHEAD`: requests of 1 MiB, several
 //!   in flight) and the backing file's, which fills its page cache in
 //!   large pages. The daemon asks the backing file for nothing ahead
 //!   itself: `POSIX_FADV_WILLNEED` fills the page cache one 4 KiB page at a
@@ -69,8 +69,8 @@ pub use crate::io::{build_index, has_magic};
 use crate::view::OffsetIndex;
 pub use crate::view::DATA_START;
 
-use super::error::{io, Result};
-use super::stats::Stats;
+use crate::fs::frontend::error::{io, Result};
+use crate::fs::observe::stats::Stats;
 
 pub use crate::io::Stamp;
 
@@ -98,7 +98,7 @@ pub struct Content {
     /// Bytes a write held back to join with the next ([`HeldBytes`]).
     pub held: Option<HeldBytes>,
     /// Held bytes that could not be written, for the handles to report.
-    pub lost: super::errseq::Lost,
+    pub lost: crate::fs::state::errseq::Lost,
 }
 
 /// The kernel cuts a write into pieces at page boundaries when the page it
@@ -379,7 +379,7 @@ impl OpenFile {
     )> {
         for _ in 0..4 {
             let content = self.content.read();
-            let st = super::sys::fstat(file.as_fd()).map_err(io)?;
+            let st = crate::fs::sys::fstat(file.as_fd()).map_err(io)?;
             let stamp = Stamp::of(&st);
             if (st.st_size as u64) < DATA_START {
                 return Ok((content, stamp, None));
@@ -396,7 +396,7 @@ impl OpenFile {
             }
             drop(content);
             let mut content = self.content.write();
-            let st = super::sys::fstat(file.as_fd()).map_err(io)?;
+            let st = crate::fs::sys::fstat(file.as_fd()).map_err(io)?;
             let stamp = Stamp::of(&st);
             let learned;
             let second_file;
@@ -417,7 +417,7 @@ impl OpenFile {
         crate::ratelog::warn("keeps-changing", "", || {
             "a file keeps changing in BACKING while it is read; the read fails with EIO".into()
         });
-        Err(super::error::Refused::KeepsChanging.into())
+        Err(crate::fs::frontend::error::Refused::KeepsChanging.into())
     }
 
     /// The index kept for `stamp` disagrees with the file's bytes although
@@ -567,7 +567,7 @@ fn learn_class(
             Some(index) => index,
             None if !scan => return Ok(None),
             None => {
-                super::sys::fadvise(&file, libc::POSIX_FADV_SEQUENTIAL);
+                crate::fs::sys::fadvise(&file, libc::POSIX_FADV_SEQUENTIAL);
                 index_for(cache, &file, stamp)?
             }
         };
@@ -671,7 +671,7 @@ pub struct IndexCache {
     /// Whose turn it is to classify each file.
     turns: ScanTurns,
     /// Long scans, reported in the log as they go.
-    progress: Arc<super::progress::Progress>,
+    progress: Arc<crate::fs::observe::progress::Progress>,
 }
 
 impl IndexCache {
@@ -694,7 +694,7 @@ impl IndexCache {
     /// The index for this stamp: cached (marked as recently used), or from
     /// the index database (then cached).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
-        use super::stats::Lookup;
+        use crate::fs::observe::stats::Lookup;
         if let Some(index) = self.get_cached(stamp) {
             self.stats.lookup(Lookup::Memory);
             return Some(index);
@@ -813,7 +813,7 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
     let started = crate::indexdb::now();
     let size = stamp.size;
     cache.stats.scan(size);
-    let index = if size >= super::progress::WATCHED {
+    let index = if size >= crate::fs::observe::progress::WATCHED {
         use std::os::fd::AsRawFd;
         let name = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_or_else(|_| "a corrected file".into(), |p| p.display().to_string());
@@ -823,7 +823,7 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
         build_index(file)
     };
     let index = Arc::new(index.map_err(io)?);
-    let after = super::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
+    let after = crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
     if Stamp::of(&after) == stamp {
         cache.put(stamp, index.clone());
         cache.db.put(&stamp, started, &index);

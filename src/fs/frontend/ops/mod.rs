@@ -41,24 +41,24 @@ mod meta;
 mod names;
 mod xattr;
 
-pub(super) use file::Opened;
-pub(super) use xattr::XattrReply;
+pub(in crate::fs) use file::Opened;
+pub(in crate::fs) use xattr::XattrReply;
 
-use super::attr;
-use super::content::{self, Class, Stamp};
-use super::error::{io, kept, Errno, Refused, Result};
-use super::handles::{DirEntry, DirHandle, FileHandle, Handle, Listing};
-use super::inodes::Inode;
-use super::share::{self, Ticket};
-use super::sys::{self, ActAs, Identity, Limits};
-use super::CutFs;
+use crate::fs::frontend::attr;
+use crate::fs::frontend::error::{io, kept, Errno, Refused, Result};
+use crate::fs::state::content::{self, Class, Stamp};
+use crate::fs::state::handles::{DirEntry, DirHandle, FileHandle, Handle, Listing};
+use crate::fs::state::inodes::Inode;
+use crate::fs::state::share::{self, Ticket};
+use crate::fs::sys::{self, ActAs, Identity, Limits};
+use crate::fs::CutFs;
 
 /// Entries of one readdirplus reply prepared (looked up, classified)
 /// together; more than a 4 KiB reply holds, fewer than a large one.
 const PLUS_BATCH: usize = 48;
 
 /// Threads classifying a batch of cold files at once.
-pub(super) const PLUS_WORKERS: usize = 8;
+pub(in crate::fs) const PLUS_WORKERS: usize = 8;
 
 /// A readdirplus entry after its lookup: None for "." and "..".
 type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
@@ -68,7 +68,7 @@ type Looked = Option<Result<(Arc<Inode>, libc::stat)>>;
 /// FUSE worker, the entry goes out with the backing size and no validity
 /// (the kernel asks again, by lookup or getattr, before it uses them, and
 /// those finish on the scan threads) while a scan starts in the background.
-pub(super) struct PlusAttr {
+pub(in crate::fs) struct PlusAttr {
     pub attr: FileAttr,
     pub provisional: bool,
 }
@@ -159,12 +159,12 @@ fn not_a_file(inode: &Inode) -> Errno {
 /// of BACKING (the journal, `crate::trust::is_internal`), which the mount
 /// neither shows nor lets anyone touch.
 fn is_journal(parent: u64, name: &OsStr) -> bool {
-    parent == super::inodes::ROOT && crate::trust::is_internal(name)
+    parent == crate::fs::state::inodes::ROOT && crate::trust::is_internal(name)
 }
 
 /// The class of a regular file in state `st` (cached per stamp); a free
 /// function so that the scan threads can run it.
-pub(super) fn classify(
+pub(in crate::fs) fn classify(
     cache: &content::IndexCache,
     inode: &Inode,
     st: &libc::stat,
@@ -189,7 +189,7 @@ fn open_to_classify(inode: &Inode) -> std::io::Result<std::fs::File> {
 /// file's preferred I/O size is `blksize` when the mount sets one
 /// (`-o blksize`), and its size counts bytes held back at its end. Never
 /// called under the file's content lock (it takes it to read).
-pub(super) fn attr_with(
+pub(in crate::fs) fn attr_with(
     inode: &Inode,
     st: &libc::stat,
     class: Class,
@@ -200,8 +200,8 @@ pub(super) fn attr_with(
         Class::Corrected { view_len, .. } => view_len,
     };
     let mut a = attr::from_stat(inode.ino, st, size);
-    if inode.ino == super::inodes::ROOT {
-        a.ino = fuser::INodeNo(super::inodes::ROOT);
+    if inode.ino == crate::fs::state::inodes::ROOT {
+        a.ino = fuser::INodeNo(crate::fs::state::inodes::ROOT);
     }
     if inode.is_reg() {
         if let Some(b) = blksize {
@@ -225,20 +225,20 @@ pub(super) fn attr_with(
 
 impl CutFs {
     /// The class of a regular file in state `st` (cached per stamp).
-    pub(super) fn class(&self, inode: &Inode, st: &libc::stat) -> Result<Class> {
+    pub(in crate::fs) fn class(&self, inode: &Inode, st: &libc::stat) -> Result<Class> {
         classify(&self.cache, inode, st)
     }
 
     /// The attributes every reply carries: the view's size for corrected
     /// files, everything else as in BACKING.
-    pub(super) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
+    pub(in crate::fs) fn attr(&self, inode: &Inode, st: &libc::stat) -> Result<FileAttr> {
         Ok(attr_with(inode, st, self.class(inode, st)?, self.blksize))
     }
 
     /// Whether classifying this file may take long (a scan of a large
     /// corrected file whose index is not cached): then the reply is sent
     /// from the scan threads. Large raw files are told by their head here.
-    pub(super) fn needs_scan(&self, inode: &Inode, st: &libc::stat) -> Result<bool> {
+    pub(in crate::fs) fn needs_scan(&self, inode: &Inode, st: &libc::stat) -> Result<bool> {
         if !inode.is_reg()
             || st.st_size as u64 <= content::SCAN_INLINE
             || inode.seen().lock().class(&Stamp::of(st)).is_some()
@@ -253,19 +253,19 @@ impl CutFs {
 
     /// An entry for the kernel: counts one lookup, which is given back if
     /// the attributes cannot be had.
-    pub(super) fn entry(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<FileAttr> {
+    pub(in crate::fs) fn entry(&self, inode: Arc<Inode>, st: &libc::stat) -> Result<FileAttr> {
         self.attr(&inode, st)
             .inspect_err(|_| self.inodes.forget(inode.ino, 1))
     }
 
     /// A name for logs: the path relative to BACKING under which the inode
     /// table last saw `inode` (`Inode::path`).
-    pub(super) fn name_of(&self, inode: &Inode) -> String {
+    pub(in crate::fs) fn name_of(&self, inode: &Inode) -> String {
         inode.path()
     }
 
     /// `name_of` by FUSE inode number.
-    pub(super) fn name_of_ino(&self, ino: u64) -> String {
+    pub(in crate::fs) fn name_of_ino(&self, ino: u64) -> String {
         match self.inodes.get(ino) {
             Ok(inode) => self.name_of(&inode),
             Err(_) => format!("inode {ino}"),
@@ -273,7 +273,7 @@ impl CutFs {
     }
 
     /// The first half of a lookup: the entry, counted, without its class.
-    pub(super) fn lookup_inode(
+    pub(in crate::fs) fn lookup_inode(
         &self,
         parent: u64,
         name: &OsStr,
@@ -292,14 +292,14 @@ impl CutFs {
         self.inodes.lookup(&dir, &name)
     }
 
-    pub(super) fn forget_lookups(&self, ino: u64, n: u64) {
+    pub(in crate::fs) fn forget_lookups(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
     }
 
     /// One descriptor of `uid`'s share for a handle of `inode` (opened by
     /// `what`); a refusal is logged (rate-limited per user) and answered
     /// EMFILE, or ENFILE once no descriptor is left for anyone.
-    pub(super) fn ticket(&self, uid: u32, inode: &Inode, what: &str) -> Result<Ticket> {
+    pub(in crate::fs) fn ticket(&self, uid: u32, inode: &Inode, what: &str) -> Result<Ticket> {
         self.shares.take(uid).map_err(|why| {
             let p = self.shares.policy();
             let (errno, text) = match why {

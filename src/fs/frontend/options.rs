@@ -114,8 +114,10 @@ impl Default for Options {
             entry_timeout: None,
             watch: true,
             newfiles: NewFiles::Auto,
-            rawdirs: super::rawnew::parse_rawdirs(super::rawnew::DEFAULT_RAWDIRS)
-                .unwrap_or_default(),
+            rawdirs: crate::fs::state::rawnew::parse_rawdirs(
+                crate::fs::state::rawnew::DEFAULT_RAWDIRS,
+            )
+            .unwrap_or_default(),
             threads: cpus.clamp(2, 16),
             nonempty: false,
             auto_unmount: false,
@@ -562,7 +564,7 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
                     .ok_or_else(bad)?,
             )
         }
-        ("rawdirs", Some(v)) => o.rawdirs = super::rawnew::parse_rawdirs(v)?,
+        ("rawdirs", Some(v)) => o.rawdirs = crate::fs::state::rawnew::parse_rawdirs(v)?,
         ("threads", Some(v)) => {
             o.threads = v
                 .parse()

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::inodes::{Fd, Inode};
+use crate::fs::state::inodes::{Fd, Inode};
 
 /// The most descriptors kept: a few clients' pairs of requests at once.
 pub const SLOTS: usize = 16;
@@ -200,11 +200,11 @@ mod tests {
     fn entries(
         dir: &std::path::Path,
         n: usize,
-    ) -> (super::super::inodes::InodeTable, Vec<Arc<Inode>>) {
+    ) -> (crate::fs::state::inodes::InodeTable, Vec<Arc<Inode>>) {
         let table =
-            super::super::inodes::InodeTable::new(super::super::CutFs::open_backing(dir).unwrap())
+            crate::fs::state::inodes::InodeTable::new(crate::fs::CutFs::open_backing(dir).unwrap())
                 .unwrap();
-        let root = table.get(super::super::inodes::ROOT).unwrap();
+        let root = table.get(crate::fs::state::inodes::ROOT).unwrap();
         let mut all = Vec::new();
         for i in 0..n {
             std::fs::write(dir.join(format!("f{i}")), b"x").unwrap();

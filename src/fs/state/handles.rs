@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::content::OpenFile;
-use super::error::{Errno, Result};
-use super::inodes::{Attached, Fd, Inode};
-use super::share::Ticket;
+use crate::fs::frontend::error::{Errno, Result};
+use crate::fs::state::content::OpenFile;
+use crate::fs::state::inodes::{Attached, Fd, Inode};
+use crate::fs::state::share::Ticket;
 
 pub struct FileHandle {
     pub inode: Arc<Inode>,
@@ -31,7 +31,7 @@ pub struct FileHandle {
     /// The file's state, shared with its other handles.
     pub state: Arc<OpenFile>,
     /// The file's lost writes this handle was told of (`errseq`).
-    pub lost: super::errseq::ErrorsTold,
+    pub lost: crate::fs::state::errseq::ErrorsTold,
     /// Attached to the inode: keeps `state`, and `file` as its descriptor.
     pub _attached: Attached,
     /// The descriptor counted against the opener's share.

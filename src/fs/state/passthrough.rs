@@ -109,10 +109,10 @@ use std::sync::Arc;
 use fuser::{BackingId, InitFlags, KernelConfig};
 use parking_lot::{Condvar, Mutex};
 
-use super::error::{Errno, Result};
+use crate::fs::frontend::error::{Errno, Result};
 
 /// How one open is served.
-pub(super) enum Mode {
+pub(in crate::fs) enum Mode {
     /// By the daemon (reads and writes are requests).
     Daemon,
     /// In the kernel's passthrough mode, through this backing file: a
@@ -124,7 +124,7 @@ pub(super) enum Mode {
 }
 
 /// What an open asks for, as the caller found the file.
-pub(super) struct Ask<'a> {
+pub(in crate::fs) struct Ask<'a> {
     pub ino: u64,
     pub fh: u64,
     /// Open for writing.
@@ -154,7 +154,7 @@ struct Table {
 }
 
 /// The mount's passthrough state (shared by every worker).
-pub(super) struct Passthrough {
+pub(in crate::fs) struct Passthrough {
     /// Wanted (`-o passthrough`, on by default) and not refused so far.
     on: AtomicBool,
     /// The stacking depth to ask the kernel for (1 + BACKING's).
@@ -170,7 +170,7 @@ const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 impl Passthrough {
     /// `wanted`: `-o passthrough=on|off`, None for `auto` (on); `backing`
     /// is BACKING's root.
-    pub(super) fn new(wanted: Option<bool>, backing: BorrowedFd<'_>) -> Passthrough {
+    pub(in crate::fs) fn new(wanted: Option<bool>, backing: BorrowedFd<'_>) -> Passthrough {
         use nix::sys::statfs::{fstatfs, OVERLAYFS_SUPER_MAGIC};
         let stacked = fstatfs(backing).is_ok_and(|s| s.filesystem_type() == OVERLAYFS_SUPER_MAGIC);
         Passthrough {
@@ -182,7 +182,7 @@ impl Passthrough {
     }
 
     /// Asks the kernel for passthrough at init (when wanted).
-    pub(super) fn init(&self, config: &mut KernelConfig) {
+    pub(in crate::fs) fn init(&self, config: &mut KernelConfig) {
         if !self.on.load(Ordering::Relaxed) {
             log::info!("passthrough off (-o passthrough=off): every read goes through the daemon");
             return;
@@ -225,7 +225,7 @@ impl Passthrough {
     /// until `release`. `open_backing` registers a descriptor with the
     /// kernel (the reply's `open_backing`). On error the caller releases
     /// the handle and answers the errno.
-    pub(super) fn open(
+    pub(in crate::fs) fn open(
         &self,
         ask: &Ask<'_>,
         open_backing: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
@@ -289,7 +289,7 @@ impl Passthrough {
 
     /// Whether inode `ino` is open in passthrough now (a write that would
     /// make it corrected keeps it raw instead: module doc).
-    pub(super) fn in_kernel(&self, ino: u64) -> bool {
+    pub(in crate::fs) fn in_kernel(&self, ino: u64) -> bool {
         self.table
             .lock()
             .by_ino
@@ -301,7 +301,12 @@ impl Passthrough {
     /// file now begins with the magic number (written through its shared
     /// mapping, which the daemon does not see: module doc), says so in the
     /// log, naming the file.
-    pub(super) fn closing_writer(&self, fh: u64, file: BorrowedFd<'_>, name: &dyn Fn() -> String) {
+    pub(in crate::fs) fn closing_writer(
+        &self,
+        fh: u64,
+        file: BorrowedFd<'_>,
+        name: &dyn Fn() -> String,
+    ) {
         if !self.table.lock().by_fh.get(&fh).is_some_and(|&(_, k)| k) {
             return;
         }
@@ -331,13 +336,13 @@ impl Passthrough {
 
     /// Whether handle `fh` is in the kernel's passthrough mode (a READ
     /// that comes to the daemon through it is then a writer's direct I/O).
-    pub(super) fn by_kernel(&self, fh: u64) -> bool {
+    pub(in crate::fs) fn by_kernel(&self, fh: u64) -> bool {
         self.table.lock().by_fh.get(&fh).is_some_and(|&(_, k)| k)
     }
 
     /// Forgets handle `fh`; the last passthrough handle of an inode drops
     /// its backing id (the kernel closes its backing file).
-    pub(super) fn release(&self, fh: u64) {
+    pub(in crate::fs) fn release(&self, fh: u64) {
         let mut t = self.table.lock();
         let Some((ino, kernel)) = t.by_fh.remove(&fh) else {
             return;
@@ -365,7 +370,7 @@ const MIN_SIZE: u64 = 128 << 10;
 
 /// The size of the file behind `fd`, if it can be told.
 fn size_of(fd: BorrowedFd<'_>) -> Option<u64> {
-    let st = super::sys::fstat(fd).ok()?;
+    let st = crate::fs::sys::fstat(fd).ok()?;
     u64::try_from(st.st_size).ok()
 }
 
@@ -383,7 +388,7 @@ fn is_raw(fd: BorrowedFd<'_>, size: Option<u64>) -> bool {
         return false;
     };
     matches!(
-        super::content::has_magic(&std::fs::File::from(owned)),
+        crate::fs::state::content::has_magic(&std::fs::File::from(owned)),
         Ok(false)
     )
 }

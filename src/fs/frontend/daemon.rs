@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::signal::Signal;
 
-use super::failure::Failure;
-use super::mount;
-use super::options::{self, Options};
-use super::CutFs;
+use crate::fs::frontend::failure::Failure;
+use crate::fs::frontend::mount;
+use crate::fs::frontend::options::{self, Options};
+use crate::fs::CutFs;
 use crate::sys::{self, process::Forked, process::StopSignals};
 
 /// What the command line asked for (parsed by `src/bin/cutf8fs.rs`).
@@ -380,7 +380,7 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
     std::panic::set_hook(Box::new(move |info| {
         // A panic inside a request is logged once, with the request's
         // operation and path, by `error::guard`, which answers it EIO.
-        if super::error::stash_panic(info) {
+        if crate::fs::frontend::error::stash_panic(info) {
             return;
         }
         log::error!("BUG: {info}");
@@ -408,13 +408,13 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     let signals = StopSignals::block();
     // Before the filesystem's threads start; freed memory goes back after
     // each burst of requests (`memory`).
-    super::memory::limit_arenas();
+    crate::fs::frontend::memory::limit_arenas();
     let root: OwnedFd = CutFs::open_backing(&c.backing)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
     let fs = CutFs::new(root, &c.opts)
         .map_err(|e| Failure::mount(format!("BACKING {}: {e}", c.backing.display())))?;
     let stats = fs.stats();
-    super::memory::spawn_trimmer(move || stats.requests_served())
+    crate::fs::frontend::memory::spawn_trimmer(move || stats.requests_served())
         .map_err(|e| Failure::mount(format!("cannot start a thread: {e}")))?;
     let root_user = sys::is_root();
     let allow_other = c.opts.allow_other.unwrap_or(root_user);
@@ -437,7 +437,7 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     let mut fc = fuser::Config::default();
     fc.n_threads = Some(c.opts.threads);
     fc.clone_fd = true;
-    fc.max_threads = Some(super::most_threads(c.opts.threads));
+    fc.max_threads = Some(crate::fs::most_threads(c.opts.threads));
     // `-o turns`: one thread receives; the workers serve each user's
     // requests in turns, so one user's storm does not queue another's
     // reads behind it (man cutf8fs(1), RESOURCES). Off by default: every

@@ -3,7 +3,7 @@
 //! answered through the reply helpers of the parent module. Nothing is
 //! decided here.
 
-use super::*;
+use crate::fs::*;
 
 impl Filesystem for CutFs {
     fn destroy(&mut self) {

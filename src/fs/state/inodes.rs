@@ -24,7 +24,7 @@
 //! between 16 and 4096; evicted by CLOCK: one used since the hand last
 //! passed gets a second chance). A directory removed in BACKING is thus let
 //! go within about a second, a file at once (or, right after its extended
-//! attributes were read, within half a second: `super::recent`). The way
+//! attributes were read, within half a second: `crate::fs::state::recent`). The way
 //! back, as in virtiofsd and libfuse's passthrough_hp:
 //!
 //! * a **file handle** (`name_to_handle_at`), reopened with
@@ -72,7 +72,7 @@
 //! `Arc` counts: glibc's 144-byte chunk; `tests::an_entry_stays_small`)
 //! plus a slot of 8 bytes and a control byte in one hash set (9 to 18
 //! bytes an entry, as the set's power-of-two size falls): with a listing's
-//! 12 bytes and name (`super::handles::Listing`) while its directory is
+//! 12 bytes and name (`crate::fs::state::handles::Listing`) while its directory is
 //! open, under 200 bytes for an inode the kernel remembers
 //! (`scripts/bench-inodes.sh` measures it whole, docs/performance.md). To
 //! stay that small, a file handle of up to 16 bytes is kept inline (24
@@ -97,10 +97,10 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use super::content::{KnownContent, OpenFile};
-use super::error::{io, Errno, Result};
-use super::export::{self, Nodes, Record};
-use super::sys::{self, BackingHandle};
+use crate::fs::export::{self, Nodes, Record};
+use crate::fs::frontend::error::{io, Errno, Result};
+use crate::fs::state::content::{KnownContent, OpenFile};
+use crate::fs::sys::{self, BackingHandle};
 
 /// FUSE's number for the root directory.
 pub const ROOT: u64 = 1;
@@ -1571,7 +1571,7 @@ mod tests {
     use std::ffi::CString;
 
     fn table(dir: &std::path::Path, cap: usize, by_handle: bool) -> InodeTable {
-        let root = super::super::CutFs::open_backing(dir).unwrap();
+        let root = crate::fs::CutFs::open_backing(dir).unwrap();
         InodeTable::with(root, cap, by_handle).unwrap()
     }
 
