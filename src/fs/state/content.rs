@@ -379,7 +379,7 @@ impl OpenFile {
     )> {
         for _ in 0..4 {
             let content = self.content.read();
-            let st = crate::fs::sys::fstat(file.as_fd()).map_err(io)?;
+            let st = crate::sys::fstat(file.as_fd()).map_err(io)?;
             let stamp = Stamp::of(&st);
             if (st.st_size as u64) < DATA_START {
                 return Ok((content, stamp, None));
@@ -396,7 +396,7 @@ impl OpenFile {
             }
             drop(content);
             let mut content = self.content.write();
-            let st = crate::fs::sys::fstat(file.as_fd()).map_err(io)?;
+            let st = crate::sys::fstat(file.as_fd()).map_err(io)?;
             let stamp = Stamp::of(&st);
             let learned;
             let second_file;
@@ -567,7 +567,7 @@ fn learn_class(
             Some(index) => index,
             None if !scan => return Ok(None),
             None => {
-                crate::fs::sys::fadvise(&file, libc::POSIX_FADV_SEQUENTIAL);
+                crate::sys::fadvise(&file, libc::POSIX_FADV_SEQUENTIAL);
                 index_for(cache, &file, stamp)?
             }
         };
@@ -823,7 +823,7 @@ pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<Of
         build_index(file)
     };
     let index = Arc::new(index.map_err(io)?);
-    let after = crate::fs::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
+    let after = crate::sys::fstat(std::os::fd::AsFd::as_fd(file)).map_err(io)?;
     if Stamp::of(&after) == stamp {
         cache.put(stamp, index.clone());
         cache.db.put(&stamp, started, &index);

@@ -370,7 +370,7 @@ const MIN_SIZE: u64 = 128 << 10;
 
 /// The size of the file behind `fd`, if it can be told.
 fn size_of(fd: BorrowedFd<'_>) -> Option<u64> {
-    let st = crate::fs::sys::fstat(fd).ok()?;
+    let st = crate::sys::fstat(fd).ok()?;
     u64::try_from(st.st_size).ok()
 }
 

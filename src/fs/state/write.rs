@@ -44,8 +44,8 @@ use crate::fs::state::content::{self, Class, Content, HeldBytes, OpenFile, Stamp
 use crate::fs::state::handles::FileHandle;
 use crate::fs::state::inodes::Fd;
 use crate::fs::state::inodes::Inode;
-use crate::fs::sys;
 use crate::fs::CutFs;
+use crate::sys;
 
 /// What a regular file is right now.
 enum Now {

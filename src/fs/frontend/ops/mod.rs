@@ -50,8 +50,8 @@ use crate::fs::state::content::{self, Class, Stamp};
 use crate::fs::state::handles::{DirEntry, DirHandle, FileHandle, Handle, Listing};
 use crate::fs::state::inodes::Inode;
 use crate::fs::state::share::{self, Ticket};
-use crate::fs::sys::{self, ActAs, Identity, Limits};
 use crate::fs::CutFs;
+use crate::sys::{self, ActAs, Identity, Limits};
 
 /// Entries of one readdirplus reply prepared (looked up, classified)
 /// together; more than a 4 KiB reply holds, fewer than a large one.

@@ -55,6 +55,8 @@ use parking_lot::Mutex;
 
 use crate::fs::state::content::IndexCache;
 
+mod reconnect;
+
 /// How a node's backing file is found again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
