@@ -35,7 +35,7 @@
 //!   bars: the binary does (`src/bin/cutf8/`), and hands them plain options
 //!   and an observer. [`convert::Position`] is their one line/column type.
 //! * [`fs`] serves the mount: it keeps inodes, handles and per-file state
-//!   and turns errors into errno (`fs/error.rs`, the one place). For the
+//!   and turns errors into errno (`fs/frontend/error.rs`, the one place). For the
 //!   content of a corrected file it plans with [`view`] (pure: the offset
 //!   index, which disk bytes a read needs, what a write does — in place,
 //!   extension, tail rewrite, or content that cannot be stored) and executes

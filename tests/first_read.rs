@@ -5,7 +5,7 @@
 //! the decoded text, a kill -9 in the middle of a first read leaves the
 //! index database right, a cold sequential read reaches the daemon in
 //! requests of 1 MiB (the mount's read-ahead, `READ_AHEAD` in
-//! src/fs/mount.rs), and reads of any size at any offset give exactly the
+//! src/fs/frontend/mount.rs), and reads of any size at any offset give exactly the
 //! view.
 
 use std::fs::{self, File};

@@ -405,7 +405,7 @@ fn pread_far_past_a_truncation_in_backing() {
 /// round, with the default options (the watch on, long caches). Every
 /// read returns bytes of one version or EOF: never zeros that no version
 /// held (the kernel keeps the old size when an invalidation meets a short
-/// read: `src/fs/inflight.rs`), never an error. After each round `stat`
+/// read: `src/fs/coherence/inflight.rs`), never an error. After each round `stat`
 /// and a read past the end answer from the new version at once.
 #[test]
 fn a_reader_racing_truncations_in_backing_sees_one_version_and_no_error() {

@@ -1,4 +1,4 @@
-//! FUSE passthrough for raw files (`src/fs/passthrough.rs`), on by default
+//! FUSE passthrough for raw files (`src/fs/state/passthrough.rs`), on by default
 //! on read-write and read-only mounts: readers served by the kernel,
 //! writers beside them still served by the daemon (reads, writes,
 //! appends, truncation, the magic-number guard, the first-write rule), a
@@ -216,7 +216,7 @@ fn mmap_of_a_passthrough_file() {
     assert!(got == data, "the mapping shows the file's bytes");
     drop(f);
     // A writable shared mapping of a writer maps the backing file too
-    // (src/fs/passthrough.rs) and reads back exactly.
+    // (src/fs/state/passthrough.rs) and reads back exactly.
     let f = OpenOptions::new()
         .read(true)
         .write(true)

@@ -1,5 +1,5 @@
 //! Passthrough beside writers, on read-write mounts with the default options
-//! (`src/fs/passthrough.rs`): a large raw file's readers are served by the
+//! (`src/fs/state/passthrough.rs`): a large raw file's readers are served by the
 //! kernel whoever else has it open, while its writers' reads, writes,
 //! appends and truncations still reach the daemon, so the magic-number
 //! guard and the first-write rule hold; a writer's shared mapping is the

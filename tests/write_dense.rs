@@ -52,7 +52,7 @@ fn copies(m: &Mount) -> usize {
 #[test]
 fn a_dense_file_written_in_pieces_is_exact_and_its_index_is_not_copied() {
     let m = Mount::with(&[])
-        .env("RUST_LOG", "info,cutf8fs::fs::content=debug")
+        .env("RUST_LOG", "info,cutf8fs::fs::state::content=debug")
         .fresh(|_| {});
     let mut view = dense_text(96 << 20, 0x5eed).into_bytes();
     let pieces = view.len().div_ceil(128 << 10);

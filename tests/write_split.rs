@@ -7,7 +7,7 @@
 //! turned raw for good though the writer wrote only text.
 //!
 //! The mount holds such a lead back and joins it with the next request
-//! (`Held` in src/fs/write.rs); what is not continued is written as it is
+//! (`HeldBytes` in src/fs/state/content/mod.rs); what is not continued is written as it is
 //! before anything else reads or changes the file, with the effect docs/behaviour.md ("The mount") gives it.
 //! An append cut the same way is held too (found by the crash test, seed
 //! 1795727095209325659: a daemon killed between the two pieces left a

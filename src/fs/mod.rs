@@ -1,6 +1,15 @@
 //! The `cutf8fs` FUSE filesystem: a mirror of BACKING in which corrected
 //! files (those beginning with the magic number) appear as their UTF-8 view.
 //!
+//! Its rooms: `frontend` (requests in, replies out: the fuser trait, the
+//! operations, errno, options, the daemon's and the mount's life), `state`
+//! (what is kept per inode and per open file: the inode table, handles,
+//! content, the write path, per-user shares), `coherence` (the kernel's
+//! caches kept true against changes in BACKING), `locks` (locks forwarded
+//! to BACKING), `export` (file handles that outlive the kernel's memory)
+//! and `observe` (counters, progress, explanations in the log). This file
+//! holds [`CutFs`], what they share.
+//!
 //! How a request flows:
 //!
 //! * [`CutFs`]'s `Filesystem` methods (`requests`) are thin: each calls one

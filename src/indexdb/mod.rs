@@ -54,7 +54,7 @@
 //! that is cheap (the first whole block it decodes; the view's end when
 //! it reaches it: `crate::view::Reading::stale`); a mismatch has the mount
 //! scan the file again and replace the record (`rebuild` in
-//! `crate::fs::content`). Until a read meets the mismatch, `stat` shows the
+//! `crate::fs::state::content`). Until a read meets the mismatch, `stat` shows the
 //! size the record says.
 //!
 //! # Where, and who may write it

@@ -31,7 +31,7 @@ pub const DATA_START: u64 = MAGIC.len() as u64;
 
 pub(crate) use cutf8::unit::is_cont;
 
-/// Why a change of a view cannot be made. `crate::fs::error` turns each
+/// Why a change of a view cannot be made. `crate::fs::frontend::error` turns each
 /// into an errno; nothing else does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
