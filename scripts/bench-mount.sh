@@ -58,7 +58,10 @@
 # reads it warm through both (archive has no passthrough).
 # BENCH_CUTF8FS=PATH measures another cutf8fs binary (an older build, for
 # A/B runs alternated with the current one).
-# BENCH_PARTS="read index fresh" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
+# Then the big directory part ("bigdir"): cold ls -l of one directory of
+# BENCH_BIGDIR_FILES (100000) files, native, bindfs, cutf8fs and -o archive,
+# with the requests per entry.
+# BENCH_PARTS="read index bigdir fresh" (default) picks the parts. Needs root (to drop caches and mount), bindfs (installed with
 # apt-get if missing), cc and python3. Usage:
 #   scripts/bench-mount.sh [WORKDIR]     (default /var/tmp/cutf8fs-bench)
 # WORKDIR must be on a disk filesystem (not tmpfs) for cold numbers to mean
@@ -72,7 +75,7 @@ SIZE_MB=${BENCH_SIZE_MB:-256}
 FILES=${BENCH_FILES:-2000}
 PREADS=${BENCH_PREADS:-20000}
 RAW_PREADS=${BENCH_RAW_PREADS:-200000}
-PARTS=${BENCH_PARTS:-read index fresh}
+PARTS=${BENCH_PARTS:-read index bigdir fresh}
 RAW_MB=${BENCH_RAW_MB:-1024}
 MIXED_RAW_MB=${BENCH_MIXED_RAW_MB:-192}
 TESTS=${BENCH_TESTS:-seq rand grep stat tarc rawseq rawrand rawmmap}
@@ -489,6 +492,63 @@ tree_mb=$(( $(du -sm "$INAT/tree" | cut -f1) ))
     echo
     echo "ls -lR right after cutf8 migrate of the tree (cold, one run): $after_migrate s"
 } | tee "$W/results-index.md"
+fi
+
+# --- one big directory ------------------------------------------------------
+# Cold `ls -l` of one directory of BENCH_BIGDIR_FILES (100000) small
+# corrected files (converted by `cutf8 migrate`, so sizes come from the index
+# database), medians of 3 cold runs (caches dropped, remounted), for native,
+# bindfs, cutf8fs and cutf8fs -o archive, and the requests per entry of one
+# cold `ls -l` through cutf8fs (the daemon's counters).
+if [[ " $PARTS " == *" bigdir "* ]]; then
+umount_all
+BFILES=${BENCH_BIGDIR_FILES:-100000}
+BNAT=$W/bigdir-native BCORR=$W/bigdir-corrected MA=$W/mnt-archive
+mkdir -p "$MA"
+BSTAMP="$BFILES-v1"
+if [ "$(cat "$W/.bigdir-data" 2>/dev/null)" != "$BSTAMP" ]; then
+    echo "bench-mount: generating $BFILES files in one directory ..." >&2
+    rm -rf "$BNAT" "$BCORR"
+    python3 - "$BNAT" "$BFILES" <<'PY'
+import os, sys
+d, files = sys.argv[1], int(sys.argv[2])
+os.makedirs(d)
+for i in range(files):
+    with open(os.path.join(d, "f%06d.txt" % i), "w") as f:
+        f.write("Grüße, naïve café %d\n" % i)
+PY
+    cp -a "$BNAT" "$BCORR"
+    "$CUTF8" migrate --no-progress -q "$BCORR" >/dev/null
+    echo "$BSTAMP" > "$W/.bigdir-data"
+fi
+bmount() { "$CUTF8FS" "$BCORR" "$MC"; "$CUTF8FS" -o archive "$BCORR" "$MA"; bindfs "$BNAT" "$MB"; }
+bumount() { fuse_umount "$MC" "$MA" "$MB"; }
+bcold() { bumount; sync; echo 3 > /proc/sys/vm/drop_caches; bmount; }
+trap bumount EXIT
+declare -A BD
+for target in native bindfs cutf8fs archive; do
+    case $target in
+        native) dir=$BNAT ;; bindfs) dir=$MB ;; cutf8fs) dir=$MC ;; archive) dir=$MA ;;
+    esac
+    BD[$target]=$(for _ in 1 2 3; do bcold >&2; secs ls -l "$dir"; echo; done | median3)
+    echo "bench-mount: bigdir ls -l $target cold ${BD[$target]} s" >&2
+done
+bcold >&2
+breqs() { "$CUTF8FS" --stats "$MC" 2>/dev/null | awk '/^requests/ { on = 1; next } on && /^  [a-z]/ { print $1, $2; next } { on = 0 }'; }
+before=$(breqs); ls -l "$MC" >/dev/null; after=$(breqs)
+bspent=$(awk 'NR == FNR { b[$1] = $2; next } { d = $2 - b[$1]; if (d > 0) printf "%s %d (%.3f per entry); ", $1, d, d / n }' n="$BFILES" <(echo "$before") <(echo "$after"))
+bumount
+trap - EXIT
+{
+    echo "cutf8fs big directory benchmark ($(date -u +%Y-%m-%d), $(git -C "$REPO" rev-parse --short HEAD), $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "one directory of $BFILES files; cold ls -l (caches dropped, remounted), medians of 3 (s)"
+    echo
+    echo "| native | bindfs | cutf8fs | archive | cutf8fs/native | cutf8fs/bindfs | archive/native | bindfs/native |"
+    echo "|---|---|---|---|---|---|---|---|"
+    echo "| ${BD[native]} | ${BD[bindfs]} | ${BD[cutf8fs]} | ${BD[archive]} | $(ratio "${BD[cutf8fs]}" "${BD[native]}") | $(ratio "${BD[cutf8fs]}" "${BD[bindfs]}") | $(ratio "${BD[archive]}" "${BD[native]}") | $(ratio "${BD[bindfs]}" "${BD[native]}") |"
+    echo
+    echo "requests of one cold ls -l through cutf8fs: $bspent"
+} | tee "$W/results-bigdir.md"
 fi
 
 # --- freshness and round trips ----------------------------------------------
