@@ -1,0 +1,127 @@
+#!/bin/bash
+# Times one FUSE request round trip over /dev/fuse and over io_uring.
+#
+# Builds scripts/fuse-uring-probe/probe.c (a tiny read-only filesystem with
+# one handler and two transports), mounts it once per transport and thread
+# count, runs request-heavy workloads and prints microseconds per request
+# (wall time divided by the requests the server counted) and the ratio
+# uring/devfuse, as medians over BENCH_RUNS runs. It reports; it asserts
+# nothing. docs/performance.md ("FUSE over io_uring") has the figures.
+#
+# Workloads, each over BENCH_FILES files:
+#   stat  stat(2) of every file under /u, BENCH_ROUNDS times (nothing cached:
+#         each stat asks LOOKUP twice and GETATTR once)
+#   open  open(2) + close(2) of every file under /d, BENCH_ROUNDS times
+#         (entries cached: OPEN, FLUSH, RELEASE per file, as cutf8fs's warm
+#         grep sends)
+#   grep  a warm `grep -r` over /d (OPEN, FLUSH, RELEASE per file, no READ
+#         while the page cache holds the files)
+#
+# Needs root, /dev/fuse, gcc and liburing's headers (apt-get install
+# liburing-dev), and a kernel with FUSE over io_uring (Linux 6.14+,
+# CONFIG_FUSE_IO_URING). /sys/module/fuse/parameters/enable_uring is off by
+# default; the script turns it on for the run and puts it back after.
+set -euo pipefail
+
+FILES=${BENCH_FILES:-5000}
+ROUNDS=${BENCH_ROUNDS:-10}
+RUNS=${BENCH_RUNS:-7}
+THREADS=${BENCH_THREADS:-"1 2"}
+DEPTH=${BENCH_DEPTH:-8}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PARAM=/sys/module/fuse/parameters/enable_uring
+
+[ "$(id -u)" = 0 ] || { echo "bench-fuse-uring: needs root (mount(2) of a FUSE filesystem, $PARAM)" >&2; exit 1; }
+[ -c /dev/fuse ] || { echo "bench-fuse-uring: no /dev/fuse" >&2; exit 1; }
+[ -f /usr/include/liburing.h ] || { echo "bench-fuse-uring: no liburing.h (apt-get install liburing-dev)" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/bench-fuse-uring.XXXXXX)
+OLD_PARAM=
+DAEMON=
+cleanup() {
+	for m in "$WORK"/mnt-*; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+	[ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null || true
+	[ -n "$OLD_PARAM" ] && echo "$OLD_PARAM" > "$PARAM" 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+gcc -O2 -Wall -Wextra -o "$WORK/probe" "$HERE/fuse-uring-probe/probe.c" -luring -lpthread
+
+MODES="devfuse uring"
+if [ ! -e "$PARAM" ]; then
+	echo "bench-fuse-uring: this kernel ($(uname -r)) has no FUSE over io_uring" \
+		"($PARAM is missing: Linux 6.14+ with CONFIG_FUSE_IO_URING needed); timing /dev/fuse only"
+	MODES=devfuse
+elif [ "$(cat "$PARAM")" != Y ]; then
+	OLD_PARAM=$(cat "$PARAM")
+	if ! echo Y > "$PARAM" 2>/dev/null || [ "$(cat "$PARAM")" != Y ]; then
+		echo "bench-fuse-uring: $PARAM is $OLD_PARAM and cannot be turned on; timing /dev/fuse only"
+		OLD_PARAM=
+		MODES=devfuse
+	fi
+fi
+
+echo "kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg);" \
+	"$FILES files, $ROUNDS rounds, $RUNS runs, threads: $THREADS, ring depth $DEPTH"
+
+RESULTS=$WORK/results
+: > "$RESULTS"
+# One mount, its workloads, its unmount; appends "threads mode workload line" rows.
+one_mount() {
+	local mode=$1 threads=$2 mnt=$WORK/mnt-$1 stats=$WORK/stats-$1
+	mkdir -p "$mnt"
+	"$WORK/probe" serve "$mode" "$mnt" "$stats" "$FILES" "$threads" "$DEPTH" 2> "$WORK/log-$mode" &
+	DAEMON=$!
+	for _ in $(seq 50); do [ -d "$mnt/d" ] && break; sleep 0.1; done
+	if ! [ -d "$mnt/d" ]; then
+		echo "bench-fuse-uring: the $mode server did not come up:" >&2
+		cat "$WORK/log-$mode" >&2
+		exit 1
+	fi
+	grep -r -q zzz "$mnt/d" || true # warm: entries, attributes, page cache
+	"$WORK/probe" loop stat "$mnt/u" "$FILES" "$ROUNDS" "$stats" | sed "s/^/$threads $mode /" >> "$RESULTS"
+	"$WORK/probe" loop open "$mnt/d" "$FILES" "$ROUNDS" "$stats" | sed "s/^/$threads $mode /" >> "$RESULTS"
+	"$WORK/probe" measure "$stats" grep "$FILES" -- grep -r zzz "$mnt/d" | sed "s/^/$threads $mode /" >> "$RESULTS"
+	umount "$mnt"
+	wait "$DAEMON" || true
+	DAEMON=
+}
+
+for threads in $THREADS; do
+	for run in $(seq "$RUNS"); do
+		# Alternate which transport goes first, so a drift in load favours neither.
+		if [ $((run % 2)) = 1 ]; then order=$MODES; else order=$(echo "$MODES" | tr ' ' '\n' | tac | tr '\n' ' '); fi
+		for mode in $order; do one_mount "$mode" "$threads"; done
+	done
+done
+grep -h "io_uring:" "$WORK"/log-uring 2>/dev/null | tail -1 || true
+
+python3 - "$RESULTS" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    threads, mode, work = f[0], f[1], f[2]
+    kv = dict(x.split("=", 1) for x in f[3:])
+    rows.setdefault((threads, work, mode), []).append(kv)
+print(f"{'threads':>7} {'workload':>8} {'transport':>9} {'requests/op':>11} {'us/request':>10} {'us/file':>8} {'on ring':>8}  (medians; us/request per run)")
+meds = {}
+for (threads, work, mode), runs in sorted(rows.items()):
+    per_req = [float(r["us_per_request"]) for r in runs]
+    per_op = [int(r["ns"]) / 1000 / int(r["ops"]) for r in runs]
+    reqs = [int(r["requests"]) / int(r["ops"]) for r in runs]
+    ring = [int(r["on_ring"]) / max(1, int(r["requests"])) for r in runs]
+    m = statistics.median(per_req)
+    meds[(threads, work, mode)] = m
+    print(f"{threads:>7} {work:>8} {mode:>9} {statistics.median(reqs):>11.2f} {m:>10.2f} {statistics.median(per_op):>8.2f} {statistics.median(ring):>7.0%}  "
+          + " ".join(f"{x:.2f}" for x in per_req))
+for (threads, work, mode), m in sorted(meds.items()):
+    if mode == "uring" and (threads, work, "devfuse") in meds:
+        d = meds[(threads, work, "devfuse")]
+        # Runs pair up by index (the two transports of a run ran back to back).
+        u_runs, d_runs = rows[(threads, work, mode)], rows[(threads, work, "devfuse")]
+        pairs = [float(u["us_per_request"]) / float(v["us_per_request"]) for u, v in zip(u_runs, d_runs)]
+        print(f"ratio uring/devfuse, {threads} thread(s), {work:>4}: {statistics.median(pairs):.2f} median of runs"
+              f" ({min(pairs):.2f}-{max(pairs):.2f}); medians {m:.2f} / {d:.2f} us per request")
+EOF
