@@ -102,26 +102,26 @@ import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     f = line.split()
-    threads, mode, work = f[0], f[1], f[2]
     kv = dict(x.split("=", 1) for x in f[3:])
-    rows.setdefault((threads, work, mode), []).append(kv)
-print(f"{'threads':>7} {'workload':>8} {'transport':>9} {'requests/op':>11} {'us/request':>10} {'us/file':>8} {'on ring':>8}  (medians; us/request per run)")
-meds = {}
+    rows.setdefault((f[0], f[2], f[1]), []).append(kv)
+med = statistics.median
+print("wall and CPU (server + client) microseconds per request; medians, then wall us/request per run")
+print(f"{'threads':>7} {'workload':>8} {'transport':>9} {'req/file':>8} {'wall':>6} {'cpu':>6} {'on ring':>7}")
 for (threads, work, mode), runs in sorted(rows.items()):
-    per_req = [float(r["us_per_request"]) for r in runs]
-    per_op = [int(r["ns"]) / 1000 / int(r["ops"]) for r in runs]
+    wall = [float(r["us_per_request"]) for r in runs]
+    cpu = [float(r["cpu_us_per_request"]) for r in runs]
     reqs = [int(r["requests"]) / int(r["ops"]) for r in runs]
     ring = [int(r["on_ring"]) / max(1, int(r["requests"])) for r in runs]
-    m = statistics.median(per_req)
-    meds[(threads, work, mode)] = m
-    print(f"{threads:>7} {work:>8} {mode:>9} {statistics.median(reqs):>11.2f} {m:>10.2f} {statistics.median(per_op):>8.2f} {statistics.median(ring):>7.0%}  "
-          + " ".join(f"{x:.2f}" for x in per_req))
-for (threads, work, mode), m in sorted(meds.items()):
-    if mode == "uring" and (threads, work, "devfuse") in meds:
-        d = meds[(threads, work, "devfuse")]
-        # Runs pair up by index (the two transports of a run ran back to back).
-        u_runs, d_runs = rows[(threads, work, mode)], rows[(threads, work, "devfuse")]
-        pairs = [float(u["us_per_request"]) / float(v["us_per_request"]) for u, v in zip(u_runs, d_runs)]
-        print(f"ratio uring/devfuse, {threads} thread(s), {work:>4}: {statistics.median(pairs):.2f} median of runs"
-              f" ({min(pairs):.2f}-{max(pairs):.2f}); medians {m:.2f} / {d:.2f} us per request")
+    print(f"{threads:>7} {work:>8} {mode:>9} {med(reqs):>8.2f} {med(wall):>6.2f} {med(cpu):>6.2f} {med(ring):>7.0%}  "
+          + " ".join(f"{x:.1f}" for x in wall))
+for (threads, work, mode), runs in sorted(rows.items()):
+    if mode != "uring" or (threads, work, "devfuse") not in rows:
+        continue
+    # Runs pair up by index (the two transports of a run ran back to back).
+    base = rows[(threads, work, "devfuse")]
+    out = []
+    for key in ("us_per_request", "cpu_us_per_request"):
+        pairs = [float(u[key]) / float(d[key]) for u, d in zip(runs, base)]
+        out.append(f"{med(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})")
+    print(f"ratio uring/devfuse, {threads} thread(s), {work:>4}: wall {out[0]}, cpu {out[1]}; median of runs (range)")
 EOF

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <sys/uio.h>
@@ -79,6 +80,7 @@ struct uring_cmd_req {
 static unsigned nfiles;
 static _Atomic uint64_t *counts; /* [NOPS]: requests by opcode; [0]: all */
 #define COUNT_RING (NOPS - 2)      /* requests that came over the ring */
+#define SERVER_PID (NOPS - 3)      /* for its CPU time, /proc/PID/task/ * /schedstat */
 static __thread int on_ring;
 static int fuse_fd;
 static int uring_mode;
@@ -424,6 +426,8 @@ static void *uring_thread_main(void *arg)
 	t->ents = calloc(t->nents, sizeof(*t->ents));
 	struct io_uring_params p = {0};
 	p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE;
+	if (getenv("PROBE_DEFER_TASKRUN")) /* completions run only when this thread waits */
+		p.flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
 	p.cq_entries = 2 * t->nents;
 	int rc = io_uring_queue_init_params(t->nents, &t->ring, &p);
 	if (rc)
@@ -513,6 +517,7 @@ static void serve(const char *mode, const char *mnt, const char *stats, unsigned
 		die("write INIT", errno);
 	counts[0] = 0;
 	counts[FUSE_INIT] = 0;
+	counts[SERVER_PID] = getpid();
 
 	pthread_t tid[64];
 	if (!uring_mode) {
@@ -548,8 +553,54 @@ static uint64_t now_ns(void)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+/* CPU time of all threads of a process, in ns (schedstat's first field). */
+static uint64_t cpu_ns_of(pid_t pid)
+{
+	char path[64];
+	uint64_t sum = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char p2[384];
+		unsigned long long v;
+		snprintf(p2, sizeof(p2), "%s/%s/schedstat", path, e->d_name);
+		FILE *f = fopen(p2, "r");
+		if (f && fscanf(f, "%llu", &v) == 1)
+			sum += v;
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* CPU time of the server and of the client (this process and its waited-for
+ * children), to set beside wall time on a shared machine. */
+static uint64_t cpu_before;
+static void cpu_mark(_Atomic uint64_t *c)
+{
+	struct rusage self, kids;
+	getrusage(RUSAGE_SELF, &self);
+	getrusage(RUSAGE_CHILDREN, &kids);
+	cpu_before = cpu_ns_of(c[SERVER_PID]) + (self.ru_utime.tv_sec + self.ru_stime.tv_sec + kids.ru_utime.tv_sec +
+						   kids.ru_stime.tv_sec) * 1000000000ULL +
+		     (self.ru_utime.tv_usec + self.ru_stime.tv_usec + kids.ru_utime.tv_usec + kids.ru_stime.tv_usec) * 1000ULL;
+}
+static uint64_t cpu_since(_Atomic uint64_t *c)
+{
+	uint64_t b = cpu_before;
+	cpu_mark(c);
+	return cpu_before - b;
+}
+
 static void report(const char *label, uint64_t ns, uint64_t ops, const uint64_t *before, _Atomic uint64_t *after)
 {
+	uint64_t cpu = cpu_since(after);
 	static const struct {
 		int op;
 		const char *name;
@@ -558,8 +609,9 @@ static void report(const char *label, uint64_t ns, uint64_t ops, const uint64_t 
 		     {FUSE_OPENDIR, "OPENDIR"}, {FUSE_READDIR, "READDIR"}, {FUSE_RELEASEDIR, "RELEASEDIR"},
 		     {FUSE_GETXATTR, "GETXATTR"}, {FUSE_FORGET, "FORGET"}, {FUSE_BATCH_FORGET, "BATCH_FORGET"}};
 	uint64_t reqs = after[0] - before[0];
-	printf("%s ns=%llu ops=%llu requests=%llu us_per_request=%.2f on_ring=%llu", label, (unsigned long long)ns,
-	       (unsigned long long)ops, (unsigned long long)reqs, reqs ? ns / 1000.0 / reqs : 0.0,
+	printf("%s ns=%llu ops=%llu requests=%llu us_per_request=%.2f cpu_us_per_request=%.2f on_ring=%llu", label,
+	       (unsigned long long)ns, (unsigned long long)ops, (unsigned long long)reqs, reqs ? ns / 1000.0 / reqs : 0.0,
+	       reqs ? cpu / 1000.0 / reqs : 0.0,
 	       (unsigned long long)(after[COUNT_RING] - before[COUNT_RING]));
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		uint64_t d = after[names[i].op] - before[names[i].op];
@@ -581,6 +633,7 @@ static void loop(const char *what, const char *dir, unsigned n, unsigned rounds,
 	uint64_t before[NOPS];
 	char path[4096], buf[4096];
 	snapshot(c, before);
+	cpu_mark(c);
 	uint64_t t0 = now_ns();
 	for (unsigned r = 0; r < rounds; r++)
 		for (unsigned i = 0; i < n; i++) {
@@ -609,6 +662,7 @@ static void measure(const char *stats, const char *label, uint64_t ops, char **a
 	_Atomic uint64_t *c = map_stats(stats, 0);
 	uint64_t before[NOPS];
 	snapshot(c, before);
+	cpu_mark(c);
 	uint64_t t0 = now_ns();
 	pid_t pid = fork();
 	if (pid == 0) {
