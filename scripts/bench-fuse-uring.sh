@@ -8,6 +8,11 @@
 # uring/devfuse, as medians over BENCH_RUNS runs. It reports; it asserts
 # nothing. docs/performance.md ("FUSE over io_uring") has the figures.
 #
+# Part 1 runs nothing pinned, at 1 and 2 server threads. Part 2
+# (BENCH_PLACEMENT=1, the default) pins the client to CPU 0 and the server
+# to the same CPU, to the other one, or (uring, 2 threads) one thread per
+# kernel queue on its own CPU; there BENCH_PLACEMENT_ROUNDS (2) rounds.
+#
 # Workloads, each over BENCH_FILES files:
 #   stat  stat(2) of every file under /u, BENCH_ROUNDS times (nothing cached:
 #         each stat asks LOOKUP twice and GETATTR once)
@@ -67,11 +72,17 @@ echo "kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg);"
 
 RESULTS=$WORK/results
 : > "$RESULTS"
-# One mount, its workloads, its unmount; appends "threads mode workload line" rows.
+# One mount, its workloads, its unmount; appends "SECTION CONFIG workload key=value..." rows.
+# Arguments: section, config label, transport, threads, CPUs of the server
+# and of the client (taskset lists, or "" for no pinning), workloads.
 one_mount() {
-	local mode=$1 threads=$2 mnt=$WORK/mnt-$1 stats=$WORK/stats-$1
+	local section=$1 config=$2 mode=$3 threads=$4 scpu=$5 ccpu=$6 works=$7
+	local mnt=$WORK/mnt-$mode stats=$WORK/stats-$mode w dir
+	local spin=() cpin=()
+	[ -n "$scpu" ] && spin=(taskset -c "$scpu")
+	[ -n "$ccpu" ] && cpin=(taskset -c "$ccpu")
 	mkdir -p "$mnt"
-	"$WORK/probe" serve "$mode" "$mnt" "$stats" "$FILES" "$threads" "$DEPTH" 2> "$WORK/log-$mode" &
+	"${spin[@]}" "$WORK/probe" serve "$mode" "$mnt" "$stats" "$FILES" "$threads" "$DEPTH" 2> "$WORK/log-$mode" &
 	DAEMON=$!
 	for _ in $(seq 50); do [ -d "$mnt/d" ] && break; sleep 0.1; done
 	if ! [ -d "$mnt/d" ]; then
@@ -80,22 +91,43 @@ one_mount() {
 		exit 1
 	fi
 	grep -r -q zzz "$mnt/d" || true # warm: entries, attributes, page cache
-	"$WORK/probe" loop stat "$mnt/u" "$FILES" "$ROUNDS" "$stats" | sed "s/^/$threads $mode /" >> "$RESULTS"
-	"$WORK/probe" loop open "$mnt/d" "$FILES" "$ROUNDS" "$stats" | sed "s/^/$threads $mode /" >> "$RESULTS"
-	"$WORK/probe" measure "$stats" grep "$FILES" -- grep -r zzz "$mnt/d" | sed "s/^/$threads $mode /" >> "$RESULTS"
+	for w in $works; do
+		case $w in
+		stat) "${cpin[@]}" "$WORK/probe" loop stat "$mnt/u" "$FILES" "$ROUNDS" "$stats" ;;
+		open) "${cpin[@]}" "$WORK/probe" loop open "$mnt/d" "$FILES" "$ROUNDS" "$stats" ;;
+		grep) "${cpin[@]}" "$WORK/probe" measure "$stats" grep "$FILES" -- grep -r zzz "$mnt/d" ;;
+		esac | sed "s/^/$section $config /" >> "$RESULTS"
+	done
 	umount "$mnt"
 	wait "$DAEMON" || true
 	DAEMON=
 }
 
+# Part 1: nothing pinned (as a daemon runs by default), 1 and 2 threads.
 for threads in $THREADS; do
 	for run in $(seq "$RUNS"); do
 		# Alternate which transport goes first, so a drift in load favours neither.
 		if [ $((run % 2)) = 1 ]; then order=$MODES; else order=$(echo "$MODES" | tr ' ' '\n' | tac | tr '\n' ' '); fi
-		for mode in $order; do one_mount "$mode" "$threads"; done
+		for mode in $order; do one_mount "threads=$threads" "$mode" "$mode" "$threads" "" "" "stat open grep"; done
 	done
 done
 grep -h "io_uring:" "$WORK"/log-uring 2>/dev/null | tail -1 || true
+
+# Part 2: where the server runs. The client sits on CPU 0; the server on the
+# same CPU, on the other one, or (uring, 2 threads) one thread per queue,
+# each pinned to its CPU, which is how the kernel means the ring to be used.
+if [ "${BENCH_PLACEMENT:-1}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+	configs="devfuse-same:devfuse:1:0 devfuse-cross:devfuse:1:1 devfuse-2thr:devfuse:2:"
+	[ "$MODES" = "devfuse uring" ] &&
+		configs="$configs uring-same:uring:1:0 uring-cross:uring:1:1 uring-perq:uring:2:"
+	ROUNDS=${BENCH_PLACEMENT_ROUNDS:-2} # a cross-CPU round trip is 15-25 times slower
+	for run in $(seq "$RUNS"); do
+		for c in $configs; do
+			IFS=: read -r label mode threads scpu <<< "$c"
+			one_mount "client-on-cpu0" "$label" "$mode" "$threads" "$scpu" 0 "stat open"
+		done
+	done
+fi
 
 python3 - "$RESULTS" <<'EOF'
 import statistics, sys
@@ -103,25 +135,27 @@ rows = {}
 for line in open(sys.argv[1]):
     f = line.split()
     kv = dict(x.split("=", 1) for x in f[3:])
-    rows.setdefault((f[0], f[2], f[1]), []).append(kv)
+    rows.setdefault((f[0], f[2], f[1]), []).append(kv)  # (section, workload, config)
 med = statistics.median
 print("wall and CPU (server + client) microseconds per request; medians, then wall us/request per run")
-print(f"{'threads':>7} {'workload':>8} {'transport':>9} {'req/file':>8} {'wall':>6} {'cpu':>6} {'on ring':>7}")
-for (threads, work, mode), runs in sorted(rows.items()):
+print(f"{'section':>14} {'workload':>8} {'config':>13} {'req/file':>8} {'wall':>6} {'cpu':>6} {'on ring':>7}")
+for (section, work, mode), runs in sorted(rows.items(), key=lambda kv: (kv[0][0][0] == "c", kv[0])):
     wall = [float(r["us_per_request"]) for r in runs]
     cpu = [float(r["cpu_us_per_request"]) for r in runs]
     reqs = [int(r["requests"]) / int(r["ops"]) for r in runs]
     ring = [int(r["on_ring"]) / max(1, int(r["requests"])) for r in runs]
-    print(f"{threads:>7} {work:>8} {mode:>9} {med(reqs):>8.2f} {med(wall):>6.2f} {med(cpu):>6.2f} {med(ring):>7.0%}  "
+    print(f"{section:>14} {work:>8} {mode:>13} {med(reqs):>8.2f} {med(wall):>6.2f} {med(cpu):>6.2f} {med(ring):>7.0%}  "
           + " ".join(f"{x:.1f}" for x in wall))
-for (threads, work, mode), runs in sorted(rows.items()):
-    if mode != "uring" or (threads, work, "devfuse") not in rows:
+for (section, work, mode), runs in sorted(rows.items(), key=lambda kv: (kv[0][0][0] == "c", kv[0])):
+    # uring against devfuse with the same threads; placements against devfuse-same.
+    ref = "devfuse" if mode == "uring" else "devfuse-same" if section.startswith("client") else None
+    if ref is None or mode == ref or (section, work, ref) not in rows:
         continue
-    # Runs pair up by index (the two transports of a run ran back to back).
-    base = rows[(threads, work, "devfuse")]
+    # Runs pair up by index (the configurations of a run ran back to back).
+    base = rows[(section, work, ref)]
     out = []
     for key in ("us_per_request", "cpu_us_per_request"):
         pairs = [float(u[key]) / float(d[key]) for u, d in zip(runs, base)]
         out.append(f"{med(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})")
-    print(f"ratio uring/devfuse, {threads} thread(s), {work:>4}: wall {out[0]}, cpu {out[1]}; median of runs (range)")
+    print(f"{section} {work:>4}: {mode}/{ref} wall {out[0]}, cpu {out[1]}; median of runs (range)")
 EOF
