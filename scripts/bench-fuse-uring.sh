@@ -44,7 +44,8 @@ WORK=$(mktemp -d /tmp/bench-fuse-uring.XXXXXX)
 OLD_PARAM=
 DAEMON=
 cleanup() {
-	for m in "$WORK"/mnt-*; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+	# umount even a dead mount (a server that exited leaves ENOTCONN behind).
+	awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts | while read -r m; do umount "$m" || true; done
 	[ -n "$DAEMON" ] && kill "$DAEMON" 2>/dev/null || true
 	[ -n "$OLD_PARAM" ] && echo "$OLD_PARAM" > "$PARAM" 2>/dev/null || true
 	rm -rf "$WORK"
