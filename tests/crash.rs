@@ -520,11 +520,15 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
             fs::read_to_string(&wlog).is_ok_and(|l| l.matches(" start").count() > 25)
                 || writer.try_wait().ok().flatten().is_some()
         });
+        // A random moment of the storm: the kill's timing is what varies.
         std::thread::sleep(Duration::from_millis(rng.gen_range(100..1000)));
         let early = writer.try_wait().unwrap();
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(d.pid() as i32, libc::SIGKILL) };
-        std::thread::sleep(Duration::from_millis(20));
+        let daemon = d.pid();
+        crate::support::mount::wait_until("the killed daemon's end", 30.0, || {
+            crate::support::mount::ended(daemon)
+        });
         let _ = writer.kill();
         let _ = writer.wait();
         d.kill9();

@@ -71,11 +71,27 @@ fn show(out: &Output) -> String {
     )
 }
 
-/// Waits until the daemon has surely written the node records of what
-/// Ganesha looked up (man cutf8fs: at most a few hundred milliseconds
-/// after the first lookup).
-fn settle() {
-    std::thread::sleep(std::time::Duration::from_secs(1));
+/// Waits until the daemon has written the node records of what Ganesha
+/// looked up: the index database's `nodes` holds the inode number each
+/// shows through the mount.
+fn settle(m: &Mount) {
+    let mut want: Vec<i64> = ["d"]
+        .into_iter()
+        .chain(files().map(|(rel, _)| rel))
+        .map(|rel| fs::metadata(m.m(rel)).unwrap().ino() as i64)
+        .collect();
+    want.sort();
+    let db = m.b(".cutf8fs-index/index.sqlite");
+    let stored = || -> rusqlite::Result<Vec<i64>> {
+        let c =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let mut q = c.prepare("SELECT ino FROM nodes")?;
+        let v = q.query_map([], |r| r.get(0))?.collect();
+        v
+    };
+    crate::support::mount::wait_until("the node records of Ganesha's lookups", 30.0, || {
+        stored().is_ok_and(|have| want.iter().all(|i| have.contains(i)))
+    });
 }
 
 fn dev_of(p: &Path) -> u64 {
@@ -189,7 +205,7 @@ fn ganesha_handles_survive_a_daemon_restart_under_the_running_server() {
     let mut m = Mount::new(&[], archive);
     let mut nfs = Server::ganesha_fsal(&m.mnt, "4244.1", FSAL);
     let handles = take_handles(&nfs);
-    settle();
+    settle(&m);
     for round in 1..=2 {
         let (before, after) = restart_under_running_ganesha(&mut m, &mut nfs);
         assert_ne!(
@@ -209,7 +225,7 @@ fn ganesha_handles_survive_a_daemon_restart_with_the_server_stopped_first() {
     let mut m = Mount::new(&[], archive);
     let mut nfs = Server::ganesha_fsal(&m.mnt, "4245.1", FSAL);
     let handles = take_handles(&nfs);
-    settle();
+    settle(&m);
     let before = dev_of(&m.mnt);
     nfs.stop();
     m.unmount();
@@ -238,7 +254,7 @@ fn without_major64_ganesha_handles_go_stale_at_a_daemon_restart() {
     let mut m = Mount::new(&[], archive);
     let mut nfs = Server::ganesha(&m.mnt, "4246.1");
     let handles = take_handles(&nfs);
-    settle();
+    settle(&m);
     let (before, after) = restart_under_running_ganesha(&mut m, &mut nfs);
     assert_ne!(before, after, "the new mount has the old device number");
     for (rel, h, _) in &handles {
@@ -272,7 +288,7 @@ fn ganesha_handles_taken_just_before_a_restart_survive_it() {
     let mut m = Mount::new(&[], archive);
     let mut nfs = Server::ganesha_fsal(&m.mnt, "4247.1", FSAL);
     take_handles(&nfs);
-    settle();
+    settle(&m);
     fs::write(m.b("late.txt"), corrected_file(NOTES)).unwrap();
     let h = nfs.nfs_handle("late.txt");
     let late = [("late.txt", h, NOTES.as_bytes())];

@@ -141,19 +141,33 @@ fn kill_9_during_a_first_read_leaves_the_index_database_right() {
         .fresh(|b| {
             fs::write(b.join("big.txt"), corrected(&text(4 * BIG, 13))).unwrap();
         });
-    // Old enough that its record is stored (the racy margin).
+    // Old enough that its record is stored: the racy margin is a time
+    // window, so time passing is the event itself.
     std::thread::sleep(Duration::from_millis(350));
     let want = decoded(&m.b("big.txt"));
+    let size = fs::metadata(m.b("big.txt")).unwrap().len();
     for round in 0..3 {
         let path = m.m("big.txt");
+        let read_so_far = daemon_bytes_read(m.pid());
         let mut reader = Command::new("dd")
             .arg(format!("if={}", path.display()))
             .args(["of=/dev/null", "bs=64k"])
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Into the scan, then a little further each round.
-        std::thread::sleep(Duration::from_millis(30 + 60 * round));
+        // Into the scan, then a little further each round: the daemon has
+        // read a quarter of the file, then a half, then three quarters (or
+        // the reader is done already).
+        let pid = m.pid();
+        let into = (round + 1) * size / 4;
+        crate::support::mount::wait_until("the daemon's reads into the scan", 60.0, || {
+            daemon_bytes_read(pid) >= read_so_far + into
+                || reader.try_wait().ok().flatten().is_some()
+        });
+        eprintln!(
+            "round {round}: killed after the daemon read {} bytes",
+            daemon_bytes_read(pid) - read_so_far
+        );
         m.kill9();
         let _ = reader.wait();
         m.remount();
@@ -174,6 +188,14 @@ fn kill_9_during_a_first_read_leaves_the_index_database_right() {
         );
         assert_eq!(scans(&m), 0, "round {round}: not served from the database");
     }
+}
+
+/// Bytes process `pid` has read so far (`rchar` of /proc/PID/io).
+fn daemon_bytes_read(pid: u32) -> u64 {
+    let io = fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: ")?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The daemon's count of READ requests.

@@ -587,6 +587,7 @@ fn hostile_changes(m: &Mount, within: Duration) -> Vec<&'static str> {
     warm("ct-link");
     let held = fs::File::open(m.m("ct")).unwrap();
     let before = held.metadata().unwrap();
+    // The clock moves past the change time's granularity: no event.
     std::thread::sleep(Duration::from_millis(20));
     fs::rename(m.b("ct"), m.b("ct-renamed")).unwrap();
     let after = fs::metadata(m.b("ct-renamed")).unwrap();

@@ -98,6 +98,8 @@ fn a_tree_unmounted_and_deleted_leaves_no_cache_file_after_the_next_start() {
         v.extend(enc(0x800 + i % 0xA0));
     }
     fs::write(tree.join("f"), v).unwrap();
+    // Older than the racy margin (300 ms), so its index is kept: a time
+    // window, so time passing is the event itself.
     std::thread::sleep(Duration::from_millis(400));
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();

@@ -28,7 +28,8 @@ const DB_FILE: &str = ".cutf8fs-index/index.sqlite";
 const MARGIN_MS: u64 = 300;
 
 /// Waits out [`MARGIN_MS`] since whatever the test changed last: a scan
-/// after this stores its result.
+/// after this stores its result (a time window: time passing is the
+/// event itself).
 fn settle() {
     std::thread::sleep(Duration::from_millis(MARGIN_MS + 50));
 }

@@ -36,6 +36,29 @@ fn bound(keys: u64) -> u64 {
     windows * (per_window + 1)
 }
 
+/// Lines held back that the log's summary lines count.
+fn counted(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains(" like this ("))
+        .filter_map(|l| {
+            l.split(" more message")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Waits until every line the daemon held back is counted in the log:
+/// the last window's summary is written once that window has passed.
+fn all_counted(m: &Mount) {
+    crate::support::mount::wait_until("the last window's summary in the log", 60.0, || {
+        counted(&m.log_text()) == m.stats_count("log lines held back")
+    });
+}
+
 fn lines_with(log: &str, what: &str) -> u64 {
     log.lines().filter(|l| l.contains(what)).count() as u64
 }
@@ -74,8 +97,7 @@ fn an_untrusted_journal_kept_in_place_does_not_flood_the_log() {
             refused += 1;
         }
     }
-    // Let the last window's count reach the log.
-    std::thread::sleep(Duration::from_millis(2 * WINDOW_MS));
+    all_counted(&m);
     let log = m.log_text();
     let lines = lines_with(&log, "not the daemon's journal");
     let summaries = lines_with(&log, "more messages like this (journal-untrusted)");
@@ -132,9 +154,9 @@ fn running_out_of_descriptors_does_not_flood_the_log() {
             failed += 1;
         }
     }
-    std::thread::sleep(Duration::from_millis(2 * WINDOW_MS));
     let _ = h.kill();
     let _ = h.wait();
+    all_counted(&m);
     let log = m.log_text();
     // One user's opens stop at its share of the daemon's descriptors
     // (man cutf8fs, RESOURCES) before the process runs out: either refusal

@@ -79,6 +79,8 @@ fn a_churn_of_three_users_gives_its_memory_back() {
     let mut after = rss_kib(m.pid());
     let mut steady = 0;
     for _ in 0..30 {
+        // The trim has no sign but RSS (asking --stats is a request, which
+        // puts it off): sampled until RSS stops falling.
         std::thread::sleep(std::time::Duration::from_millis(500));
         let now = rss_kib(m.pid());
         steady = if now >= after { steady + 1 } else { 0 };

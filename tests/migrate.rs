@@ -920,6 +920,7 @@ fn killed_runs_leave_every_file_old_or_new_and_a_rerun_finishes() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
+            // A random moment of the run: the kill's timing is what varies.
             std::thread::sleep(delay);
             // SAFETY: plain syscall on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };

@@ -568,6 +568,7 @@ fn walk_race_attacker() {
             }
             let _ = symlink(target, &p);
             println!("SWAPPED {name}");
+            // The swap held a random while: its timing is what varies.
             std::thread::sleep(Duration::from_micros(random(150_000)));
             let _ = fs::remove_file(&p);
             let _ = fs::rename(&real, &p);

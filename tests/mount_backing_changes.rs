@@ -45,7 +45,8 @@ fn old_bytes(seed: u64) -> Vec<u8> {
 /// afterwards (None when it is gone).
 fn apply(c: Change, path: &Path, old: &[u8], seed: u64) -> Option<Vec<u8>> {
     // Coarse file timestamps: let the clock move so the change gets a new
-    // mtime (the daemon's only way to see a same-size rewrite).
+    // mtime (the daemon's only way to see a same-size rewrite); the
+    // timestamp's granularity is the thing waited out, no event.
     std::thread::sleep(Duration::from_millis(30));
     match c {
         Change::Truncate => {
@@ -444,10 +445,11 @@ fn race_truncations(readers: usize) {
         let mut head = [0u8; 100];
         f.read_at(&mut head, 0).unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
+        let total = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|s| {
             let readers: Vec<_> = (0..readers)
                 .map(|t| {
-                    let (f, vs, offsets, stop, m) = (&f, &vs, &offsets, &stop, &m);
+                    let (f, vs, offsets, stop, m, total) = (&f, &vs, &offsets, &stop, &m, &total);
                     s.spawn(move || {
                         let mut i = t;
                         let mut reads = 0;
@@ -469,18 +471,30 @@ fn race_truncations(readers: usize) {
                             );
                             i += 7;
                             reads += 1;
+                            total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     })
                 })
                 .collect();
+            // A varied moment into the reads: the race's timing is what
+            // varies, no event.
             std::thread::sleep(Duration::from_millis((r % 5) as u64));
             let b = fs::OpenOptions::new()
                 .write(true)
                 .open(m.b(&format!("r{r}.txt")))
                 .unwrap();
             b.set_len(cut as u64).unwrap();
-            std::thread::sleep(Duration::from_millis(40));
+            // Reads after the truncation too: each reader a few more.
+            let at = total.load(std::sync::atomic::Ordering::Relaxed);
+            let went_on = crate::support::mount::wait_for(60.0, || {
+                total.load(std::sync::atomic::Ordering::Relaxed) >= at + 10 * readers.len()
+                    || readers.iter().any(|t| t.is_finished())
+            });
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                went_on,
+                "round {r}: no reads after the truncation within 60 s"
+            );
             for t in readers {
                 if let Err(e) = t.join() {
                     std::panic::resume_unwind(e);
@@ -600,7 +614,7 @@ fn a_change_through_a_shared_mapping_that_keeps_ctime_is_noticed_on_read() {
     map[8 + 100] = b'b';
     let stamped = ctime(&f);
     // The daemon's racy margin, set short (`CUTF8FS_RACY_MARGIN_MS`), and
-    // waited out.
+    // waited out: a time window, so time passing is the event itself.
     const MARGIN_MS: u64 = 300;
     std::thread::sleep(Duration::from_millis(MARGIN_MS + 50));
     let log = dir.path().join("daemon.log");

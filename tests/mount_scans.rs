@@ -1,8 +1,10 @@
 //! Scans never block other users: index building skips holes, so
-//! a sparse 20 GiB corrected file is classified in milliseconds; scans of
-//! large dense files run off the FUSE workers, so a small `cat` by another
-//! process completes while two 2 GiB files are first stat'ed (or opened
-//! with no index cached, or listed by `ls -l`); and
+//! a sparse 20 GiB corrected file is classified without reading them;
+//! scans of large dense files run off the FUSE workers, so a small `cat`
+//! by another process completes while two big files are first stat'ed (or
+//! opened with no index cached, or listed by `ls -l`) and their scans are
+//! held (fanotify permission events on their reads): however slow the
+//! machine, the cat is answered while the scans provably go on; and
 //! classification leaves what SEEK_DATA/SEEK_HOLE answer on the backing file
 //! unchanged. Times are printed, never asserted.
 
@@ -13,6 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::gate::ReadGate;
 use crate::support::mount::*;
 
 const GIB: u64 = 1 << 30;
@@ -109,12 +112,21 @@ fn write_big(dir: &std::path::Path, chunk: &[u8], n: u64) {
     }
 }
 
+/// MiB chunks in a big file: past the size classified on the scan threads
+/// (8 MiB), so its scan never runs on a FUSE worker.
+const BIG_CHUNKS: u64 = 16;
+
 /// How many copies of the small file each test makes (`fresh-N.txt`),
 /// so that every small read can be the first of its file: a first read
 /// classifies the file, and must not wait for the big files' scans
 /// whatever its inode number (a classification of a cold small file once
 /// waited for any scan that shared one of 64 locks with it).
 const FRESH: usize = 600;
+
+/// Small reads made while the big files' scans are held: enough that
+/// some small file almost surely shares one of those 64 locks with a big
+/// one.
+const READS: usize = 200;
 
 /// `small.txt` and its [`FRESH`] copies in `dir`.
 fn write_small(dir: &std::path::Path, small: &[u8]) {
@@ -124,137 +136,120 @@ fn write_small(dir: &std::path::Path, small: &[u8]) {
     }
 }
 
-/// Small reads one after another while `busy()` (big files' scans under
-/// way elsewhere): each reads a small file never read before (a copy of
-/// `small.txt` while `*next` < [`FRESH`], then `small.txt`) whole and stats
-/// the 32 MiB raw `video.raw` if there is one, and notes when it started
-/// and ended. How long a scan takes depends on the machine and the codec,
-/// so the tests do not guess when the scans run: they keep reading until
-/// the scans' callers are done.
-fn small_reads_while(
-    m: &Mount,
-    small: &[u8],
-    next: &mut usize,
-    busy: impl Fn() -> bool,
-) -> Vec<(Instant, Instant)> {
-    let mut reads = Vec::new();
-    let raw = m.b("video.raw").exists().then(|| m.m("video.raw"));
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    while busy() {
-        let name = if *next < FRESH {
-            *next += 1;
-            format!("fresh-{}.txt", *next - 1)
-        } else {
-            "small.txt".to_owned()
-        };
-        let start = Instant::now();
-        // Read in this process, as `cat` would (lookup, open, read,
-        // release): a process spawned on a loaded 2-CPU machine took 300 ms
-        // to start, as long as a scan, without waiting for one.
-        let got = fs::read(m.m(&name)).unwrap();
-        assert_eq!(got, expected_view(small), "{name}");
-        if let Some(raw) = &raw {
-            assert_eq!(fs::metadata(raw).unwrap().len(), 32 << 20);
-        }
-        reads.push((start, Instant::now()));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    reads
+/// The mount of these tests: two FUSE workers only, so that a scan on a
+/// worker (two big files) would leave none for a small read.
+fn mount(opts: &[&str], setup: impl FnOnce(&std::path::Path)) -> Mount {
+    let mut all = vec!["threads=2"];
+    all.extend_from_slice(opts);
+    Mount::new(&all, setup)
 }
 
-/// The behaviour: a small read that started well before the first of the
-/// big files' callers was done (while the scans ran, had they taken the
-/// workers) ended before that caller did, and quickly: had it waited for a
-/// worker held by a scan it would have ended only as that scan did, which
-/// might still beat the caller's own next request. The margin leaves out a
-/// read that merely began as a scan was about to end.
-fn assert_no_read_waited(reads: &[(Instant, Instant)], first_done: Instant, shortest: Duration) {
-    let margin = Duration::from_millis(50);
-    let during: Vec<_> = reads
-        .iter()
-        .filter(|(start, _)| *start + margin < first_done)
+/// Holds the reads of the big files by the daemon's scan threads until
+/// dropped: how long a scan takes depends on the machine, so the tests do
+/// not guess when the scans run, they stop them (and wait until they are
+/// stopped, [`ReadGate::wait_held`]: a scan run on a FUSE worker instead
+/// would never be held, and that wait fails).
+fn hold_scans(m: &Mount) -> ReadGate {
+    ReadGate::new(m.pid(), "scan-", &[m.b("big1.txt"), m.b("big2.txt")])
+}
+
+/// The behaviour: [`READS`] small reads one after another, each of a
+/// small file never read before (a copy of `small.txt` while `*next` <
+/// [`FRESH`], then `small.txt`) whole and a stat of the 32 MiB raw
+/// `video.raw` if there is one, are all answered while the big files'
+/// scans are held: none waited for a scan (had one, it would never be
+/// answered until the scans go on). Read in this process's thread, as
+/// `cat` would (lookup, open, read, release).
+fn small_reads_beside_held_scans(m: &Mount, small: &[u8], next: &mut usize) {
+    let names: Vec<_> = (0..READS)
+        .map(|_| {
+            if *next < FRESH {
+                *next += 1;
+                format!("fresh-{}.txt", *next - 1)
+            } else {
+                "small.txt".to_owned()
+            }
+        })
         .collect();
-    assert!(
-        !during.is_empty(),
-        "no small read ran during the scans: the big files are too small for this machine \
-         ({} reads)",
-        reads.len()
-    );
-    for (start, end) in &during {
-        assert!(
-            *end < first_done && *end - *start < shortest / 2,
-            "a small read started {:?} before the first big file's caller was done and \
-             waited for a scan (it took {:?}, the shortest caller {shortest:?})",
-            first_done - *start,
-            *end - *start
-        );
+    let raw = m.b("video.raw").exists().then(|| m.m("video.raw"));
+    let (dir, want) = (m.m(""), expected_view(small));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Instant::now();
+    std::thread::spawn(move || {
+        for name in names {
+            let got = fs::read(dir.join(&name)).unwrap();
+            assert_eq!(got, want, "{name}");
+            if let Some(raw) = &raw {
+                assert_eq!(fs::metadata(raw).unwrap().len(), 32 << 20);
+            }
+            let _ = tx.send(name);
+        }
+    });
+    let mut done = 0;
+    while done < READS {
+        // A deadline for a hang, never a measure: the reads need no scan.
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(_) => done += 1,
+            Err(_) => panic!(
+                "a small read was not answered while the big files' scans were held \
+                 ({done} of {READS} were): it waited for a scan"
+            ),
+        }
     }
-    eprintln!(
-        "{} small reads during the scans, the slowest {:?}",
-        during.len(),
-        during.iter().map(|(s, e)| *e - *s).max().unwrap()
-    );
+    eprintln!("{READS} small reads beside held scans: {:?}", t.elapsed());
 }
 
 #[test]
-fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
+fn a_small_cat_completes_while_two_big_files_are_first_stated() {
     let chunk = dense_chunk();
     // Cut at a unit boundary: 4 bytes per (2-byte unit + "ab").
     let chunk_view = expected_view(&corrected(&chunk)).len() as u64;
-    let n_chunks = 2048u64;
     let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
     // No attribute or entry caching: the `ls -l` below reaches the daemon
     // for every entry without waiting out a timeout.
-    let m = Mount::new(&["attr_timeout=0", "entry_timeout=0"], |d| {
-        write_big(d, &chunk, n_chunks);
+    let m = mount(&["attr_timeout=0", "entry_timeout=0"], |d| {
+        write_big(d, &chunk, BIG_CHUNKS);
         write_small(d, &small);
         // A large raw file: told raw by its head, never queued for a scan.
         fs::write(d.join("video.raw"), vec![0x5Au8; 32 << 20]).unwrap();
     });
     let mut next = 0;
-    let want_big = n_chunks * chunk_view;
-    let t0 = Instant::now();
+    let want_big = BIG_CHUNKS * chunk_view;
+    let mut gate = hold_scans(&m);
     let stats: Vec<_> = ["big1.txt", "big2.txt"]
         .into_iter()
         .map(|n| {
             let p = m.m(n);
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                let len = fs::metadata(&p).map(|md| md.len());
-                (len, t.elapsed(), Instant::now())
-            })
+            std::thread::spawn(move || fs::metadata(&p).map(|md| md.len()))
         })
         .collect();
-    let reads = small_reads_while(&m, &small, &mut next, || {
-        !stats.iter().all(|h| h.is_finished())
-    });
-    let mut first_stat = None::<Instant>;
-    let mut shortest = Duration::MAX;
-    for (i, h) in stats.into_iter().enumerate() {
-        let (len, took, done) = h.join().unwrap();
-        eprintln!("stat of 2 GiB dense file {}: {took:?}", i + 1);
-        assert_eq!(len.unwrap(), want_big);
-        first_stat = Some(first_stat.map_or(done, |f| f.min(done)));
-        shortest = shortest.min(took);
+    gate.wait_held(2, 60.0, "the two stats' scans on the scan threads");
+    small_reads_beside_held_scans(&m, &small, &mut next);
+    assert!(
+        stats.iter().all(|h| !h.is_finished()),
+        "a stat of a big file was answered before its scan went on"
+    );
+    drop(gate);
+    for h in stats {
+        assert_eq!(h.join().unwrap().unwrap(), want_big);
     }
-    eprintln!("all done after {:?}", t0.elapsed());
-    assert_no_read_waited(&reads, first_stat.unwrap(), shortest);
 
     // Again through `ls -l` (readdirplus, then a stat of each entry): the
     // big files changed in BACKING (their class is unknown again), and the
-    // listing must not scan them on the workers either.
+    // listing must not scan them on the workers either. `ls` stats one
+    // entry after another: one scan at a time.
     for name in ["big1.txt", "big2.txt"] {
         let st = Command::new("touch").arg(m.b(name)).status().unwrap();
         assert!(st.success());
     }
+    let mut gate = hold_scans(&m);
     let dir = m.m("");
-    let ls = std::thread::spawn(move || {
-        let t = Instant::now();
-        let out = Command::new("ls").arg("-ln").arg(&dir).output().unwrap();
-        (out, t.elapsed(), Instant::now())
-    });
-    let reads = small_reads_while(&m, &small, &mut next, || !ls.is_finished());
-    let (ls_out, ls_took, ls_done) = ls.join().unwrap();
+    let ls = std::thread::spawn(move || Command::new("ls").arg("-ln").arg(&dir).output());
+    gate.wait_held(1, 60.0, "the listing's scan on the scan threads");
+    small_reads_beside_held_scans(&m, &small, &mut next);
+    assert!(!ls.is_finished(), "ls -l ended before its scan went on");
+    drop(gate);
+    let ls_out = ls.join().unwrap().unwrap();
     assert!(ls_out.status.success(), "ls -l failed: {ls_out:?}");
     let listing = String::from_utf8_lossy(&ls_out.stdout).into_owned();
     for name in ["big1.txt", "big2.txt"] {
@@ -265,9 +260,6 @@ fn a_small_cat_completes_while_two_2_gib_files_are_first_stated() {
         let size: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
         assert_eq!(size, want_big, "ls -l size of {name}:\n{listing}");
     }
-    eprintln!("ls -l with two unknown 2 GiB files: {ls_took:?}");
-    assert_no_read_waited(&reads, ls_done, ls_took);
-    drop(m); // the big files go with the temp dir
 }
 
 #[test]
@@ -275,15 +267,13 @@ fn a_small_cat_completes_while_big_files_are_opened_without_a_cached_index() {
     // index_cache=0: no index is kept, so every open of a big corrected
     // file needs a scan (as when the cache let it go, or an index is larger
     // than the cache): the opens must not hold the workers a cat needs.
-    // index_db=none: otherwise, on a slow machine, the stats' scans may
-    // start more than the racy window after the files were written, be
-    // recorded in the index database, and the opens need no scan at all.
+    // index_db=none: otherwise the stats' scans may be recorded in the
+    // index database, and the opens need no scan at all.
     let chunk = dense_chunk();
     let view = expected_view(&corrected(&chunk));
-    let n_chunks = 1024u64;
     let small = corrected("small file: é ࠀ 😀\n".repeat(20).as_bytes());
-    let m = Mount::new(&["index_cache=0", "index_db=none"], |d| {
-        write_big(d, &chunk, n_chunks);
+    let m = mount(&["index_cache=0", "index_db=none"], |d| {
+        write_big(d, &chunk, BIG_CHUNKS);
         write_small(d, &small);
     });
     let mut next = 0;
@@ -291,35 +281,29 @@ fn a_small_cat_completes_while_big_files_are_opened_without_a_cached_index() {
     for name in ["big1.txt", "big2.txt"] {
         assert_eq!(
             fs::metadata(m.m(name)).unwrap().len(),
-            n_chunks * view.len() as u64
+            BIG_CHUNKS * view.len() as u64
         );
     }
+    let mut gate = hold_scans(&m);
     let opens: Vec<_> = ["big1.txt", "big2.txt"]
         .into_iter()
         .map(|n| {
             let p = m.m(n);
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                let out = Command::new("head").arg("-c").arg("64").arg(&p).output();
-                (out, t.elapsed(), Instant::now())
-            })
+            std::thread::spawn(move || Command::new("head").arg("-c").arg("64").arg(&p).output())
         })
         .collect();
-    let reads = small_reads_while(&m, &small, &mut next, || {
-        !opens.iter().all(|h| h.is_finished())
-    });
-    let mut first_open = None::<Instant>;
-    let mut shortest = Duration::MAX;
+    gate.wait_held(2, 60.0, "the two opens' scans on the scan threads");
+    small_reads_beside_held_scans(&m, &small, &mut next);
+    assert!(
+        opens.iter().all(|h| !h.is_finished()),
+        "an open of a big file was answered before its scan went on"
+    );
+    drop(gate);
     for h in opens {
-        let (out, took, done) = h.join().unwrap();
-        let out = out.unwrap();
+        let out = h.join().unwrap().unwrap();
         assert!(out.status.success(), "head of a big file: {out:?}");
         assert_eq!(out.stdout, view[..64]);
-        eprintln!("open + 64 bytes of a big file without a cached index: {took:?}");
-        first_open = Some(first_open.map_or(done, |f| f.min(done)));
-        shortest = shortest.min(took);
     }
-    assert_no_read_waited(&reads, first_open.unwrap(), shortest);
 }
 
 fn seek(f: &fs::File, whence: i32) -> i64 {

@@ -105,6 +105,7 @@ fn check_over_a_changing_tree_neither_hangs_nor_leaves_it() {
         r#"cd "$1" || exit 1
         n=$(seq 0 39)
         for i in $n; do printf 'text\n' > z$i; done
+        # The sleeps pace the swaps (each state held a while), no event.
         while :; do
           for i in $n; do mkfifo f$i 2>/dev/null; mv -T f$i z$i; done
           mv sub held; ln -s "$2/dir" sub
@@ -118,7 +119,10 @@ fn check_over_a_changing_tree_neither_hangs_nor_leaves_it() {
           sleep 0.15
         done"#,
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The swapping under way: `sub` a link to root's directory.
+    crate::support::mount::wait_until("swap by the user's script", 30.0, || {
+        fs::symlink_metadata(fx.tree.join("sub")).is_ok_and(|m| m.file_type().is_symlink())
+    });
     let mut refused = 0;
     for run in 0..5 {
         let out = run_within(
@@ -299,7 +303,12 @@ fn a_hung_fuse_mount_inside_backing_stops_only_its_own_requests() {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // The stuck lookups hold the daemon's two threads in the stopped
+    // server's requests.
+    let daemon = m.pid();
+    crate::support::mount::wait_until("two daemon threads stuck in the inner mount", 30.0, || {
+        crate::support::mount::threads_in_fuse_requests(daemon) >= 2
+    });
     let other = run_within(
         Command::new("setpriv")
             .arg(format!("--reuid={}", b.uid))

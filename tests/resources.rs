@@ -156,7 +156,11 @@ fn deleted_right_after_ls_l(by_handle: bool) {
     for i in 0..12 {
         fs::remove_file(backing.join(format!("f{i}"))).unwrap();
     }
-    let freed = wait_for(2.0, || disk.free() > free + 40 * MIB as u64);
+    // Freed, and every descriptor of the deleted files closed: the
+    // second is what the first waits for, file by file.
+    let freed = wait_for(2.0, || {
+        disk.free() > free + 40 * MIB as u64 && deleted_fds(m.pid()).is_empty()
+    });
     assert!(
         freed,
         "{how}: deleting 48 MiB natively right after ls -l freed {} bytes in {:?}; the daemon \
@@ -365,9 +369,13 @@ fn memory_is_given_back_when_the_kernel_forgets() {
             .parse::<usize>()
             .unwrap()
     };
+    // The kernel forgets the inodes it holds, and the daemon has served
+    // the forgets: it knows hardly more than the directories.
     let forget = || {
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        crate::support::mount::wait_until("the kernel's forgets served", 60.0, || {
+            m.stats_count("inodes") < 100
+        });
     };
     assert_eq!(ls_l("warm"), 2_001);
     forget();

@@ -44,6 +44,35 @@ pub fn wait_for(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Waits up to `secs` for `cond`, the observable sign of an event;
+/// panics naming `what` if it never came.
+pub fn wait_until(what: &str, secs: f64, cond: impl FnMut() -> bool) {
+    assert!(wait_for(secs, cond), "no {what} within {secs} s");
+}
+
+/// How many threads of process `pid` sleep in the kernel waiting for a
+/// FUSE server's answer (their `wchan`), whichever mount it is.
+pub fn threads_in_fuse_requests(pid: u32) -> usize {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| {
+                w == "request_wait_answer" || w.starts_with("fuse_") || w.contains("fuse_simple")
+            })
+        })
+        .count()
+}
+
+/// Whether process `pid` has ended (a zombie, or reaped).
+pub fn ended(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+    })
+}
+
 /// Lazily detaches whatever is mounted at `mnt` (a killed daemon's mount).
 pub fn lazy_unmount(mnt: &Path) {
     let ok = Command::new("fusermount3")
