@@ -133,6 +133,20 @@ impl Holder {
         }
     }
 
+    /// Clears every lock the holder has, now: its descriptor may outlive
+    /// its place in the table for a moment (a request that took a lock
+    /// through it drops its reference after it replied), and the owner's
+    /// close must not wait for that.
+    fn let_go(&self) {
+        let whole = Range {
+            start: 0,
+            end: sys::lock::OFFSET_MAX,
+        };
+        if let Err(e) = self.apply(whole, libc::F_UNLCK, false) {
+            log::debug!("cannot clear a lock holder's locks: {e}");
+        }
+    }
+
     /// Whether this holder holds an OFD lock of exactly `c`'s range and
     /// type (read from `/proc/self/fdinfo`, which lists a description's
     /// locks).
@@ -421,7 +435,8 @@ impl Locks {
             .files
             .lock()
             .remove(ino, |h| h.kind == Kind::Record && h.key == owner);
-        // Closed here, outside the table's lock.
+        // Cleared and closed here, outside the table's lock.
+        gone.iter().for_each(|h| h.let_go());
         drop(gone);
     }
 
@@ -436,6 +451,7 @@ impl Locks {
                 fhs.is_empty()
             }
         });
+        gone.iter().for_each(|h| h.let_go());
         drop(gone);
     }
 

@@ -103,6 +103,49 @@ fn owners_exclude_each_other_and_flush_releases_one_owner() {
     assert!(got.recv().unwrap().is_ok());
 }
 
+/// A flush clears the owner's locks at once, even while a request that
+/// took one still holds the holder (it drops it after its reply, and the
+/// owner's close can come in between: a load-dependent failure of
+/// `tests/locks.rs`'s passthrough case before).
+#[test]
+fn flush_and_release_clear_locks_a_late_reference_still_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = file(&dir);
+    let l = locks();
+    let r = Range { start: 0, end: 4 };
+    for (kind, owner, fh) in [(Kind::Record, 1, 10), (Kind::Flock, 0, 12)] {
+        let got = set(&l, asker(owner, fh, 1), kind, &f, r, libc::F_WRLCK, false);
+        assert!(got.recv().unwrap().is_ok());
+        let late = l
+            .table
+            .find(7, kind, if kind == Kind::Flock { fh } else { owner })
+            .expect("the holder");
+        if kind == Kind::Record {
+            l.flush(7, owner);
+        } else {
+            l.release(7, fh);
+        }
+        let other = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.path().join("f"))
+            .unwrap();
+        let free = match kind {
+            Kind::Record => sys::lock::ofd_setlk(&other, r, libc::F_WRLCK, false),
+            Kind::Flock => sys::lock::flock(&other, libc::F_WRLCK, false),
+        };
+        assert!(
+            free.is_ok(),
+            "{kind:?}: the lock outlived its owner's close: {free:?}"
+        );
+        let _ = match kind {
+            Kind::Record => sys::lock::ofd_setlk(&other, r, libc::F_UNLCK, false),
+            Kind::Flock => sys::lock::flock(&other, libc::F_UNLCK, false),
+        };
+        drop(late);
+    }
+}
+
 #[test]
 fn a_wait_is_granted_when_the_holder_lets_go_and_can_be_interrupted() {
     let dir = tempfile::tempdir().unwrap();
