@@ -77,3 +77,4 @@ pub mod shown;
 pub mod sys;
 pub mod trust;
 pub mod view;
+pub mod walk;

@@ -2,7 +2,7 @@
 //!
 //! Walks each named path without following symlinks, without leaving it
 //! and, unless asked, without crossing into another filesystem, by
-//! descriptors (`super::dirs`, `crate::trust`): each directory is entered
+//! descriptors (`crate::walk`, `crate::trust`): each directory is entered
 //! from its parent's descriptor by one name (`O_DIRECTORY | O_NOFOLLOW`),
 //! checked to be the directory its parent's listing showed, and listed
 //! through that descriptor; each entry is looked at with `fstatat` relative
@@ -18,11 +18,8 @@
 //! rolled back (only those migrate wrote, `super::undo`), temporary
 //! files removed.
 //!
-//! Sharding: every path has a key, a hash of its path relative to the
-//! named root (or, for a multiply linked file, of its inode number, so that
-//! all its names land in one shard); shard K of N takes the keys with
-//! `key % N == K - 1`. The key depends on nothing but the tree, so it is
-//! the same on every machine.
+//! Sharding ([`Shard`], `crate::walk`): every path has a key that depends
+//! on nothing but the tree; a shard takes the files whose key it owns.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -33,67 +30,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use globset::GlobSet;
-use nix::fcntl::{AtFlags, OFlag};
+use nix::fcntl::OFlag;
 use nix::sys::stat::{FileStat, Mode, SFlag};
 
-use super::dirs::{DirId, Dirs, Lost};
 use super::report::{Outcome, Reason};
 use super::undo::{self, Recovered};
 use crate::sys;
-
-/// `--shard K/N`, 1 ≤ K ≤ N.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub k: u64,
-    pub n: u64,
-}
-
-impl Shard {
-    pub const ALL: Shard = Shard { k: 1, n: 1 };
-
-    pub fn owns(&self, key: u64) -> bool {
-        key % self.n == self.k - 1
-    }
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (k, n) = s
-            .split_once('/')
-            .ok_or_else(|| format!("expected K/N, e.g. 3/8, got {s:?}"))?;
-        let k: u64 = k.trim().parse().map_err(|_| format!("bad K in {s:?}"))?;
-        let n: u64 = n.trim().parse().map_err(|_| format!("bad N in {s:?}"))?;
-        if n == 0 || k == 0 || k > n {
-            return Err(format!("need 1 <= K <= N, got {k}/{n}"));
-        }
-        Ok(Shard { k, n })
-    }
-}
-
-/// 64-bit finalizer (splitmix64): spreads FNV's output over all bits.
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// The shard key of a path relative to its named root.
-pub fn path_key(rel: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in rel {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix(h)
-}
-
-/// The shard key of a multiply linked file.
-pub fn inode_key(ino: u64) -> u64 {
-    mix(ino ^ 0x6c69_6e6b_6564_2121)
-}
+use crate::walk::{inode_key, path_key, stat_at, DirId, Dirs, Lost, Shard};
 
 /// A regular file to convert.
 #[derive(Debug, Clone)]
@@ -446,13 +389,6 @@ impl<'a, 'e> Walker<'a, 'e> {
     }
 }
 
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one name.
-pub(super) fn stat_at(dir: &File, name: &OsStr) -> io::Result<FileStat> {
-    let c = sys::component(name)?;
-    nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map_err(io::Error::from)
-}
-
 /// The names in the directory open as `dir` (through its own descriptor
 /// of `.`: the same directory, never a path).
 fn list(dir: &File) -> io::Result<Vec<OsString>> {
@@ -476,31 +412,4 @@ pub fn key_of(name: &OsStr, prefix: &str) -> Option<u64> {
     let rest = name.as_bytes().strip_prefix(prefix.as_bytes())?;
     let hex = std::str::from_utf8(rest.get(..16)?).ok()?;
     u64::from_str_radix(hex, 16).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shards_partition_the_keys() {
-        let keys: Vec<u64> = (0..1000)
-            .map(|i| path_key(format!("d/{i}").as_bytes()))
-            .collect();
-        for n in 1..6 {
-            let mut total = 0;
-            for k in 1..=n {
-                let s = Shard { k, n };
-                total += keys.iter().filter(|&&key| s.owns(key)).count();
-            }
-            assert_eq!(total, keys.len());
-        }
-        // Stable across machines and versions: the hash is part of the
-        // interface (shards of one archive may run different builds).
-        assert_eq!(path_key(b""), mix(0xcbf2_9ce4_8422_2325));
-        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { k: 2, n: 3 }));
-        assert!("0/3".parse::<Shard>().is_err());
-        assert!("4/3".parse::<Shard>().is_err());
-        assert!("3".parse::<Shard>().is_err());
-    }
 }
