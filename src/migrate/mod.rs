@@ -166,20 +166,18 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
             link_of: None,
         });
     };
-    let walk_opts = walk::WalkOptions {
+    let walk_opts = crate::walk::WalkOptions {
         exclude: &opts.exclude,
         shard: opts.shard,
         one_file_system: opts.one_file_system,
-        dry_run: opts.dry_run,
+        skip_dirs: &[],
+        follow_named: false,
     };
-    let mut walker = walk::Walker::new(walk_opts, &mut emit);
-    for p in &opts.paths {
-        walker.root(p);
-    }
-    let mut files = std::mem::take(&mut walker.files);
-    let dirs = std::mem::take(&mut walker.dirs);
-    let roots = std::mem::take(&mut walker.roots);
-    drop(walker);
+    let walk::Found {
+        mut files,
+        dirs,
+        roots,
+    } = walk::walk(&opts.paths, walk_opts, opts.dry_run, &mut emit);
     if ordered {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         seen.sort_by(|a, b| a.0.cmp(&b.0));
