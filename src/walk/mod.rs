@@ -409,3 +409,93 @@ pub fn stat_at(dir: &File, name: &OsStr) -> io::Result<FileStat> {
     nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(io::Error::from)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the walk passed by, as (path below the root, what).
+    #[derive(Default)]
+    struct Seen(Vec<(String, String)>);
+
+    impl Visitor for Seen {
+        fn passed(&mut self, path: &Path, what: Passed) {
+            self.0
+                .push((path.display().to_string(), format!("{what:?}")));
+        }
+    }
+
+    fn opts<'a>(none: &'a GlobSet, skip: &'a [&'a str]) -> WalkOptions<'a> {
+        WalkOptions {
+            exclude: none,
+            shard: Shard::ALL,
+            one_file_system: false,
+            skip_dirs: skip,
+            follow_named: false,
+        }
+    }
+
+    #[test]
+    fn files_once_with_all_names_and_the_rest_passed_by() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        std::fs::create_dir_all(p.join("d/.git")).unwrap();
+        std::fs::write(p.join("d/.git/config"), "x\n").unwrap();
+        std::fs::write(p.join("d/a"), "a\n").unwrap();
+        std::fs::hard_link(p.join("d/a"), p.join("b")).unwrap();
+        std::fs::write(p.join(".cutf8fs-journal"), "ours\n").unwrap();
+        std::os::unix::fs::symlink("/etc", p.join("s")).unwrap();
+        nix::unistd::mkfifo(&p.join("f"), Mode::S_IRWXU).unwrap();
+        let none = GlobSet::empty();
+        let mut w = Walker::new(opts(&none, &[".git"]));
+        let mut seen = Seen::default();
+        w.root(p, &mut seen);
+        let names: Vec<_> = w
+            .files
+            .iter()
+            .map(|e| {
+                let mut v = vec![e.path.strip_prefix(p).unwrap().display().to_string()];
+                v.extend(
+                    e.links
+                        .iter()
+                        .map(|l| l.path.strip_prefix(p).unwrap().display().to_string()),
+                );
+                v
+            })
+            .collect();
+        assert_eq!(names, [["b", "d/a"]]);
+        let mut passed: Vec<_> = seen
+            .0
+            .iter()
+            .map(|(path, what)| (path.strip_prefix(&*p.to_string_lossy()).unwrap(), &**what))
+            .collect();
+        passed.sort();
+        assert_eq!(
+            passed,
+            [("/f", "Special(\"fifo\")"), ("/s", "Symlink")],
+            "the journal and .git are neither entered nor reported"
+        );
+    }
+
+    #[test]
+    fn a_directory_replaced_before_it_is_listed_is_passed_by() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        std::fs::create_dir_all(p.join("a")).unwrap();
+        std::fs::write(p.join("a/x"), "x\n").unwrap();
+        let none = GlobSet::empty();
+        let mut w = Walker::new(opts(&none, &[]));
+        let (root, _, _) = w.dirs.add_root(p.to_path_buf(), false).unwrap();
+        // `a` as the listing saw it, then swapped for another directory.
+        let st = stat_at(&File::open(p).unwrap(), OsStr::new("a")).unwrap();
+        let a = w.dirs.add(root, "a".into(), (st.st_dev, st.st_ino));
+        std::fs::rename(p.join("a"), p.join("old")).unwrap();
+        std::fs::create_dir(p.join("a")).unwrap();
+        std::fs::write(p.join("a/y"), "y\n").unwrap();
+        let mut seen = Seen::default();
+        w.dir(&mut seen, a, p.join("a"), b"a".to_vec(), st.st_dev);
+        assert!(w.files.is_empty(), "{:?}", w.files);
+        assert_eq!(seen.0.len(), 1);
+        assert_eq!(seen.0[0].1, "Replaced");
+    }
+}
