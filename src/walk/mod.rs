@@ -234,7 +234,8 @@ impl<'a> Walker<'a> {
                     });
                     self.dir(v, d, root.to_path_buf(), Vec::new(), id.0);
                 }
-                Err(e) => v.passed(root, Passed::Unlistable(e)),
+                // Keyed as the root itself (the empty path), as below it.
+                Err(e) => self.pass(v, root, &[], Passed::Unlistable(e)),
             }
             return;
         }
