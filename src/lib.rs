@@ -24,7 +24,8 @@
 //!    ▼
 //!  cutf8 (the codec crate: bytes in, bytes out, no I/O)
 //!
-//!  beside them, used from above: trust (what in BACKING is ours; used by
+//!  beside them, used from above: walk (the one walk of trees others
+//!  write; check, migrate) → trust (what in BACKING is ours; used by
 //!  check, migrate, indexdb, redo, fs) → sys (system calls beyond a single
 //!  nix call); ratelog (fs, redo); mountinfo (check, migrate, indexdb, fs)
 //! ```
@@ -48,7 +49,8 @@
 //!   own (the redo journal, the index database, migrate's undo journals,
 //!   the names the mount keeps for itself) and how anything in such a tree
 //!   is reached (by descriptor, one name at a time, never through a
-//!   symlink); its doc holds the security argument.
+//!   symlink); its doc holds the security argument. [`walk`] is the one
+//!   walk of such trees, which `check` and `migrate` share.
 //! * [`ratelog`] rate-limits the log lines a user can cause again and
 //!   again, counting what it holds back.
 //! * [`sys`] holds the system calls that take more than one `nix` call or
@@ -77,3 +79,4 @@ pub mod shown;
 pub mod sys;
 pub mod trust;
 pub mod view;
+pub mod walk;

@@ -1,8 +1,9 @@
 //! What in a tree that other users write is ours, and how anything in such a
 //! tree is reached: the one place that decides. The mount's journal
-//! (`crate::redo`), the index database (`crate::indexdb`) and `cutf8
-//! migrate` (its walk, its files and its undo journal, `crate::migrate`)
-//! all go through it, and [`is_internal`] is the one list of names the
+//! (`crate::redo`), the index database (`crate::indexdb`), `cutf8
+//! migrate` (its files and its undo journal, `crate::migrate`) and the one
+//! walk of such trees, which `cutf8 check` and migrate share
+//! (`crate::walk`), all go through it, and [`is_internal`] is the one list of names the
 //! mount keeps for itself in BACKING; man/cutf8fs.1 and man/cutf8.1 (SECURITY) state the
 //! rules and point here for the argument.
 //!
@@ -42,7 +43,7 @@
 //!   create, rename, unlink). Renaming a directory that is held, or putting
 //!   a symlink in its place, misdirects nothing: the next step still happens
 //!   in the directory that was checked. A directory reached again later
-//!   (migrate keeps a bounded set of descriptors, not one per directory of a
+//!   (the walk keeps a bounded set of descriptors, not one per directory of a
 //!   huge tree) is reached again from its parent's descriptor by name with
 //!   its identity checked, component by component from a descriptor held.
 //!

@@ -19,7 +19,8 @@
 //!   root-only directory that holds text files of the same names, holds it
 //!   a random while, and swaps it back, over many runs. Nothing outside the
 //!   tree is touched, and nothing is reported converted that is not a
-//!   regular file of the tree.
+//!   regular file of the tree. The same race against `cutf8 check`, which
+//!   walks with the same walker: nothing outside the tree is read.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -596,24 +597,11 @@ fn restore(tree: &Path) {
     }
 }
 
-#[test]
-fn the_walk_race_never_reaches_outside_the_tree() {
-    let f = Fixture::new();
-    // A root-only directory with text files of the names the tree holds.
-    let secret = f.dir.path().join("secret");
-    fs::create_dir(&secret).unwrap();
-    chmod(&secret, 0o700);
-    fs::create_dir(secret.join("priv")).unwrap();
-    chmod(&secret.join("priv"), 0o700);
-    let mut victims = Vec::new();
-    for i in 0..3 {
-        victims.push(f.victim_in(&secret, &format!("f{i:03}.txt"), VICTIM));
-        victims.push(f.victim_in(&secret.join("priv"), &format!("victim{i}.txt"), VICTIM));
-    }
-    // The user's tree: directories of text files with a subdirectory
-    // `priv`, more than migrate keeps descriptors of (so it must reach
-    // some again while the attacker is at work); the raced ones hold many
-    // files (a long walk of each).
+/// The user's tree for the walk race: directories of text files with a
+/// subdirectory `priv`, more than the walk keeps descriptors of (so it
+/// must reach some again while the attacker is at work); the raced ones
+/// hold many files (a long walk of each). All the user's.
+fn race_tree(f: &Fixture) {
     for d in 0..DIRS {
         let dir = f.tree.join(format!("d{d:02}"));
         fs::create_dir_all(dir.join("priv")).unwrap();
@@ -638,6 +626,68 @@ fn the_walk_race_never_reaches_outside_the_tree() {
         .status()
         .unwrap();
     assert!(chown.success());
+}
+
+/// Runs `run` while the attacker (the test binary `bin` as the user,
+/// [`walk_race_attacker`]) swaps the raced directories for symlinks to
+/// `secret`; puts them back after. What `run` gave, and how many swaps
+/// the attacker made.
+fn under_attack(
+    f: &Fixture,
+    bin: &Path,
+    secret: &Path,
+    run: impl FnOnce() -> Output,
+) -> (Output, usize) {
+    let mut attacker = Command::new("setpriv")
+        .arg(format!("--reuid={}", f.a.uid))
+        .arg(format!("--regid={}", f.a.gid))
+        .arg("--clear-groups")
+        .arg(bin)
+        .args([
+            "--exact",
+            "migrate_security::walk_race_attacker",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            "CUTF8_WALK_ATTACK",
+            format!("{}:{}", f.tree.display(), secret.display()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the attacker");
+    let mut lines = BufReader::new(attacker.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("ATTACKER READY"))),
+        "the attacker did not start"
+    );
+    let out = run();
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    let swaps = lines
+        .map_while(Result::ok)
+        .filter(|l| l.starts_with("SWAPPED"))
+        .count();
+    restore(&f.tree);
+    (out, swaps)
+}
+
+#[test]
+fn the_walk_race_never_reaches_outside_the_tree() {
+    let f = Fixture::new();
+    // A root-only directory with text files of the names the tree holds.
+    let secret = f.dir.path().join("secret");
+    fs::create_dir(&secret).unwrap();
+    chmod(&secret, 0o700);
+    fs::create_dir(secret.join("priv")).unwrap();
+    chmod(&secret.join("priv"), 0o700);
+    let mut victims = Vec::new();
+    for i in 0..3 {
+        victims.push(f.victim_in(&secret, &format!("f{i:03}.txt"), VICTIM));
+        victims.push(f.victim_in(&secret.join("priv"), &format!("victim{i}.txt"), VICTIM));
+    }
+    race_tree(&f);
     let sealed: Vec<Sealed> = victims.iter().map(|v| seal(v)).collect();
     let bin = runnable_copy(f.dir.path());
     let report = f.dir.path().join("report.jsonl");
@@ -645,44 +695,16 @@ fn the_walk_race_never_reaches_outside_the_tree() {
     let started = Instant::now();
     let (mut swaps, mut refusals) = (0, 0);
     for round in 0..rounds {
-        let mut attacker = Command::new("setpriv")
-            .arg(format!("--reuid={}", f.a.uid))
-            .arg(format!("--regid={}", f.a.gid))
-            .arg("--clear-groups")
-            .arg(&bin)
-            .args([
-                "--exact",
-                "migrate_security::walk_race_attacker",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(
-                "CUTF8_WALK_ATTACK",
-                format!("{}:{}", f.tree.display(), secret.display()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the attacker");
-        let mut lines = BufReader::new(attacker.stdout.take().unwrap()).lines();
-        assert!(
-            lines.any(|l| l.is_ok_and(|l| l.contains("ATTACKER READY"))),
-            "the attacker did not start"
-        );
-        let out = Command::new(BIN)
-            .args(["migrate", "--jobs", "2", "--report"])
-            .arg(&report)
-            .arg(&f.tree)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let _ = attacker.kill();
-        let _ = attacker.wait();
-        swaps += lines
-            .map_while(Result::ok)
-            .filter(|l| l.starts_with("SWAPPED"))
-            .count();
-        restore(&f.tree);
+        let (out, swapped) = under_attack(&f, &bin, &secret, || {
+            Command::new(BIN)
+                .args(["migrate", "--jobs", "2", "--report"])
+                .arg(&report)
+                .arg(&f.tree)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        });
+        swaps += swapped;
         let err = String::from_utf8_lossy(&out.stderr);
         refusals += err.matches("moved or replaced").count();
         for (v, s) in victims.iter().zip(&sealed) {
@@ -729,4 +751,54 @@ fn the_walk_race_never_reaches_outside_the_tree() {
             own.display()
         );
     }
+}
+
+/// The walk race against root's `cutf8 check` (the twin of
+/// [`the_walk_race_never_reaches_outside_the_tree`]: check walks with
+/// migrate's walker, `cutf8fs::walk`). Root's directory holds files of
+/// the names the tree's raced directories hold, with a tab and a carriage
+/// return in each: a check led into it would print `[tab]` and
+/// `[carriage-return]` findings, which no file of the tree has.
+#[test]
+fn the_walk_race_never_leads_check_outside_the_tree() {
+    let f = Fixture::new();
+    let secret = f.dir.path().join("secret");
+    fs::create_dir_all(secret.join("priv")).unwrap();
+    chmod(&secret, 0o700);
+    for i in 0..300 {
+        f.victim_in(&secret, &format!("f{i:03}.txt"), b"root\tsecret\r\n");
+    }
+    f.victim_in(&secret.join("priv"), "own.txt", b"root\tsecret\r\n");
+    race_tree(&f);
+    let bin = runnable_copy(f.dir.path());
+    let rounds = 8;
+    let (mut swaps, mut refusals) = (0, 0);
+    for round in 0..rounds {
+        let (out, swapped) = under_attack(&f, &bin, &secret, || {
+            Command::new(BIN)
+                .args(["check", "-A", "missing-magic"])
+                .arg(&f.tree)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        });
+        swaps += swapped;
+        let text = crate::support::run::shown(&out);
+        for leak in ["[tab]", "[carriage-return]"] {
+            assert!(
+                !text.contains(leak),
+                "round {round}: root's check read outside the tree ({leak}):\n{text}"
+            );
+        }
+        refusals += text.matches("moved or replaced").count();
+    }
+    eprintln!(
+        "{rounds} checks: the attacker swapped {swaps} times; {refusals} directories or files \
+         refused as moved or replaced; nothing outside the tree read"
+    );
+    // A check is quick: the attacker lands about once a run.
+    assert!(
+        swaps > rounds / 2,
+        "the attacker hardly ever swapped ({swaps} times)"
+    );
 }

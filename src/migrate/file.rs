@@ -5,7 +5,7 @@
 //! mode and times, verified by converting it back, fsynced and renamed over
 //! the original. A multiply linked file (or one whose owner this user
 //! cannot give away) is rewritten in place under a [`undo`] journal. Every call
-//! goes through a descriptor of the directory the walk saw (`super::dirs`:
+//! goes through a descriptor of the directory the walk saw (`crate::walk::Dirs`:
 //! reached from its parent's descriptor, identity checked), and the file is
 //! reached in it by its one name without following a symlink and opened
 //! for I/O only once `fstat` says it is a regular file (`crate::trust`), so
@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
-use super::dirs::{Dirs, Lost};
 use super::report::{Outcome, Reason};
 use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
 use super::undo::{self, UndoJournal};
 use super::walk::Entry;
 use crate::io::Stamp;
+use crate::walk::{Dirs, Lost};
 use crate::{sys, trust};
 
 /// What a worker needs to know about the run.
@@ -444,7 +444,7 @@ fn names_inside(dirs: &Dirs, entry: &Entry, md: &Metadata) -> u64 {
     let mut inside = 0;
     for (d, name) in names {
         let Ok(dir) = dirs.open(d) else { continue };
-        match super::walk::stat_at(&dir, name) {
+        match crate::walk::stat_at(&dir, name) {
             Ok(st) if st.st_dev == md.dev() && st.st_ino == md.ino() => inside += 1,
             _ => {}
         }

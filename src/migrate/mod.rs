@@ -21,7 +21,6 @@
 //! the summary through its [`Observer`]. Stands on [`cutf8`],
 //! `crate::sys` and `crate::trust`.
 
-mod dirs;
 mod file;
 pub mod report;
 mod undo;
@@ -37,9 +36,9 @@ use std::sync::mpsc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+pub use crate::walk::Shard;
 pub use report::{Outcome, Reason, Summary};
 pub use transcode::{leaves_script_raw, Direction};
-pub use walk::Shard;
 
 /// Name prefix of migrate's temporary files (`.cutf8-tmp.<key>.<pid>-<n>`).
 pub const TMP_PREFIX: &str = ".cutf8-tmp.";
@@ -167,20 +166,18 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
             link_of: None,
         });
     };
-    let walk_opts = walk::WalkOptions {
+    let walk_opts = crate::walk::WalkOptions {
         exclude: &opts.exclude,
         shard: opts.shard,
         one_file_system: opts.one_file_system,
-        dry_run: opts.dry_run,
+        skip_dirs: &[],
+        follow_named: false,
     };
-    let mut walker = walk::Walker::new(walk_opts, &mut emit);
-    for p in &opts.paths {
-        walker.root(p);
-    }
-    let mut files = std::mem::take(&mut walker.files);
-    let dirs = std::mem::take(&mut walker.dirs);
-    let roots = std::mem::take(&mut walker.roots);
-    drop(walker);
+    let walk::Found {
+        mut files,
+        dirs,
+        roots,
+    } = walk::walk(&opts.paths, walk_opts, opts.dry_run, &mut emit);
     if ordered {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         seen.sort_by(|a, b| a.0.cmp(&b.0));
@@ -340,7 +337,7 @@ fn report_file(observer: &mut dyn Observer, entry: &walk::Entry, outcome: &Outco
 /// file is reached again through its directory's descriptor, never by its
 /// path; a root named as a file records only into a database that exists.
 fn record_in_index_db(
-    dirs: &dirs::Dirs,
+    dirs: &crate::walk::Dirs,
     roots: &[walk::Root],
     files: &[walk::Entry],
     written: &[usize],
@@ -410,7 +407,7 @@ const CLOSE_QUEUE: usize = 256;
 /// within the open-file limit, which is raised to its hard maximum first.
 fn batch_files(jobs: usize) -> usize {
     let soft = crate::sys::process::raise_fd_limit(1 << 20);
-    let reserved = 64 + dirs::CACHE as u64 + CLOSE_QUEUE as u64 + CLOSERS as u64;
+    let reserved = 64 + crate::walk::CACHE as u64 + CLOSE_QUEUE as u64 + CLOSERS as u64;
     let spare = soft.saturating_sub(reserved);
     let per_worker = (spare / 3) as usize / jobs.max(1);
     per_worker.clamp(1, 64)

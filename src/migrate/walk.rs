@@ -1,404 +1,110 @@
-//! Find the files a run (or its shard) converts.
+//! What migrate's walk (`crate::walk`, the one walk of trees others
+//! write) finds, turned into migrate's report, and what a killed run left.
 //!
-//! Walks each named path without following symlinks, without leaving it
-//! and, unless asked, without crossing into another filesystem, by
-//! descriptors (`super::dirs`, `crate::trust`): each directory is entered
-//! from its parent's descriptor by one name (`O_DIRECTORY | O_NOFOLLOW`),
-//! checked to be the directory its parent's listing showed, and listed
-//! through that descriptor; each entry is looked at with `fstatat` relative
-//! to it. Nothing is ever reached through a path resolved again, so a
-//! directory swapped for a symlink during the walk leads nowhere. Skips
-//! decided from the directory entry alone (symlinks, special files,
-//! `--exclude`, other filesystems, unreadable directories) are reported
-//! right here. The mount's own files (names `crate::trust::is_internal`
-//! claims, such as `.cutf8fs-journal`, at any level) are neither entered
-//! nor reported; regular files are returned, each inode once with all its
-//! names, by their directory's node and name. Before a directory's files
-//! are looked at, what a killed run left in it is dealt with: journals
-//! rolled back (only those migrate wrote, `super::undo`), temporary
-//! files removed.
-//!
-//! Sharding: every path has a key, a hash of its path relative to the
-//! named root (or, for a multiply linked file, of its inode number, so that
-//! all its names land in one shard); shard K of N takes the keys with
-//! `key % N == K - 1`. The key depends on nothing but the tree, so it is
-//! the same on every machine.
+//! The walk lists the regular files of the named paths (this shard's part
+//! of them), each inode once with all its names; what it passes by
+//! (symlinks, special files, `--exclude`, other filesystems, unreadable or
+//! replaced directories) is reported right here as skipped or failed.
+//! Before a directory's files are looked at, what a killed run left in it
+//! is dealt with: journals rolled back (only those migrate wrote,
+//! `super::undo`), temporary files removed. A named path into the mount's
+//! own files (`crate::trust::is_internal`) is left alone, silently.
 
-use std::collections::{HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use globset::GlobSet;
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{FileStat, Mode, SFlag};
+use nix::sys::stat::SFlag;
 
-use super::dirs::{DirId, Dirs, Lost};
 use super::report::{Outcome, Reason};
 use super::undo::{self, Recovered};
 use crate::sys;
+use crate::walk::{stat_at, Passed, Shard, Visitor, WalkOptions, Walker};
 
-/// `--shard K/N`, 1 ≤ K ≤ N.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub k: u64,
-    pub n: u64,
-}
-
-impl Shard {
-    pub const ALL: Shard = Shard { k: 1, n: 1 };
-
-    pub fn owns(&self, key: u64) -> bool {
-        key % self.n == self.k - 1
-    }
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (k, n) = s
-            .split_once('/')
-            .ok_or_else(|| format!("expected K/N, e.g. 3/8, got {s:?}"))?;
-        let k: u64 = k.trim().parse().map_err(|_| format!("bad K in {s:?}"))?;
-        let n: u64 = n.trim().parse().map_err(|_| format!("bad N in {s:?}"))?;
-        if n == 0 || k == 0 || k > n {
-            return Err(format!("need 1 <= K <= N, got {k}/{n}"));
-        }
-        Ok(Shard { k, n })
-    }
-}
-
-/// 64-bit finalizer (splitmix64): spreads FNV's output over all bits.
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// The shard key of a path relative to its named root.
-pub fn path_key(rel: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in rel {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix(h)
-}
-
-/// The shard key of a multiply linked file.
-pub fn inode_key(ino: u64) -> u64 {
-    mix(ino ^ 0x6c69_6e6b_6564_2121)
-}
-
-/// A regular file to convert.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// The path as the user would write it (named root joined with the
-    /// names below it), for reports only: the file is reached by `dir`
-    /// and `name`.
-    pub path: PathBuf,
-    /// Its directory (a node of the walk's [`Dirs`]), and the named root
-    /// it was found under.
-    pub dir: DirId,
-    pub root: DirId,
-    pub name: OsString,
-    pub size: u64,
-    pub key: u64,
-    /// Further names of the same inode (hard links) found in the walk.
-    pub links: Vec<Link>,
-}
-
-/// Another name of an [`Entry`]'s inode, found in the walk.
-#[derive(Debug, Clone)]
-pub struct Link {
-    /// For reports only, as [`Entry::path`].
-    pub path: PathBuf,
-    pub dir: DirId,
-    pub name: OsString,
-}
-
-/// How to walk.
-pub struct WalkOptions<'a> {
-    pub exclude: &'a GlobSet,
-    pub shard: Shard,
-    pub one_file_system: bool,
-    /// Leave what a killed run left behind alone (`--dry-run`).
-    pub dry_run: bool,
-}
+pub use crate::walk::{Entry, Root};
 
 /// Reports per-path outcomes decided during the walk: (path, outcome, size).
 pub type Emit<'e> = dyn FnMut(&Path, Outcome, Option<u64>) + 'e;
 
-/// A named root: its directory node, and whether it was named as a
-/// directory (rather than a file in it).
-#[derive(Debug, Clone, Copy)]
-pub struct Root {
-    pub dir: DirId,
-    pub named_dir: bool,
-}
-
-/// The walk's state across named roots.
-pub struct Walker<'a, 'e> {
-    opts: WalkOptions<'a>,
-    emit: &'e mut Emit<'e>,
+/// What the walk found: the files, the directories they are reached
+/// through, and the named roots.
+pub struct Found {
     pub files: Vec<Entry>,
-    /// Every directory entered (the workers reach files through it).
-    pub dirs: Dirs,
+    pub dirs: crate::walk::Dirs,
     pub roots: Vec<Root>,
-    /// (dev, ino) of multiply linked files → index in `files`.
-    inodes: HashMap<(u64, u64), usize>,
-    /// (dev, ino) of the singly linked files taken, so that overlapping
-    /// named paths do not hand one file to two workers.
-    seen: HashSet<(u64, u64)>,
 }
 
-fn join_rel(rel: &[u8], name: &OsStr) -> Vec<u8> {
-    let mut r = rel.to_vec();
-    if !r.is_empty() {
-        r.push(b'/');
+/// Walks `paths` with `opts` (leaving what a killed run left behind alone
+/// if `dry_run`); what is passed by goes to `emit`.
+pub fn walk(
+    paths: &[std::path::PathBuf],
+    opts: WalkOptions,
+    dry_run: bool,
+    emit: &mut Emit,
+) -> Found {
+    let mut sight = Sight {
+        emit,
+        dry_run,
+        shard: opts.shard,
+    };
+    let mut walker = Walker::new(opts);
+    for p in paths {
+        // A path into the mount's own files is left alone, silently.
+        if p.components()
+            .any(|c| crate::trust::is_internal(c.as_os_str()))
+        {
+            continue;
+        }
+        walker.root(p, &mut sight);
     }
-    r.extend_from_slice(name.as_bytes());
-    r
+    Found {
+        files: walker.files,
+        dirs: walker.dirs,
+        roots: walker.roots,
+    }
 }
 
 fn is_denied(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
 }
 
-impl<'a, 'e> Walker<'a, 'e> {
-    pub fn new(opts: WalkOptions<'a>, emit: &'e mut Emit<'e>) -> Self {
-        Walker {
-            opts,
-            emit,
-            files: Vec::new(),
-            dirs: Dirs::default(),
-            roots: Vec::new(),
-            inodes: HashMap::new(),
-            seen: HashSet::new(),
-        }
+/// migrate's [`Visitor`]: reports, and a killed run's leftovers.
+struct Sight<'s, 'e> {
+    emit: &'s mut Emit<'e>,
+    dry_run: bool,
+    shard: Shard,
+}
+
+impl Visitor for Sight<'_, '_> {
+    fn passed(&mut self, path: &Path, what: Passed) {
+        let outcome = match what {
+            Passed::Symlink => Outcome::Skipped(Reason::Symlink),
+            Passed::Special(kind) => Outcome::Skipped(Reason::Special(kind)),
+            Passed::Excluded => Outcome::Skipped(Reason::Excluded),
+            Passed::OtherFilesystem => Outcome::Skipped(Reason::OtherFilesystem),
+            Passed::Unstatable(e) if is_denied(&e) => {
+                Outcome::Skipped(Reason::PermissionDenied("cannot stat".into()))
+            }
+            Passed::Unstatable(e) => Outcome::Failed(e.to_string()),
+            Passed::Unlistable(e) if is_denied(&e) => {
+                Outcome::Skipped(Reason::PermissionDenied("cannot list the directory".into()))
+            }
+            Passed::Unlistable(e) => Outcome::Failed(format!("cannot list the directory: {e}")),
+            Passed::Replaced => Outcome::Failed(
+                "the directory was moved or replaced during the walk; not entered".into(),
+            ),
+            Passed::Failed(msg) => Outcome::Failed(msg),
+        };
+        (self.emit)(path, outcome, None);
     }
 
-    fn excluded(&self, rel: &[u8], name: &OsStr) -> bool {
-        !self.opts.exclude.is_empty()
-            && (self
-                .opts
-                .exclude
-                .is_match(Path::new(OsStr::from_bytes(rel)))
-                || self.opts.exclude.is_match(Path::new(name)))
+    fn own(&mut self, dirf: &File, dir: &Path, name: &OsStr) -> bool {
+        self.leftover(dirf, dir, name)
     }
+}
 
-    /// Report `outcome` for a path with key `rel`, if this shard owns it.
-    fn report(&mut self, path: &Path, rel: &[u8], outcome: Outcome, size: Option<u64>) {
-        if self.opts.shard.owns(path_key(rel)) {
-            (self.emit)(path, outcome, size);
-        }
-    }
-
-    /// Walk one named path.
-    pub fn root(&mut self, root: &Path) {
-        // A path into the mount's own files is left alone, silently.
-        if root
-            .components()
-            .any(|c| crate::trust::is_internal(c.as_os_str()))
-        {
-            return;
-        }
-        let md = match std::fs::symlink_metadata(root) {
-            Ok(md) => md,
-            Err(e) if is_denied(&e) => {
-                let r = Reason::PermissionDenied("cannot stat".into());
-                (self.emit)(root, Outcome::Skipped(r), None);
-                return;
-            }
-            Err(e) => {
-                (self.emit)(root, Outcome::Failed(e.to_string()), None);
-                return;
-            }
-        };
-        if md.is_dir() {
-            match self.dirs.add_root(root.to_path_buf(), false) {
-                Ok((d, _, id)) => {
-                    self.roots.push(Root {
-                        dir: d,
-                        named_dir: true,
-                    });
-                    self.dir(d, root.to_path_buf(), Vec::new(), id.0);
-                }
-                Err(e) => self.cannot_open(root, &[], e),
-            }
-            return;
-        }
-        // A named file: its key is its name, its directory its parent.
-        let name = match root.file_name() {
-            Some(n) => n.to_owned(),
-            None => {
-                (self.emit)(root, Outcome::Failed("not a file name".into()), None);
-                return;
-            }
-        };
-        let parent = match root.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let (d, dirf) = match self.dirs.add_root(parent, true) {
-            Ok((d, f, _)) => (d, f),
-            Err(e) => {
-                (self.emit)(root, Outcome::Failed(format!("its directory: {e}")), None);
-                return;
-            }
-        };
-        self.roots.push(Root {
-            dir: d,
-            named_dir: false,
-        });
-        let st = match stat_at(&dirf, &name) {
-            Ok(st) => st,
-            Err(e) => {
-                (self.emit)(root, Outcome::Failed(e.to_string()), None);
-                return;
-            }
-        };
-        let rel = name.as_bytes().to_vec();
-        self.entry(root.to_path_buf(), d, d, name, rel, &st);
-    }
-
-    /// Reports a directory that cannot be opened or listed.
-    fn cannot_open(&mut self, path: &Path, rel: &[u8], e: io::Error) {
-        if is_denied(&e) {
-            let r = Reason::PermissionDenied("cannot list the directory".into());
-            self.report(path, rel, Outcome::Skipped(r), None);
-        } else {
-            let msg = format!("cannot list the directory: {e}");
-            self.report(path, rel, Outcome::Failed(msg), None);
-        }
-    }
-
-    /// A non-directory entry, in directory `dir` under named root `root`.
-    fn entry(
-        &mut self,
-        path: PathBuf,
-        dir: DirId,
-        root: DirId,
-        name: OsString,
-        rel: Vec<u8>,
-        st: &FileStat,
-    ) {
-        let kind = match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
-            SFlag::S_IFREG => None,
-            SFlag::S_IFLNK => Some(Reason::Symlink),
-            SFlag::S_IFIFO => Some(Reason::Special("fifo")),
-            SFlag::S_IFSOCK => Some(Reason::Special("socket")),
-            SFlag::S_IFBLK => Some(Reason::Special("block device")),
-            SFlag::S_IFCHR => Some(Reason::Special("character device")),
-            _ => Some(Reason::Special("unknown type")),
-        };
-        if let Some(reason) = kind {
-            self.report(&path, &rel, Outcome::Skipped(reason), None);
-            return;
-        }
-        let id = (st.st_dev, st.st_ino);
-        let multiply = st.st_nlink > 1;
-        let key = if multiply {
-            inode_key(st.st_ino)
-        } else {
-            path_key(&rel)
-        };
-        if !self.opts.shard.owns(key) {
-            return;
-        }
-        if multiply {
-            if let Some(&i) = self.inodes.get(&id) {
-                self.files[i].links.push(Link { path, dir, name });
-                return;
-            }
-            self.inodes.insert(id, self.files.len());
-        } else if !self.seen.insert(id) {
-            return;
-        }
-        self.files.push(Entry {
-            path,
-            dir,
-            root,
-            name,
-            size: st.st_size as u64,
-            key,
-            links: Vec::new(),
-        });
-    }
-
-    /// Walk a directory tree, depth first, without recursion.
-    fn dir(&mut self, top: DirId, top_path: PathBuf, top_rel: Vec<u8>, dev: u64) {
-        let root = top;
-        let mut stack = vec![(top, top_path, top_rel)];
-        while let Some((d, path, rel)) = stack.pop() {
-            let dirf = match self.dirs.open(d) {
-                Ok(f) => f,
-                Err(Lost::Replaced) => {
-                    let msg = "the directory was moved or replaced during the walk; not entered";
-                    self.report(&path, &rel, Outcome::Failed(msg.into()), None);
-                    continue;
-                }
-                Err(Lost::Io(e)) => {
-                    self.cannot_open(&path, &rel, e);
-                    continue;
-                }
-            };
-            let mut names = match list(&dirf) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.cannot_open(&path, &rel, e);
-                    continue;
-                }
-            };
-            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            // The mount's own files (its journal…) are never entered,
-            // converted or reported, at any level.
-            names.retain(|n| !crate::trust::is_internal(n));
-            names.retain(|n| !self.leftover(&dirf, &path, n));
-            let mut subdirs = Vec::new();
-            for name in names {
-                let child = path.join(&name);
-                let crel = join_rel(&rel, &name);
-                if self.excluded(&crel, &name) {
-                    self.report(&child, &crel, Outcome::Skipped(Reason::Excluded), None);
-                    continue;
-                }
-                let st = match stat_at(&dirf, &name) {
-                    Ok(st) => st,
-                    Err(e) if is_denied(&e) => {
-                        let r = Reason::PermissionDenied("cannot stat".into());
-                        self.report(&child, &crel, Outcome::Skipped(r), None);
-                        continue;
-                    }
-                    // Gone since listed.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        self.report(&child, &crel, Outcome::Failed(e.to_string()), None);
-                        continue;
-                    }
-                };
-                if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR {
-                    if self.opts.one_file_system && st.st_dev != dev {
-                        let r = Outcome::Skipped(Reason::OtherFilesystem);
-                        self.report(&child, &crel, r, None);
-                    } else {
-                        let sub = self.dirs.add(d, name, (st.st_dev, st.st_ino));
-                        subdirs.push((sub, child, crel));
-                    }
-                } else {
-                    self.entry(child, d, root, name, crel, &st);
-                }
-            }
-            // Pop in name order.
-            stack.extend(subdirs.into_iter().rev());
-        }
-    }
-
+impl Sight<'_, '_> {
     /// Whether `name` in the directory `dirf` (at `dir`) is a killed run's
     /// journal or temporary file; if this shard owns it and this is no dry
     /// run, deal with it.
@@ -420,7 +126,7 @@ impl<'a, 'e> Walker<'a, 'e> {
         {
             return false;
         }
-        if self.opts.dry_run || !self.opts.shard.owns(key) {
+        if self.dry_run || !self.shard.owns(key) {
             return true;
         }
         let path = dir.join(name);
@@ -446,29 +152,6 @@ impl<'a, 'e> Walker<'a, 'e> {
     }
 }
 
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one name.
-pub(super) fn stat_at(dir: &File, name: &OsStr) -> io::Result<FileStat> {
-    let c = sys::component(name)?;
-    nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map_err(io::Error::from)
-}
-
-/// The names in the directory open as `dir` (through its own descriptor
-/// of `.`: the same directory, never a path).
-fn list(dir: &File) -> io::Result<Vec<OsString>> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let mut d = nix::dir::Dir::openat(dir.as_fd(), ".", flags, Mode::empty())?;
-    let mut names = Vec::new();
-    for e in d.iter() {
-        let e = e?;
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            names.push(OsStr::from_bytes(n).to_owned());
-        }
-    }
-    Ok(names)
-}
-
 /// Whether a name in a directory is the given prefix followed by a shard
 /// key in hex; returns the key.
 pub fn key_of(name: &OsStr, prefix: &str) -> Option<u64> {
@@ -476,31 +159,4 @@ pub fn key_of(name: &OsStr, prefix: &str) -> Option<u64> {
     let rest = name.as_bytes().strip_prefix(prefix.as_bytes())?;
     let hex = std::str::from_utf8(rest.get(..16)?).ok()?;
     u64::from_str_radix(hex, 16).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shards_partition_the_keys() {
-        let keys: Vec<u64> = (0..1000)
-            .map(|i| path_key(format!("d/{i}").as_bytes()))
-            .collect();
-        for n in 1..6 {
-            let mut total = 0;
-            for k in 1..=n {
-                let s = Shard { k, n };
-                total += keys.iter().filter(|&&key| s.owns(key)).count();
-            }
-            assert_eq!(total, keys.len());
-        }
-        // Stable across machines and versions: the hash is part of the
-        // interface (shards of one archive may run different builds).
-        assert_eq!(path_key(b""), mix(0xcbf2_9ce4_8422_2325));
-        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { k: 2, n: 3 }));
-        assert!("0/3".parse::<Shard>().is_err());
-        assert!("4/3".parse::<Shard>().is_err());
-        assert!("3".parse::<Shard>().is_err());
-    }
 }

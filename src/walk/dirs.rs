@@ -16,8 +16,8 @@
 //! administrator gave, once; if it must be opened again, its identity is
 //! checked the same way.
 //!
-//! Used by `walk` (which adds the nodes) and by the workers (`file`) and
-//! the index database step of `super::run` (which only open).
+//! Used by `crate::migrate`'s walk (which adds the nodes) and by its
+//! workers and index database step (which only open).
 
 use std::ffi::OsString;
 use std::fs::File;
