@@ -154,7 +154,15 @@ pub(super) fn open(pin: &Arc<Pinned>, root_id: (u64, u64), busy: Duration) -> Re
         init(&conn, pin, root_id)?;
         pin.checked.store(true, Ordering::Release);
     }
-    let wal: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    let mut wal: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if !wal.eq_ignore_ascii_case("wal") && local_dir(pin) {
+        // A new database is made WAL after its application id (`init`);
+        // another connection's lock may have refused that switch then:
+        // tried again at each open, never waited for.
+        if let Ok(mode) = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)) {
+            wal = mode;
+        }
+    }
     // WAL: a commit is durable against a crash of the process at once and
     // against power loss at the next checkpoint; rollback journal: every
     // commit synced (SQLite's default).
@@ -168,6 +176,11 @@ pub(super) fn open(pin: &Arc<Pinned>, root_id: (u64, u64), busy: Duration) -> Re
         conn,
         pin: pin.clone(),
     })
+}
+
+/// Whether the database's directory is on a [`local`] filesystem.
+fn local_dir(pin: &Pinned) -> bool {
+    nix::sys::statfs::fstatfs(&pin.place.dir).is_ok_and(|s| local(s.filesystem_type().0))
 }
 
 /// Filesystems whose shared memory and locks every opener of the file
@@ -198,11 +211,12 @@ fn local(fs_type: i64) -> bool {
 fn init(conn: &Connection, pin: &Pinned, root_id: (u64, u64)) -> Result<(), Failed> {
     let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
     if pages == 0 {
-        let fs_type = nix::sys::statfs::fstatfs(&pin.place.dir)
-            .map(|s| s.filesystem_type().0)
-            .unwrap_or(0);
-        let mode = if local(fs_type) { "WAL" } else { "DELETE" };
-        conn.pragma_update(None, "journal_mode", mode)?;
+        // The application id alone, first: the header it writes says ours
+        // at once to a connection of another thread or daemon opening the
+        // file meanwhile (made WAL first, the file had a header without it
+        // for a moment, and such a reader took it for another program's
+        // and went without the database for the rest of its mount). WAL
+        // comes after, on a local filesystem (`open`).
         conn.pragma_update(None, "application_id", APP_ID)?;
     } else {
         let app: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;

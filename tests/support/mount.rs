@@ -331,7 +331,7 @@ impl Mount {
     }
 
     /// The daemon's statistics report (`cutf8fs --stats`).
-    fn stats_text(&self) -> String {
+    pub fn stats_text(&self) -> String {
         let out = Command::new(BIN)
             .arg("--stats")
             .arg(&self.mnt)
