@@ -187,16 +187,25 @@ pub fn suggestion_for(fix: Fix, guess: Guess, name: Option<&str>) -> String {
     }
 }
 
+/// Whether `head` (a file's first bytes) begins with UTF-8's byte order
+/// mark (EF BB BF).
+pub fn begins_with_bom(head: &[u8]) -> bool {
+    head.starts_with(&[0xEF, 0xBB, 0xBF])
+}
+
+/// The `sed` expression that drops a leading UTF-8 byte order mark.
+pub const DROP_BOM: &str = "'1s/^\\xEF\\xBB\\xBF//'";
+
 /// The note for UTF-8 text that begins with a byte order mark (EF BB
 /// BF), when `head` (its first bytes) does: valid UTF-8, so it converts,
 /// but the mark stays as U+FEFF at the start of the text. None otherwise.
 pub fn utf8_bom(head: &[u8], name: Option<&str>) -> Option<String> {
-    if !head.starts_with(&[0xEF, 0xBB, 0xBF]) {
+    if !begins_with_bom(head) {
         return None;
     }
     let drop = match name {
-        Some(n) => format!("sed -i '1s/^\\xEF\\xBB\\xBF//' {}", shell_word(n)),
-        None => "sed '1s/^\\xEF\\xBB\\xBF//' | cutf8 encode".to_string(),
+        Some(n) => format!("sed -i {DROP_BOM} {}", shell_word(n)),
+        None => format!("sed {DROP_BOM} | cutf8 encode"),
     };
     Some(format!(
         "UTF-8 with a byte order mark (EF BB BF): it converts, but the mark stays as \

@@ -181,7 +181,7 @@ pub fn precheck(
         // (`leaves_script_raw` below is this order of checks, for `cutf8
         // check`.)
         Direction::Decode if !has_magic(head) => Err(Stop::Skip(Reason::NotCorrected)),
-        Direction::Encode => Ok(head.starts_with(&[0xEF, 0xBB, 0xBF])),
+        Direction::Encode => Ok(crate::diagnose::begins_with_bom(head)),
         Direction::Decode => Ok(false),
     }
 }

@@ -131,18 +131,37 @@ struct Cli {
     files_done: u64,
     files_total: u64,
     git: GitTrees,
-    /// The first files left unconverted for what they hold (their
-    /// reasons carry a position), and how many there were.
-    unconverted: Vec<String>,
-    unconverted_total: u64,
-    /// The first files converted that begin with a UTF-8 byte order mark,
-    /// and how many there were.
-    with_bom: Vec<String>,
-    with_bom_total: u64,
+    /// Files left unconverted for what they hold (their reasons carry a
+    /// position).
+    unconverted: FirstNamed,
+    /// Files converted that begin with a UTF-8 byte order mark.
+    with_bom: FirstNamed,
 }
 
 /// Files named after the summary at most (`--report` lists them all).
 const NAMED: usize = 10;
+
+/// The lines of the first [`NAMED`] files of a kind, and how many there
+/// were in all.
+#[derive(Default)]
+struct FirstNamed {
+    lines: Vec<String>,
+    total: u64,
+}
+
+impl FirstNamed {
+    /// Counts one more file; keeps its `line` while fewer than [`NAMED`].
+    fn add(&mut self, line: impl FnOnce() -> String) {
+        self.total += 1;
+        if self.lines.len() < NAMED {
+            self.lines.push(line());
+        }
+    }
+
+    fn more_than_named(&self) -> bool {
+        self.total as usize > NAMED
+    }
+}
 
 /// The note after the summary on `n` files that begin with a UTF-8 byte
 /// order mark: they convert, and the mark stays (as iconv keeps it).
@@ -152,8 +171,9 @@ fn bom_note(n: u64, dry_run: bool) -> String {
     format!(
         "note: {} {begin} with a UTF-8 byte order mark (EF BB BF); the mark {stays} as \
          U+FEFF at the start of the text, as iconv keeps it; where it is not wanted, drop \
-         it, through the mount or before migrating: sed -i '1s/^\\xEF\\xBB\\xBF//' FILE",
-        migrate::report::count(n, "file")
+         it, through the mount or before migrating: sed -i {} FILE",
+        migrate::report::count(n, "file"),
+        cutf8fs::diagnose::DROP_BOM
     )
 }
 
@@ -333,17 +353,11 @@ impl Observer for Cli {
                 r.code(),
                 "invalid-utf8" | "c1-control" | "contains-nul" | "not-convertible"
             ) {
-                self.unconverted_total += 1;
-                if self.unconverted.len() < NAMED {
-                    self.unconverted.push(format!("  {shown}: {r}"));
-                }
+                self.unconverted.add(|| format!("  {shown}: {r}"));
             }
         }
         if e.outcome.has_utf8_bom() && e.link_of.is_none() {
-            self.with_bom_total += 1;
-            if self.with_bom.len() < NAMED {
-                self.with_bom.push(format!("  {shown}"));
-            }
+            self.with_bom.add(|| format!("  {shown}"));
         }
         match e.outcome {
             Outcome::Failed(msg) => self.say(&format!("cutf8: migrate: {shown}: {msg}"), true),
@@ -531,10 +545,8 @@ pub fn run(args: &MigrateArgs) -> i32 {
             opts.direction == Direction::Encode,
             opts.dry_run,
         ),
-        unconverted: Vec::new(),
-        unconverted_total: 0,
-        with_bom: Vec::new(),
-        with_bom_total: 0,
+        unconverted: FirstNamed::default(),
+        with_bom: FirstNamed::default(),
     };
     if !opts.dry_run {
         say_how_to_resume_on_ctrl_c();
@@ -562,30 +574,30 @@ pub fn run(args: &MigrateArgs) -> i32 {
     if !args.quiet {
         let mut out = io::stdout().lock();
         let _ = summary.write(&mut out, started.elapsed(), opts.dry_run);
-        if cli.unconverted_total > 0 && !cli.verbose {
+        if cli.unconverted.total > 0 && !cli.verbose {
             let _ = writeln!(
                 out,
                 "not converted for what they hold ({}):",
-                if cli.unconverted_total as usize > NAMED {
+                if cli.unconverted.more_than_named() {
                     format!(
                         "the first {NAMED} of {}; --report FILE lists them all, with \
                          line, column and byte offset",
-                        cli.unconverted_total
+                        cli.unconverted.total
                     )
                 } else {
                     "each with where and why".into()
                 }
             );
-            for line in &cli.unconverted {
+            for line in &cli.unconverted.lines {
                 let _ = writeln!(out, "{line}");
             }
         }
-        if cli.with_bom_total > 0 {
-            let _ = writeln!(out, "{}", bom_note(cli.with_bom_total, opts.dry_run));
-            for line in &cli.with_bom {
+        if cli.with_bom.total > 0 {
+            let _ = writeln!(out, "{}", bom_note(cli.with_bom.total, opts.dry_run));
+            for line in &cli.with_bom.lines {
                 let _ = writeln!(out, "{line}");
             }
-            if cli.with_bom_total as usize > NAMED {
+            if cli.with_bom.more_than_named() {
                 let _ = writeln!(out, "  ... (--report FILE lists them all: note utf8-bom)");
             }
         }
