@@ -28,7 +28,7 @@ use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
 use super::undo::{self, UndoJournal};
 use super::walk::Entry;
 use crate::io::Stamp;
-use crate::walk::{Dirs, Lost};
+use crate::walk::{is_denied, special_kind, Dirs, Lost};
 use crate::{sys, trust};
 
 /// What a worker needs to know about the run.
@@ -39,28 +39,6 @@ pub struct Job {
     pub include_scripts: bool,
     /// Files the run writes itself (device, inode): never converted.
     pub own: Vec<(u64, u64)>,
-}
-
-fn denied(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
-}
-
-fn special_kind(md: &Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = md.file_type();
-    if t.is_fifo() {
-        "fifo"
-    } else if t.is_socket() {
-        "socket"
-    } else if t.is_block_device() {
-        "block device"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_dir() {
-        "directory"
-    } else {
-        "unknown type"
-    }
 }
 
 fn times_of(md: &Metadata) -> io::Result<FileTimes> {
@@ -92,7 +70,7 @@ pub enum Step {
 fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcome> {
     let reached = match trust::reach(dir.as_fd(), name) {
         Ok(x) => x,
-        Err(e) if denied(&e) => {
+        Err(e) if is_denied(&e) => {
             let r = Reason::PermissionDenied("cannot read the file".into());
             return Err(Outcome::Skipped(r));
         }
@@ -103,21 +81,11 @@ fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcom
     match nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT {
         nix::sys::stat::SFlag::S_IFREG => {}
         nix::sys::stat::SFlag::S_IFLNK => return Err(Outcome::Skipped(Reason::Symlink)),
-        _ => {
-            let kind = match trust::kind_of(st) {
-                "a directory" => "directory",
-                "a fifo" => "fifo",
-                "a socket" => "socket",
-                "a block device" => "block device",
-                "a character device" => "character device",
-                _ => "unknown type",
-            };
-            return Err(Outcome::Skipped(Reason::Special(kind)));
-        }
+        _ => return Err(Outcome::Skipped(Reason::Special(special_kind(st.st_mode)))),
     }
     let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
     trust::open_reached(dir.as_fd(), name, &reached, flags, true).map_err(|e| {
-        if denied(&e) {
+        if is_denied(&e) {
             let what = if write {
                 "cannot write the file (it must keep its inode)"
             } else {
@@ -139,7 +107,7 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
             let msg = "its directory was moved or replaced during the run; left as it is";
             return Step::Done(Outcome::Failed(msg.into()));
         }
-        Err(Lost::Io(e)) if denied(&e) => {
+        Err(Lost::Io(e)) if is_denied(&e) => {
             let r = Reason::PermissionDenied("cannot open its directory".into());
             return Step::Done(Outcome::Skipped(r));
         }
@@ -270,7 +238,7 @@ fn by_rename(
     let fail = |msg: String| Ok(Step::Done(Outcome::Failed(msg)));
     let (temp, tfile) = match create_temp(dir, entry.key) {
         Ok(t) => t,
-        Err(e) if denied(&e) => {
+        Err(e) if is_denied(&e) => {
             let r = Reason::PermissionDenied("cannot create a file in its directory".into());
             return Ok(Step::Done(Outcome::Skipped(r)));
         }
@@ -289,7 +257,7 @@ fn by_rename(
     // the mode and xattrs below put back.
     match std::os::unix::fs::fchown(&tfile, Some(md.uid()), Some(md.gid())) {
         Ok(()) => {}
-        Err(e) if denied(&e) => return Err(Fallback),
+        Err(e) if is_denied(&e) => return Err(Fallback),
         Err(e) => return fail(format!("cannot keep the owner: {e}")),
     }
     let finish = (|| -> Result<(), String> {
@@ -474,7 +442,7 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
     }
     let md = match file.metadata() {
         Ok(md) if md.is_file() => md,
-        Ok(md) => return Outcome::Skipped(Reason::Special(special_kind(&md))),
+        Ok(md) => return Outcome::Skipped(Reason::Special(special_kind(md.mode()))),
         Err(e) => return Outcome::Failed(format!("cannot stat: {e}")),
     };
     let inside = names_inside(dirs, entry, &md);
@@ -515,7 +483,7 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
     };
     let journal = match UndoJournal::begin(dir, entry.key, &entry.name, &file) {
         Ok(j) => j,
-        Err(e) if denied(&e) => {
+        Err(e) if is_denied(&e) => {
             return Outcome::Skipped(Reason::PermissionDenied(
                 "cannot create a journal in its directory".into(),
             ))

@@ -20,7 +20,7 @@ use nix::sys::stat::SFlag;
 use super::report::{Outcome, Reason};
 use super::undo::{self, Recovered};
 use crate::sys;
-use crate::walk::{stat_at, Passed, Shard, Visitor, WalkOptions, Walker};
+use crate::walk::{is_denied, stat_at, Passed, Shard, Visitor, WalkOptions, Walker};
 
 pub use crate::walk::{Entry, Root};
 
@@ -63,10 +63,6 @@ pub fn walk(
         dirs: walker.dirs,
         roots: walker.roots,
     }
-}
-
-fn is_denied(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
 }
 
 /// migrate's [`Visitor`]: reports, and a killed run's leftovers.

@@ -277,11 +277,7 @@ impl<'a> Walker<'a> {
         let kind = match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
             SFlag::S_IFREG => None,
             SFlag::S_IFLNK => Some(Passed::Symlink),
-            SFlag::S_IFIFO => Some(Passed::Special("fifo")),
-            SFlag::S_IFSOCK => Some(Passed::Special("socket")),
-            SFlag::S_IFBLK => Some(Passed::Special("block device")),
-            SFlag::S_IFCHR => Some(Passed::Special("character device")),
-            _ => Some(Passed::Special("unknown type")),
+            _ => Some(Passed::Special(special_kind(st.st_mode))),
         };
         if let Some(what) = kind {
             return self.pass(v, &path, &rel, what);
@@ -402,6 +398,24 @@ fn list(dir: &File) -> io::Result<Vec<OsString>> {
         }
     }
     Ok(names)
+}
+
+/// The name a report gives a file that is neither regular nor a symlink,
+/// by its mode (`st_mode`).
+pub fn special_kind(mode: u32) -> &'static str {
+    match SFlag::from_bits_truncate(mode) & SFlag::S_IFMT {
+        SFlag::S_IFIFO => "fifo",
+        SFlag::S_IFSOCK => "socket",
+        SFlag::S_IFBLK => "block device",
+        SFlag::S_IFCHR => "character device",
+        SFlag::S_IFDIR => "directory",
+        _ => "unknown type",
+    }
+}
+
+/// Whether `e` is a refusal for want of permission (EACCES or EPERM).
+pub fn is_denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
 }
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` of one name.
