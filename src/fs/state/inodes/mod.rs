@@ -507,13 +507,17 @@ impl InodeTable {
     /// Counts one more lookup of an entry already in the table.
     fn count_known(&self, key: Key) -> Option<Arc<Inode>> {
         let t = self.tables.lock();
-        let ino = self.number_of(&t, key)?;
-        let e = t.by_ino.get(&ino)?;
-        if e.0.key != key {
-            return None;
-        }
-        e.0.add_lookups(1);
-        Some(e.0.clone())
+        let inode = self.known_in(&t, key)?;
+        // Under the table's lock, so that a `forget` cannot take the entry
+        // out between the lookup and the count.
+        inode.add_lookups(1);
+        Some(inode.clone())
+    }
+
+    /// The entry of the backing inode `key` in `t`, if the kernel holds it.
+    fn known_in<'t>(&self, t: &'t Tables, key: Key) -> Option<&'t Arc<Inode>> {
+        let ino = self.number_of(t, key)?;
+        t.by_ino.get(&ino).map(|e| &e.0).filter(|i| i.key == key)
     }
 
     /// The FUSE number of a backing inode, if it has one.
@@ -535,13 +539,9 @@ impl InodeTable {
     fn enter(&self, st: &libc::stat, anchor: Anchor) -> Arc<Inode> {
         let key = Key::of(st);
         let mut t = self.tables.lock();
-        if let Some(ino) = self.number_of(&t, key) {
-            if let Some(e) = t.by_ino.get(&ino) {
-                if e.0.key == key {
-                    e.0.add_lookups(1);
-                    return e.0.clone();
-                }
-            }
+        if let Some(inode) = self.known_in(&t, key) {
+            inode.add_lookups(1);
+            return inode.clone();
         }
         let ino = if self.own_number(key) {
             key.ino
@@ -606,13 +606,7 @@ impl InodeTable {
         let Ok(st) = sys::statat(fd.as_fd(), name) else {
             return;
         };
-        let inode = {
-            let t = self.tables.lock();
-            self.number_of(&t, Key::of(&st))
-                .and_then(|ino| t.by_ino.get(&ino))
-                .map(|e| e.0.clone())
-        };
-        if let Some(inode) = inode {
+        if let Some(inode) = self.entry_of(Key::of(&st)) {
             inode.seen_as(dir, name);
         }
     }
@@ -721,11 +715,7 @@ impl InodeTable {
 
     /// The entry of the backing inode `key`, if the kernel holds it.
     pub(in crate::fs) fn entry_of(&self, key: Key) -> Option<Arc<Inode>> {
-        let t = self.tables.lock();
-        self.number_of(&t, key)
-            .and_then(|n| t.by_ino.get(&n))
-            .filter(|e| e.0.key == key)
-            .map(|e| e.0.clone())
+        self.known_in(&self.tables.lock(), key).cloned()
     }
 
     /// Whether file handles of the filesystem with mount id `mnt` can be
@@ -780,12 +770,7 @@ impl InodeTable {
         if key == self.root_key {
             return Some(ROOT);
         }
-        let t = self.tables.lock();
-        let ino = self.number_of(&t, key)?;
-        t.by_ino
-            .get(&ino)
-            .filter(|e| e.0.key == key)
-            .map(|e| e.0.ino)
+        self.known_in(&self.tables.lock(), key).map(|i| i.ino)
     }
 
     /// The FUSE number of the inode of BACKING's own filesystem whose
