@@ -13,8 +13,8 @@
 #
 # Usage: scripts/bench-fair.sh [ROUNDS] [N]   (root: mounts, real users)
 #   CUTF8FS=path  another daemon binary (e.g. main's, for before/after)
-#   FAIR_OPTS=opts  mount options beside allow_other (default: turns;
-#                   FAIR_OPTS=noturns for the default mount)
+#   FAIR_OPTS=opts  mount options beside allow_other (default: turns,
+#                   the mount's default; FAIR_OPTS=noturns for first come)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-10}

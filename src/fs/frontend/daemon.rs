@@ -438,11 +438,9 @@ fn serve(cfg: &Config, c: Checked, notify: &mut Notify) -> Result<(), Failure> {
     fc.n_threads = Some(c.opts.threads);
     fc.clone_fd = true;
     fc.max_threads = Some(crate::fs::most_threads(c.opts.threads));
-    // `-o turns`: one thread receives; the workers serve each user's
-    // requests in turns, so one user's storm does not queue another's
-    // reads behind it (man cutf8fs(1), RESOURCES). Off by default: every
-    // request then crosses from the receiver to a worker, which made a
-    // warm `grep -r` 1.3-2.5 times slower.
+    // Turns between users (the default; `-o noturns` for first come): one
+    // user's storm does not queue another's reads behind it (man
+    // cutf8fs(1), RESOURCES). A user alone pays nothing for them.
     fc.turns = c.opts.turns;
     let session = match fuser::Session::from_fd(fs, m.dev, acl, fc) {
         Ok(s) => s,

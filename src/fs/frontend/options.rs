@@ -87,10 +87,10 @@ pub struct Options {
     /// `archive`: a read-only mount whose regular files are served by
     /// inode, without OPEN, FLUSH or RELEASE requests (`fs::archive`).
     pub archive: bool,
-    /// `turns`: one thread receives every request and the workers serve
-    /// each user's in turns (fuser's `Config::turns`, patch 0004): fair
-    /// between users, at the cost of a hand-over between threads per
-    /// request, so off by default (man page, RESOURCES).
+    /// `turns` (the default): while several users are at work, one at its
+    /// share of the threads has its next requests queued and another's are
+    /// served at once (fuser's `Config::turns`, patch 0004); a user alone
+    /// is served first come (man page, RESOURCES).
     pub turns: bool,
     /// Options accepted but ignored, each with why: said on the terminal
     /// before the daemon detaches (its log does not exist yet when options
@@ -125,7 +125,7 @@ impl Default for Options {
             passthrough: None,
             blksize: Some(DEFAULT_BLKSIZE),
             archive: false,
-            turns: false,
+            turns: true,
             ignored: Vec::new(),
         }
     }
@@ -198,9 +198,9 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "turns",
-        "off",
-        "serve each user's requests in turns, so one user's storm does not queue another's \
-         behind it; each request then costs a hand-over between threads",
+        "on",
+        "serve users in turns, so one user's storm does not queue another's requests behind it \
+         (noturns: first come)",
         "",
     ),
     (

@@ -51,7 +51,7 @@ use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::RequestWithSender;
-use crate::turns::Turns;
+use crate::turns::{Got, Next, Turns};
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -275,14 +275,13 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut channels = Vec::with_capacity(n_threads);
 
-        // (cutf8fs patch) With `turns`, one thread receives on the session's
-        // channel and the others answer through it (a reply goes to the
-        // clone its request came from).
+        // (cutf8fs patch) With `turns`, the threads take turns between
+        // users (src/turns.rs).
         let turns = config
             .turns
-            .then(|| Arc::new(Turns::new(TURNS_MAX_LEN, TURNS_MAX_BYTES)));
+            .then(|| Arc::new(Turns::new(n_threads, TURNS_MAX_LEN, TURNS_MAX_BYTES)));
         for _ in 0..n_threads_minus_one {
-            if config.clone_fd && turns.is_none() {
+            if config.clone_fd {
                 #[cfg(target_os = "linux")]
                 {
                     channels.push(ch.clone_fd()?);
@@ -313,19 +312,8 @@ impl<FS: Filesystem> Session<FS> {
         let grow_from = channels
             .last()
             .cloned()
-            .filter(|_| {
-                (config.clone_fd || turns.is_some())
-                    && config.max_threads.is_some_and(|m| m > n_threads)
-            });
+            .filter(|_| config.clone_fd && config.max_threads.is_some_and(|m| m > n_threads));
 
-        if let Some(t) = &turns {
-            let (ch, t, pool) = (receiver_channel(&channels), t.clone(), pool.clone());
-            threads.push(
-                thread::Builder::new()
-                    .name("fuser-recv".into())
-                    .spawn(move || receive(&ch, &t, &pool))?,
-            );
-        }
         for (i, ch) in channels.into_iter().enumerate() {
             threads.push(start_loop(
                 &pool,
@@ -590,59 +578,30 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 }
 
 /// (cutf8fs patch) With `Config::turns`, at most this many requests (or
-/// [`TURNS_MAX_BYTES`]) wait received but not served; the kernel keeps the
-/// rest in its queue.
+/// [`TURNS_MAX_BYTES`]) wait queued; beyond, the thread that read one
+/// serves it.
 const TURNS_MAX_LEN: usize = 1024;
 const TURNS_MAX_BYTES: usize = 32 << 20;
 
-/// (cutf8fs patch) A request received, copied out of the receive buffer
-/// (in words: parsing wants the header aligned).
+/// (cutf8fs patch) A request queued for its turn: copied out of the receive
+/// buffer (in words: parsing wants the header aligned), with the clone of
+/// the device it came from (the kernel takes its reply only there).
 pub(crate) struct Job {
     words: Vec<u64>,
     len: usize,
+    sender: ChannelSender,
 }
 
-/// The channel the receiver reads: the session's own, the last.
-fn receiver_channel(channels: &[Channel]) -> Channel {
-    channels.last().cloned().expect("at least one channel")
-}
-
-/// (cutf8fs patch) With `Config::turns`: receives every request on `ch`
-/// and queues it in `turns` by the caller's uid (an interrupt ahead of
-/// all), until the session ends (then the servers finish what is queued
-/// and stop). DESTROY is answered here, as the event loop does.
-fn receive(ch: &Channel, turns: &Turns<Job>, pool: &Pool) -> io::Result<()> {
-    let mut buf = FuseReadBuf::new();
-    let buf = buf.as_mut();
-    let end = loop {
-        match ch.receive_retrying(buf) {
-            Ok(size) => {
-                let Some(req) = RequestWithSender::new(ch.sender(), &buf[..size]) else {
-                    break Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "Invalid request",
-                    ));
-                };
-                let (opcode, uid) = (req.request.header().opcode, req.request.header().uid);
-                if opcode == abi::fuse_opcode::FUSE_DESTROY as u32 {
-                    req.reply::<ReplyEmpty>().ok();
-                    break Ok(());
-                }
-                let urgent = opcode == abi::fuse_opcode::FUSE_INTERRUPT as u32;
-                let mut words = vec![0u64; size.div_ceil(8)];
-                zerocopy::IntoBytes::as_mut_bytes(&mut words[..])[..size]
-                    .copy_from_slice(&buf[..size]);
-                turns.push(uid, urgent, Job { words, len: size }, size);
-            }
-            Err(nix::errno::Errno::ENODEV) => {
-                pool.end();
-                break Ok(());
-            }
-            Err(err) => break Err(err.into()),
+impl Job {
+    fn new(data: &[u8], sender: ChannelSender) -> Job {
+        let mut words = vec![0u64; data.len().div_ceil(8)];
+        zerocopy::IntoBytes::as_mut_bytes(&mut words[..])[..data.len()].copy_from_slice(data);
+        Job {
+            words,
+            len: data.len(),
+            sender,
         }
-    };
-    turns.close();
-    end
+    }
 }
 
 /// (cutf8fs patch) How long every event loop thread must have been inside
@@ -715,14 +674,19 @@ impl Pool {
         }
     }
 
-    /// Every thread has been inside one request for `STALL`.
-    fn stalled(&self) -> bool {
+    /// Every thread has been inside one request for `STALL`; (cutf8fs
+    /// patch 0004) with requests `queued` for their turn, every thread
+    /// but those reading, at least one.
+    fn stalled(&self, queued: bool) -> bool {
         let now = self.now();
         let stall = STALL.as_millis() as u64;
-        self.stamps.lock().iter().all(|s| {
-            let since = s.load(Ordering::Acquire);
-            since != 0 && now.saturating_sub(since) >= stall
-        })
+        let stamps = self.stamps.lock();
+        let mut inside = stamps
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .filter(|&since| since != 0 || !queued)
+            .peekable();
+        inside.peek().is_some() && inside.all(|since| since != 0 && now.saturating_sub(since) >= stall)
     }
 }
 
@@ -746,11 +710,10 @@ fn grow<FS: Filesystem>(
             return;
         }
         let n = pool.stamps.lock().len();
-        if n >= max || !pool.stalled() {
+        if n >= max || !pool.stalled(turns.as_ref().is_some_and(|t| t.queued())) {
             continue;
         }
-        // With turns, a new thread answers through the receiver's channel.
-        let ch = match turns.as_ref().map_or_else(|| ch.clone_fd(), |_| Ok(ch.clone())) {
+        let ch = match ch.clone_fd() {
             Ok(ch) => ch,
             Err(e) => {
                 warn!("cannot add a thread for requests: {e}");
@@ -759,6 +722,9 @@ fn grow<FS: Filesystem>(
         };
         match start_loop(pool, n, ch, fs, allowed, session_owner, turns.clone()) {
             Ok(t) => {
+                if let Some(turns) = &turns {
+                    turns.add_thread();
+                }
                 warn!(
                     "every thread for requests has been inside one for {} s: added one \
                      ({} now, at most {max})",
@@ -846,21 +812,86 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
-    /// (cutf8fs patch) Serves the requests `receive` queued, in turns,
-    /// until it closes the queue and the queue is empty.
+    /// (cutf8fs patch) The event loop with turns between users
+    /// (src/turns.rs): this thread reads requests from its channel, and
+    /// serves what the turns give it.
     fn serve_turns(&self, turns: &Turns<Job>) -> io::Result<()> {
-        while let Some(job) = turns.take() {
-            let data = &zerocopy::IntoBytes::as_bytes(&job.words[..])[..job.len];
-            let Some(req) = RequestWithSender::new(self.ch.sender(), data) else {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "Invalid request",
-                ));
+        let mut buf = FuseReadBuf::new();
+        let buf = buf.as_mut();
+        loop {
+            if let Next::Serve(uid, job) = turns.next() {
+                self.serve_job(uid, &job, turns)?;
+                continue;
+            }
+            // This thread is a reader until the turns say otherwise.
+            let job = loop {
+                let size = match self.ch.receive_retrying(buf) {
+                    Ok(size) => size,
+                    Err(nix::errno::Errno::ENODEV) => {
+                        self.pool.end();
+                        return Ok(());
+                    }
+                    Err(err) => return Err(err.into()),
+                };
+                let Some(req) = RequestWithSender::new(self.ch.sender(), &buf[..size]) else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "Invalid request",
+                    ));
+                };
+                let (opcode, uid) = (req.request.header().opcode, req.request.header().uid);
+                if opcode == abi::fuse_opcode::FUSE_DESTROY as u32 {
+                    turns.unqueued();
+                    req.reply::<ReplyEmpty>().ok();
+                    return Ok(());
+                }
+                // The kernel's own: an interrupt goes ahead of everything,
+                // a forget has no reply and no user to count.
+                if opcode == abi::fuse_opcode::FUSE_INTERRUPT as u32
+                    || opcode == abi::fuse_opcode::FUSE_FORGET as u32
+                    || opcode == abi::fuse_opcode::FUSE_BATCH_FORGET as u32
+                {
+                    turns.unqueued();
+                    self.pool.enter(&self.busy);
+                    req.dispatch(self);
+                    self.pool.leave(&self.busy);
+                    break None;
+                }
+                let data = &buf[..size];
+                match turns.received(uid, size, Instant::now(), || {
+                    Job::new(data, self.ch.sender())
+                }) {
+                    Got::Now => {
+                        self.pool.enter(&self.busy);
+                        req.dispatch(self);
+                        self.pool.leave(&self.busy);
+                        turns.done(uid);
+                        break None;
+                    }
+                    Got::Instead(uid, job) => break Some((uid, job)),
+                    Got::Deferred => {}
+                }
             };
-            self.pool.enter(&self.busy);
-            req.dispatch(self);
-            self.pool.leave(&self.busy);
+            if let Some((uid, job)) = job {
+                self.serve_job(uid, &job, turns)?;
+            }
         }
+    }
+
+    /// Serves a request taken in turns, answering on the channel it came
+    /// from.
+    fn serve_job(&self, uid: u32, job: &Job, turns: &Turns<Job>) -> io::Result<()> {
+        let data = &zerocopy::IntoBytes::as_bytes(&job.words[..])[..job.len];
+        let Some(req) = RequestWithSender::new(job.sender.clone(), data) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "Invalid request",
+            ));
+        };
+        self.pool.enter(&self.busy);
+        req.dispatch(self);
+        self.pool.leave(&self.busy);
+        turns.done(uid);
         Ok(())
     }
 }

@@ -1,260 +1,431 @@
-//! (cutf8fs patch) Requests received but not yet served, queued per caller
-//! (the request header's uid) and taken in turns: one of each user's in
-//! round-robin, so one user's many requests never wait another's few.
+//! (cutf8fs patch) Fair turns between users: which request an event loop
+//! thread serves next, so one user's many requests never make another
+//! user's few wait behind them.
 //!
-//! [`Ring`] is the policy alone (who goes next); [`Turns`] shares it between
-//! the thread that receives requests and the threads that serve them,
-//! bounded in requests and bytes.
+//! Every event loop thread reads requests from the kernel itself and serves
+//! what it read at once, as 0.18.0 does, while one user alone is at work or
+//! the reader's user has fewer requests in service than its share of the
+//! threads. A request of a user at its share is queued (per user, first
+//! come). Then the thread that read it serves the queued request of the
+//! user with the fewest in service if another thread is reading; else it
+//! keeps reading, so the kernel's queue is drained and another user's
+//! request is found, and served, at once. A thread that ends a request
+//! takes the next queued one while another thread reads, else it becomes
+//! the reader. The last reader never takes a queued request while another
+//! thread serves: if every other thread is stuck in a long request, the
+//! session adds a thread ([`Turns::queued`]; fuser's grower), and another
+//! user's request is still read and served at once.
+//!
+//! A user is at work while it has requests in service or queued, and for
+//! [`ACTIVE`] after its last request: a user alone (the usual case) never
+//! has a request queued and costs no hand-over between threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
-/// Requests waiting, per user, and the order in which users take turns.
+/// How long a user counts as at work after its last request (a victim's
+/// next `cat` comes within it; an idle user stops taking a share).
+pub(crate) const ACTIVE: Duration = Duration::from_millis(100);
+
+/// What a thread that read a request does with it ([`Turns::received`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Got<T> {
+    /// Serve it now, then call [`Turns::done`].
+    Now,
+    /// It was queued: serve this one instead, then call [`Turns::done`]
+    /// for its user.
+    Instead(u32, T),
+    /// It was queued: read the next (the thread is still the reader).
+    Deferred,
+}
+
+/// What a free thread does next ([`Turns::next`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next<T> {
+    /// Serve this queued request of this user, then call [`Turns::done`].
+    Serve(u32, T),
+    /// Read a request.
+    Read,
+}
+
 #[derive(Debug)]
-pub(crate) struct Ring<T> {
-    /// Served before any user's (FUSE_INTERRUPT: the kernel's own
-    /// priority), first come.
-    urgent: VecDeque<T>,
-    /// The users with requests waiting, the next to be served first; each
-    /// with its requests, first come. A user whose queue empties leaves
-    /// the ring; its next request puts it at the back.
-    users: VecDeque<(u32, VecDeque<T>)>,
-    len: usize,
-}
-
-impl<T> Default for Ring<T> {
-    fn default() -> Self {
-        Ring {
-            urgent: VecDeque::new(),
-            users: VecDeque::new(),
-            len: 0,
-        }
-    }
-}
-
-impl<T> Ring<T> {
-    /// Queues `item` of user `uid` (or ahead of every user's if `urgent`).
-    pub(crate) fn push(&mut self, uid: u32, urgent: bool, item: T) {
-        self.len += 1;
-        if urgent {
-            self.urgent.push_back(item);
-        } else if let Some((_, q)) = self.users.iter_mut().find(|(u, _)| *u == uid) {
-            q.push_back(item);
-        } else {
-            self.users.push_back((uid, VecDeque::from([item])));
-        }
-    }
-
-    /// The next request: an urgent one, else the first of the user whose
-    /// turn it is (who then goes to the back of the ring if it has more).
-    pub(crate) fn pop(&mut self) -> Option<T> {
-        let item = match self.urgent.pop_front() {
-            Some(item) => item,
-            None => {
-                let (uid, mut q) = self.users.pop_front()?;
-                let item = q.pop_front()?;
-                if !q.is_empty() {
-                    self.users.push_back((uid, q));
-                }
-                item
-            }
-        };
-        self.len -= 1;
-        Some(item)
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
+struct User<T> {
+    serving: usize,
+    seen: Instant,
+    /// Requests queued, each with its length, first come.
+    queue: VecDeque<(T, usize)>,
 }
 
 #[derive(Debug)]
 struct State<T> {
-    /// Each request with its length.
-    ring: Ring<(T, usize)>,
+    users: HashMap<u32, User<T>>,
+    /// The users with requests queued, in the order of their turns.
+    ring: VecDeque<u32>,
+    len: usize,
     bytes: usize,
-    /// No more requests come: servers take what is left, then stop.
-    closed: bool,
+    threads: usize,
+    /// Threads reading (or about to) from the kernel.
+    readers: usize,
+    /// Threads serving a request taken in turns.
+    serving: usize,
 }
 
-/// The [`Ring`] between the receiving thread and the serving ones: at most
-/// `max_len` requests or `max_bytes` bytes wait (one always may), else the
-/// receiver waits for room and the kernel keeps the rest in its queue.
+/// The turns of one session, shared by its event loop threads: at most
+/// `max_len` requests or `max_bytes` bytes are queued (beyond, a request
+/// is served by the thread that read it, and the kernel keeps the rest).
 #[derive(Debug)]
 pub(crate) struct Turns<T> {
     state: Mutex<State<T>>,
-    work: Condvar,
-    room: Condvar,
     max_len: usize,
     max_bytes: usize,
 }
 
+impl<T> State<T> {
+    /// `uid`'s share of the threads now (`uid` was just seen): unbounded
+    /// while it is the only user at work; else the threads but one (the
+    /// reader) divided among the users at work, at least one. Forgets the
+    /// users no longer at work.
+    fn share(&mut self, uid: u32, now: Instant) -> usize {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| User {
+                serving: 0,
+                seen: now,
+                queue: VecDeque::new(),
+            })
+            .seen = now;
+        self.users.retain(|_, u| {
+            u.serving > 0 || !u.queue.is_empty() || now.saturating_duration_since(u.seen) < ACTIVE
+        });
+        let active = self.users.len();
+        if active <= 1 {
+            usize::MAX
+        } else {
+            (self.threads.saturating_sub(1)).div_ceil(active).max(1)
+        }
+    }
+
+    /// Takes the first queued request of the user with the fewest in
+    /// service (the ring's order among equals; that user then goes to the
+    /// back of the ring), counting it in service.
+    fn take(&mut self) -> Option<(u32, T)> {
+        let users = &self.users;
+        let (at, _) = self
+            .ring
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, uid)| (users.get(uid).map_or(0, |u| u.serving), *i))?;
+        let uid = self.ring.remove(at)?;
+        let u = self.users.get_mut(&uid)?;
+        let (item, bytes) = u.queue.pop_front()?;
+        if !u.queue.is_empty() {
+            self.ring.push_back(uid);
+        }
+        u.serving += 1;
+        self.serving += 1;
+        self.len -= 1;
+        self.bytes -= bytes;
+        Some((uid, item))
+    }
+}
+
 impl<T> Turns<T> {
-    pub(crate) fn new(max_len: usize, max_bytes: usize) -> Self {
+    /// Turns for `threads` event loop threads (see [`Turns::add_thread`]).
+    pub(crate) fn new(threads: usize, max_len: usize, max_bytes: usize) -> Self {
         Turns {
             state: Mutex::new(State {
-                ring: Ring::default(),
+                users: HashMap::new(),
+                ring: VecDeque::new(),
+                len: 0,
                 bytes: 0,
-                closed: false,
+                threads,
+                readers: 0,
+                serving: 0,
             }),
-            work: Condvar::new(),
-            room: Condvar::new(),
             max_len,
             max_bytes,
         }
     }
 
-    /// Queues `item` (`bytes` long) of `uid`, once there is room.
-    pub(crate) fn push(&self, uid: u32, urgent: bool, item: T, bytes: usize) {
+    /// One more event loop thread (the pool grew).
+    pub(crate) fn add_thread(&self) {
+        self.state.lock().threads += 1;
+    }
+
+    /// A free thread's next work: a queued request if another thread
+    /// reads (or none serves, so none would come back for it), else
+    /// reading.
+    pub(crate) fn next(&self) -> Next<T> {
         let mut s = self.state.lock();
-        while s.ring.len() > 0 && (s.ring.len() >= self.max_len || s.bytes + bytes > self.max_bytes)
-        {
-            self.room.wait(&mut s);
+        if s.len > 0 && (s.readers > 0 || s.serving == 0) {
+            if let Some((uid, item)) = s.take() {
+                return Next::Serve(uid, item);
+            }
         }
-        s.ring.push(uid, urgent, (item, bytes));
+        s.readers += 1;
+        Next::Read
+    }
+
+    /// Requests are queued (the grower then adds a thread when every
+    /// thread that is not reading has been stuck in one request).
+    pub(crate) fn queued(&self) -> bool {
+        self.state.lock().len > 0
+    }
+
+    /// The reader read a request not taken in turns (an interrupt, a
+    /// forget: the kernel's own, served at once and not counted).
+    pub(crate) fn unqueued(&self) {
+        self.state.lock().readers -= 1;
+    }
+
+    /// The reader read a request of `uid`, `bytes` long, at `now`; `queue`
+    /// makes what is queued of it (called only if it is).
+    pub(crate) fn received(
+        &self,
+        uid: u32,
+        bytes: usize,
+        now: Instant,
+        queue: impl FnOnce() -> T,
+    ) -> Got<T> {
+        let mut s = self.state.lock();
+        s.readers -= 1;
+        let share = s.share(uid, now);
+        let full = s.len >= self.max_len || (s.len > 0 && s.bytes + bytes > self.max_bytes);
+        let Some(u) = s.users.get_mut(&uid) else {
+            unreachable!("share() keeps the user it saw")
+        };
+        if (u.serving < share && u.queue.is_empty()) || full {
+            u.serving += 1;
+            s.serving += 1;
+            return Got::Now;
+        }
+        u.queue.push_back((queue(), bytes));
+        if u.queue.len() == 1 {
+            s.ring.push_back(uid);
+        }
+        s.len += 1;
         s.bytes += bytes;
-        drop(s);
-        self.work.notify_one();
-    }
-
-    /// The next request, waiting for one; None once closed and empty.
-    pub(crate) fn take(&self) -> Option<T> {
-        let mut s = self.state.lock();
-        loop {
-            if let Some((item, bytes)) = s.ring.pop() {
-                s.bytes -= bytes;
-                drop(s);
-                self.room.notify_one();
-                return Some(item);
-            }
-            if s.closed {
-                return None;
-            }
-            self.work.wait(&mut s);
+        if s.readers > 0 || s.serving == 0 {
+            let (uid, item) = s.take().expect("one was just queued");
+            return Got::Instead(uid, item);
         }
+        s.readers += 1;
+        Got::Deferred
     }
 
-    /// No more requests: every server takes what is left and stops.
-    pub(crate) fn close(&self) {
-        self.state.lock().closed = true;
-        self.work.notify_all();
+    /// A request of `uid` taken in turns was answered.
+    pub(crate) fn done(&self, uid: u32) {
+        let mut s = self.state.lock();
+        s.serving -= 1;
+        if let Some(u) = s.users.get_mut(&uid) {
+            u.serving -= 1;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
-    fn drain(r: &mut Ring<(u32, u32)>) -> Vec<(u32, u32)> {
-        std::iter::from_fn(|| r.pop()).collect()
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    /// A thread that read a request of `uid` (it was a reader).
+    fn read(t: &Turns<u32>, uid: u32, tag: u32, now: Instant) -> Got<u32> {
+        assert!(t.next() == Next::Read, "expected to read");
+        t.received(uid, 10, now, || tag)
     }
 
     #[test]
-    fn a_user_with_one_request_waits_at_most_one_of_each_other_users() {
-        let mut r = Ring::default();
-        for i in 0..100 {
-            r.push(1000, false, (1000, i));
+    fn a_user_alone_never_has_a_request_queued() {
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        for i in 0..50 {
+            assert_eq!(read(&t, 1000, i, at(t0, 0)), Got::Now);
         }
-        r.push(2000, false, (2000, 0));
-        let order = drain(&mut r);
-        // 1000's first came first; 2000's is next, not after 100.
-        assert_eq!(order[0], (1000, 0));
-        assert_eq!(order[1], (2000, 0));
-        assert_eq!(order.len(), 101);
+        // 50 in service at once, none queued: first come, as without turns.
+        assert_eq!(t.state.lock().len, 0);
+        assert_eq!(t.state.lock().serving, 50);
     }
 
     #[test]
-    fn users_with_work_waiting_take_one_turn_each_in_order_of_arrival() {
-        let mut r = Ring::default();
-        for i in 0..3 {
-            r.push(1, false, (1, i));
-            r.push(1, false, (1, 10 + i));
+    fn a_second_user_at_work_is_served_at_once_past_the_first_users_storm() {
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        // User 2 did something a moment ago: two users at work, share 1.
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        // Thread A serves one of user 1's; thread B, the last reader, reads
+        // the rest of the storm and queues it, reading on.
+        assert_eq!(read(&t, 1, 10, at(t0, 1)), Got::Now);
+        assert!(t.next() == Next::Read);
+        for i in 11..18 {
+            assert_eq!(t.received(1, 10, at(t0, 2), || i), Got::Deferred);
         }
-        r.push(2, false, (2, 0));
-        r.push(3, false, (3, 0));
-        r.push(3, false, (3, 1));
-        let order = drain(&mut r);
-        let users: Vec<u32> = order.iter().map(|(u, _)| *u).collect();
-        assert_eq!(users, [1, 2, 3, 1, 3, 1, 1, 1, 1]);
-        // Each user's own requests stay in the order they came.
-        let ones: Vec<u32> = order.iter().filter(|(u, _)| *u == 1).map(|x| x.1).collect();
-        assert_eq!(ones, [0, 10, 1, 11, 2, 12]);
+        // User 2's request, behind the storm in the kernel's queue, is
+        // read at once and served at once.
+        assert_eq!(t.received(2, 10, at(t0, 3), || 99), Got::Now);
+        // A ends user 1's request: with nobody reading, it becomes the
+        // reader (another user's may be in the kernel's queue)...
+        t.done(1);
+        assert_eq!(t.next(), Next::Read);
+        // ... and B, ending user 2's, takes user 1's next, first come.
+        t.done(2);
+        assert_eq!(t.next(), Next::Serve(1, 11));
     }
 
     #[test]
-    fn a_user_who_comes_back_goes_to_the_back_of_the_ring() {
-        let mut r = Ring::default();
-        r.push(1, false, (1, 0));
-        r.push(2, false, (2, 0));
-        r.push(2, false, (2, 1));
-        assert_eq!(r.pop(), Some((1, 0)));
-        assert_eq!(r.pop(), Some((2, 0)));
-        r.push(1, false, (1, 1));
-        assert_eq!(r.pop(), Some((2, 1)));
-        assert_eq!(r.pop(), Some((1, 1)));
-        assert_eq!(r.pop(), None);
-        assert_eq!(r.len(), 0);
+    fn the_user_with_the_fewest_in_service_goes_first() {
+        let t = Turns::new(3, 1024, 1 << 20);
+        let t0 = Instant::now();
+        // Users 1 and 2 each at their share (one of the two threads but
+        // the reader) with one more queued; user 1 queued first.
+        assert_eq!(read(&t, 1, 10, t0), Got::Now);
+        assert_eq!(read(&t, 2, 20, t0), Got::Now);
+        assert!(t.next() == Next::Read);
+        assert_eq!(t.received(1, 10, t0, || 11), Got::Deferred);
+        assert_eq!(t.received(2, 10, t0, || 21), Got::Deferred);
+        // User 1's ends: user 1 now has fewer in service, its turn.
+        t.done(1);
+        assert_eq!(t.next(), Next::Serve(1, 11));
+        // It ends: user 2's is next; the reader stays the reader.
+        t.done(1);
+        assert_eq!(t.next(), Next::Serve(2, 21));
+        assert!(!t.queued());
+        assert_eq!(t.state.lock().readers, 1);
     }
 
     #[test]
-    fn interrupts_go_ahead_of_every_users_requests() {
-        let mut r = Ring::default();
-        r.push(1, false, (1, 0));
-        r.push(0, true, (0, 99));
-        assert_eq!(r.pop(), Some((0, 99)));
-        assert_eq!(r.pop(), Some((1, 0)));
+    fn a_thread_that_reads_while_another_reads_serves_a_turn_not_the_queue_order() {
+        let t = Turns::new(4, 1024, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        // Share of 3 threads but the reader between 2 users: 2 each.
+        assert_eq!(read(&t, 1, 10, t0), Got::Now);
+        assert_eq!(read(&t, 1, 11, t0), Got::Now);
+        // Two threads read: one of them reads user 1's third...
+        assert!(t.next() == Next::Read);
+        assert!(t.next() == Next::Read);
+        // ... it is queued, and the thread serves the queue's choice (the
+        // same request: nobody else waits), the other thread still reads.
+        assert_eq!(t.received(1, 10, t0, || 12), Got::Instead(1, 12));
+        assert_eq!(t.state.lock().readers, 1);
     }
 
     #[test]
-    fn a_storm_of_one_user_leaves_every_other_user_each_turn() {
-        // Served in steps while they keep coming: of every window of
-        // requests served while user 2 has one waiting, user 2 gets at
-        // least every second.
-        let mut r = Ring::default();
+    fn a_user_idle_for_the_active_window_stops_taking_a_share() {
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        assert_eq!(read(&t, 1, 1, t0), Got::Now);
+        // Within the window user 1 is at its share...
+        assert!(t.next() == Next::Read);
+        assert_eq!(t.received(1, 10, at(t0, 50), || 2), Got::Deferred);
+        t.done(1);
+        assert_eq!(t.next(), Next::Serve(1, 2));
+        t.done(1);
+        // ... after it, user 1 is alone again: no queue.
+        let later = t0 + ACTIVE + Duration::from_millis(1);
+        assert_eq!(read(&t, 1, 3, later), Got::Now);
+        assert_eq!(read(&t, 1, 4, later), Got::Now);
+        assert_eq!(t.state.lock().users.len(), 1, "user 2 was forgotten");
+    }
+
+    #[test]
+    fn a_full_queue_leaves_the_request_to_the_thread_that_read_it() {
+        let t = Turns::new(2, 2, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        assert_eq!(read(&t, 1, 10, t0), Got::Now);
+        assert!(t.next() == Next::Read);
+        assert_eq!(t.received(1, 10, t0, || 11), Got::Deferred);
+        assert_eq!(t.received(1, 10, t0, || 12), Got::Deferred);
+        assert_eq!(t.received(1, 10, t0, || 13), Got::Now);
+        assert_eq!(t.state.lock().len, 2);
+    }
+
+    #[test]
+    fn nothing_is_queued_where_no_thread_would_come_back_for_it() {
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        // User 1 has one queued behind its own (keeping its order), but no
+        // thread serves: the reader serves it itself.
+        assert_eq!(read(&t, 1, 10, t0), Got::Now);
+        assert!(t.next() == Next::Read);
+        assert_eq!(t.received(1, 10, t0, || 11), Got::Deferred);
+        t.done(1);
+        // The reader reads user 1's next: it goes behind 11, and with no
+        // thread serving, the reader serves 11.
+        assert_eq!(t.received(1, 10, t0, || 12), Got::Instead(1, 11));
+        // The other thread reads; this one, ending 11, takes 12.
+        assert_eq!(t.next(), Next::Read);
+        t.done(1);
+        assert_eq!(t.next(), Next::Serve(1, 12));
+    }
+
+    #[test]
+    fn the_last_reader_keeps_reading_while_every_other_thread_is_stuck() {
+        // Thread A is stuck in user 1's request; the reader B queues user
+        // 1's next ones and stays the reader however long A takes, so user
+        // 2's are still served at once (the session adds threads for the
+        // queue: `queued`).
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        assert_eq!(read(&t, 1, 10, t0), Got::Now);
+        assert_eq!(t.next(), Next::Read);
+        for i in 11..50 {
+            assert_eq!(t.received(1, 10, at(t0, 1), || i), Got::Deferred);
+        }
+        assert!(t.queued());
+        for ms in 2..60 {
+            assert_eq!(t.received(2, 10, at(t0, ms), || 0), Got::Now);
+            t.done(2);
+            assert_eq!(t.next(), Next::Read);
+        }
+        // A thread the session adds serves the queue, first come.
+        t.add_thread();
+        assert_eq!(t.next(), Next::Serve(1, 11));
+    }
+
+    #[test]
+    fn a_storm_leaves_another_user_served_at_once_every_time() {
+        // Two threads; user 1 always has requests outstanding (two more
+        // arrive each step), user 2 one every fourth step. Simulated: each
+        // step the reader reads what arrived, and the serving thread ends
+        // its request and takes what `next` gives it.
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        // User 2 was at work a moment ago (else user 1 is alone).
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        assert_eq!(read(&t, 1, 0, t0), Got::Now);
+        assert_eq!(t.next(), Next::Read);
         let mut served2 = 0;
-        for step in 0..1000u32 {
-            for k in 0..8 {
-                r.push(1, false, (1, step * 8 + k));
+        for step in 0..400u32 {
+            let now = at(t0, u64::from(step) / 10);
+            for k in 0..2 {
+                assert_eq!(t.received(1, 10, now, || step * 2 + k), Got::Deferred);
             }
             if step % 4 == 0 {
-                r.push(2, false, (2, step));
-            }
-            let a = r.pop().unwrap();
-            let b = r.pop().unwrap();
-            if a.0 == 2 || b.0 == 2 {
+                // Read behind the storm, served at once by the reader,
+                // which then reads again.
+                assert_eq!(t.received(2, 10, now, || u32::MAX), Got::Now);
+                t.done(2);
+                assert_eq!(t.next(), Next::Read);
                 served2 += 1;
             }
+            t.done(1);
+            assert!(matches!(t.next(), Next::Serve(1, _)), "the queue was not served");
         }
-        assert_eq!(served2, 250, "user 2 waited behind user 1's storm");
-    }
-
-    #[test]
-    fn the_receiver_waits_for_room_and_servers_end_when_closed() {
-        let t = Arc::new(Turns::new(2, 1 << 20));
-        t.push(1, false, (1, 10), 10);
-        t.push(1, false, (1, 10), 10);
-        let t2 = t.clone();
-        let pusher = std::thread::spawn(move || {
-            // Full: waits until a server takes one.
-            t2.push(2, false, (2, 10), 10);
-            t2.close();
-        });
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(!pusher.is_finished(), "pushed past the bound");
-        assert_eq!(t.take(), Some((1, 10)));
-        pusher.join().unwrap();
-        // Closed: what is left is still served, then None.
-        assert_eq!(t.take(), Some((1, 10)));
-        assert_eq!(t.take(), Some((2, 10)));
-        assert_eq!(t.take(), None);
-    }
-
-    #[test]
-    fn one_request_bigger_than_the_byte_bound_is_taken_when_alone() {
-        let t = Turns::new(8, 100);
-        t.push(1, false, (1, 1000), 1000);
-        assert_eq!(t.take(), Some((1, 1000)));
+        assert_eq!(served2, 100);
     }
 }

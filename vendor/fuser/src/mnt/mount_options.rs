@@ -26,11 +26,11 @@ pub struct Config {
     ///
     /// [`STALL`]: crate::STALL
     pub max_threads: Option<usize>,
-    /// (cutf8fs patch) One thread receives every request and queues it
-    /// per caller (the header's uid); the `n_threads` event loop threads
-    /// (and those `max_threads` adds) serve them in turns, one of each
-    /// user's in round-robin, FUSE_INTERRUPT first. False: each thread
-    /// receives and serves its own, first come, as 0.18.0.
+    /// (cutf8fs patch) Requests are served in turns between users
+    /// (the header's uid): while several are at work, a user at its share
+    /// of the threads has its next requests queued and another user's are
+    /// read and served at once (src/turns.rs). A user alone is served
+    /// first come, as 0.18.0. False: first come always.
     pub turns: bool,
 }
 
