@@ -283,12 +283,58 @@ fn one_users_stuck_requests_leave_another_users_served() {
         "another user's reads waited behind one user's stuck requests (60 s)"
     );
     assert_eq!(running, STUCK, "the storm got through its held reads");
+    assert!(
+        m.stats_count("turns waited") > 0,
+        "the storm's requests were never queued for their turn"
+    );
     // Let go, the storm's requests are all served, and right.
     for (i, c) in storm.into_iter().enumerate() {
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success(), "cat s{i}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), format!("s{i} é\n"));
     }
+}
+
+/// A user alone pays nothing for turns: eight processes of one user
+/// reading at once through a default mount (two threads) have none of
+/// their requests queued for a turn, and every read is right.
+#[test]
+fn a_user_alone_never_waits_for_a_turn() {
+    let m = Mount::new(&["threads=2"], |bk| {
+        for i in 0..200 {
+            fs::write(
+                bk.join(format!("f{i}")),
+                corrected_file(&format!("f{i} ö\n")),
+            )
+            .unwrap();
+        }
+    });
+    let before = m.stats_count("turns waited");
+    let readers: Vec<_> = (0..8)
+        .map(|k| {
+            let dir = m.m("");
+            std::thread::spawn(move || {
+                for round in 0..5 {
+                    for i in (k..200).step_by(8) {
+                        let got = fs::read_to_string(dir.join(format!("f{i}"))).unwrap();
+                        assert_eq!(got, format!("f{i} ö\n"), "round {round}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(
+        m.requests("open") >= 200,
+        "the reads did not reach the daemon"
+    );
+    assert_eq!(
+        m.stats_count("turns waited") - before,
+        0,
+        "a user alone had requests queued for a turn"
+    );
 }
 
 /// The bound itself, two runs of three deciding. Ignored: a timing, which

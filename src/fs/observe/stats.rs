@@ -211,6 +211,10 @@ pub(crate) fn report(c: &Stats, now: &Now) -> String {
         "log lines held back {} (rate-limited: man cutf8fs, LOGS)\n",
         crate::ratelog::suppressed_total()
     );
+    s += &format!(
+        "turns waited {} (requests queued for their user's turn: man cutf8fs, RESOURCES)\n",
+        fuser::turns_queued()
+    );
     s
 }
 

@@ -80,6 +80,7 @@ pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
 pub use crate::session::STALL;
+pub use crate::turns::turns_queued;
 
 mod access_flags;
 mod bsd_file_flags;

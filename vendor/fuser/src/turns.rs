@@ -21,6 +21,7 @@
 //! has a request queued and costs no hand-over between threads.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -28,6 +29,15 @@ use parking_lot::Mutex;
 /// How long a user counts as at work after its last request (a victim's
 /// next `cat` comes within it; an idle user stops taking a share).
 pub(crate) const ACTIVE: Duration = Duration::from_millis(100);
+
+/// Requests queued for their turn so far, in this process (every session).
+static QUEUED: AtomicU64 = AtomicU64::new(0);
+
+/// How many requests have waited for their user's turn so far, in this
+/// process: none while one user alone is at work.
+pub fn turns_queued() -> u64 {
+    QUEUED.load(Ordering::Relaxed)
+}
 
 /// What a thread that read a request does with it ([`Turns::received`]).
 #[derive(Debug, PartialEq, Eq)]
@@ -202,6 +212,7 @@ impl<T> Turns<T> {
             return Got::Now;
         }
         u.queue.push_back((queue(), bytes));
+        QUEUED.fetch_add(1, Ordering::Relaxed);
         if u.queue.len() == 1 {
             s.ring.push_back(uid);
         }
