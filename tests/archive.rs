@@ -28,11 +28,30 @@ fn tree(b: &std::path::Path) {
 }
 
 /// Every file reads through the archive as its view, the same bytes a
-/// default mount gives; a second and third pass over the whole tree (warm)
-/// cost no OPEN, FLUSH, RELEASE or READ: at most the first OPEN and FLUSH,
-/// each answered "not implemented" once for the whole mount.
+/// default mount gives; warm passes over the whole tree cost no OPEN,
+/// FLUSH or RELEASE, and no READ while the kernel keeps the pages.
+///
+/// What the kernel does (fs/fuse/file.c, `fuse_file_open`; `fuse_flush`):
+/// it stops sending OPEN (FLUSH) once one is answered ENOSYS, so an OPEN
+/// or FLUSH already on its way then is sent too, and answered the same.
+/// The first pass here opens one file at a time, but whoever else opens a
+/// file of the mount at that moment adds one: 7 runs of 15 asked 2 or 3
+/// OPENs with two `cat` loops opening files of the mount. Hence "at least
+/// one" before the warm passes and "not one more" during them. An OPEN
+/// answered with a handle would show as a RELEASE at its close: none.
+///
+/// The kernel may also drop cached pages (memory pressure, or a
+/// `drop_caches`: tests/memory.rs and tests/export.rs write it, for the
+/// whole machine, maybe while this test runs) and READ them again, which
+/// the mount could not have spared: 8 runs of 10 sent READs in a warm pass
+/// with `echo 2 > /proc/sys/vm/drop_caches` every 0.2 s, and one run of
+/// 17 beside the `cat` loops READ 3, 0, 1, 587 and 119 times in its warm
+/// passes. So the warm passes go on until one sends no READ, up to
+/// [`WARM_PASSES`]: a mount that lost its cache at each open would READ in
+/// every one.
 #[test]
 fn warm_reads_cost_no_request_and_read_as_a_default_mount() {
+    const WARM_PASSES: usize = 5;
     let m = Mount::new(&["archive"], tree);
     let names: Vec<String> = (0..300)
         .map(|i| format!("c{i}.txt"))
@@ -42,8 +61,15 @@ fn warm_reads_cost_no_request_and_read_as_a_default_mount() {
         let want = expected_view(&fs::read(m.b(n)).unwrap());
         assert!(fs::read(m.m(n)).unwrap() == want, "{n} reads wrong");
     }
-    let reads = m.requests("read");
-    for _ in 0..2 {
+    let counts = || ["open", "flush", "release", "read"].map(|k| m.requests(k));
+    let [open, flush, _, _] = counts();
+    assert!(
+        open >= 1 && flush >= 1,
+        "no OPEN or no FLUSH was asked (open {open}, flush {flush})"
+    );
+    let mut reads = Vec::new();
+    for pass in 1..=WARM_PASSES {
+        let [_, _, _, read_before] = counts();
         let out = std::process::Command::new("grep")
             .args(["-r", "-c", "wörld"])
             .arg(m.m(""))
@@ -55,15 +81,24 @@ fn warm_reads_cost_no_request_and_read_as_a_default_mount() {
             let mut v = Vec::new();
             f.read_to_end(&mut v).unwrap();
         }
+        let [o, f, r, read] = counts();
+        assert_eq!(
+            [o, f, r],
+            [open, flush, 0],
+            "warm pass {pass} asked OPEN, FLUSH or RELEASE (open, flush, release):\n{}",
+            m.log_text()
+        );
+        reads.push(read - read_before);
+        // At least two passes, for OPEN, FLUSH and RELEASE.
+        if pass >= 2 && reads.contains(&0) {
+            break;
+        }
     }
     assert!(
-        m.requests("open") <= 1,
-        "OPEN asked again:\n{}",
+        reads.contains(&0),
+        "every warm pass sent READs (by pass: {reads:?}):\n{}",
         m.log_text()
     );
-    assert!(m.requests("flush") <= 1);
-    assert_eq!(m.requests("release"), 0);
-    assert_eq!(m.requests("read"), reads, "warm passes sent READs");
     // The same through a default mount of the same tree, byte for byte.
     let dflt = Mount::new(&[], tree);
     for n in &names {

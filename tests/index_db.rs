@@ -361,6 +361,53 @@ fn a_database_from_another_backing_is_emptied_not_trusted() {
     check_sizes(&d, &one.backing, &["f"], true);
 }
 
+/// Another program's SQLite database under the database's name (another
+/// application id): the mount serves without it, says so in one line
+/// naming the file, and leaves the file byte for byte as it was, at the
+/// start and at the unmount.
+#[test]
+fn another_programs_sqlite_database_is_refused_by_name_and_left_as_it_is() {
+    let env = Env::new();
+    fs::write(env.b("f"), growing(50_000)).unwrap();
+    fs::create_dir(env.b(DB_DIR)).unwrap();
+    fs::set_permissions(env.b(DB_DIR), fs::Permissions::from_mode(0o700)).unwrap();
+    let theirs = rusqlite::Connection::open(env.b(DB_FILE)).unwrap();
+    theirs
+        .execute_batch(
+            "PRAGMA application_id = 1234; CREATE TABLE notes(x); \
+             INSERT INTO notes VALUES ('theirs');",
+        )
+        .unwrap();
+    drop(theirs);
+    let before = fs::read(env.b(DB_FILE)).unwrap();
+    settle();
+    let d = env.mount(&[]);
+    check_sizes(&d, &env.backing, &["f"], true);
+    let log_file = d.log.clone();
+    drop(d);
+    let log = fs::read_to_string(log_file).unwrap();
+    let named = env.b(DB_FILE).display().to_string();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("another program's SQLite database"))
+        .collect();
+    assert_eq!(lines.len(), 1, "not one line saying why:\n{log}");
+    assert!(
+        lines[0].contains(&named) && lines[0].contains("left as it is"),
+        "the line does not name {named}:\n{log}"
+    );
+    assert!(
+        fs::read(env.b(DB_FILE)).unwrap() == before,
+        "another program's database was written:\n{log}"
+    );
+    let mut names: Vec<_> = fs::read_dir(env.b(DB_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["index.sqlite"], "files left beside it:\n{log}");
+}
+
 #[test]
 fn a_read_only_backing_keeps_its_database_in_the_cache_directory() {
     let env = Env::new();

@@ -218,6 +218,9 @@ fn init(conn: &Connection, pin: &Pinned, root_id: (u64, u64)) -> Result<(), Fail
         // and went without the database for the rest of its mount). WAL
         // comes after, on a local filesystem (`open`).
         conn.pragma_update(None, "application_id", APP_ID)?;
+        // A test's openers meet the file here, just made (`tests`).
+        #[cfg(test)]
+        tests::after_first_write();
     } else {
         let app: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
         if app != APP_ID {
@@ -332,4 +335,182 @@ pub(super) fn current(pin: &Pinned) -> bool {
     );
     let now = nix::sys::stat::fstat(&pin.place.file);
     matches!((at, now), (Ok(a), Ok(b)) if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::path::PathBuf;
+    use std::sync::{Barrier, Mutex};
+
+    use crate::indexdb::place;
+
+    thread_local! {
+        /// Run by `init` on this thread right after its first write to a
+        /// new file (the application id): the moment another opener could
+        /// meet a file that is SQLite's but not yet fully made.
+        static AFTER_FIRST_WRITE: RefCell<Option<Box<dyn FnMut()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn after_first_write() {
+        AFTER_FIRST_WRITE.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f();
+            }
+        });
+    }
+
+    const ROOT: (u64, u64) = (1, 2);
+
+    /// The database file `place::FILE` in `dir`, found as `finder` finds
+    /// it (created empty if missing) and pinned.
+    fn pinned(dir: &Path) -> Result<Arc<Pinned>, Failed> {
+        let d = place::open_given_dir(dir).unwrap();
+        let file = place::open_file(d.as_fd(), Path::new(place::FILE)).unwrap();
+        pin(Place {
+            dir: d,
+            name: PathBuf::from(place::FILE),
+            file,
+            path: dir.join(place::FILE),
+        })
+    }
+
+    /// One opener of its own (as another daemon is): pins and opens.
+    fn opener(dir: &Path) -> Result<Db, Failed> {
+        open(&pinned(dir)?, ROOT, Duration::from_secs(5))
+    }
+
+    /// The database in `dir` is ours, of this schema and BACKING, made
+    /// once: each table once, one BACKING row, nothing else.
+    fn made_once(dir: &Path) {
+        let db = opener(dir).unwrap_or_else(|e| panic!("opened alone: {e:?}"));
+        let c = &db.conn;
+        let one = |q: &str| -> i64 { c.query_row(q, [], |r| r.get(0)).unwrap() };
+        assert_eq!(one("PRAGMA application_id"), APP_ID);
+        assert_eq!(one("PRAGMA user_version"), SCHEMA);
+        let mut st = c
+            .prepare("SELECT type, name FROM sqlite_master ORDER BY name")
+            .unwrap();
+        let objects: Vec<(String, String)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let table = |n: &str| ("table".to_string(), n.to_string());
+        assert_eq!(objects, [table("meta"), table("nodes"), table("records")]);
+        assert_eq!(one("SELECT count(*) FROM meta"), 1);
+        assert_eq!(
+            one("SELECT count(*) FROM meta WHERE key = 'root' AND a = 1 AND b = 2"),
+            1
+        );
+        if local_dir(db.pin()) {
+            let mode: String = c
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(mode, "wal", "a later open makes it WAL");
+        }
+    }
+
+    /// Many openers (daemons, or a daemon's lookup and its writer thread)
+    /// meet one new file at the same moment: every one takes it as ours
+    /// and the schema is made once. (Made WAL before its application id, a
+    /// file was another program's to an opener reading it in between.)
+    #[test]
+    fn many_openers_of_a_new_file_at_once_all_take_it_as_ours() {
+        const THREADS: usize = 8;
+        const ROUNDS: usize = 50;
+        let mut refused = Vec::new();
+        for round in 0..ROUNDS {
+            let d = tempfile::tempdir().unwrap();
+            let start = Barrier::new(THREADS);
+            let got: Vec<Result<(), Failed>> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..THREADS)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            opener(d.path()).map(drop)
+                        })
+                    })
+                    .collect();
+                threads.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            refused.extend(
+                got.into_iter()
+                    .filter_map(Result::err)
+                    .map(|e| format!("round {round}: {e:?}")),
+            );
+            made_once(d.path());
+        }
+        assert!(
+            refused.is_empty(),
+            "{} of {} openers refused a new database:\n{}",
+            refused.len(),
+            THREADS * ROUNDS,
+            refused.join("\n")
+        );
+    }
+
+    /// The same at the exact moment: openers arriving while the first one
+    /// has made the file (its first write done) and written nothing else.
+    #[test]
+    fn an_opener_meeting_a_file_being_made_takes_it_as_ours() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let met: Arc<Mutex<Vec<Result<(), Failed>>>> = Arc::default();
+        let (at_hook, dir2) = (met.clone(), dir.clone());
+        AFTER_FIRST_WRITE.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let got: Vec<_> = std::thread::scope(|s| {
+                    let threads: Vec<_> = (0..3)
+                        .map(|_| s.spawn(|| opener(&dir2).map(drop)))
+                        .collect();
+                    threads.into_iter().map(|t| t.join().unwrap()).collect()
+                });
+                at_hook.lock().unwrap().extend(got);
+            }))
+        });
+        let first = opener(&dir);
+        AFTER_FIRST_WRITE.with(|h| h.borrow_mut().take());
+        first.unwrap_or_else(|e| panic!("the first opener: {e:?}"));
+        let met = std::mem::take(&mut *met.lock().unwrap());
+        assert_eq!(met.len(), 3, "the hook did not run: no new file made?");
+        for r in met {
+            if let Err(e) = r {
+                panic!("an opener meeting the file being made refused it: {e:?}");
+            }
+        }
+        made_once(&dir);
+    }
+
+    /// Another program's SQLite file under the database's name is refused
+    /// as such and left byte for byte as it was.
+    #[test]
+    fn another_programs_sqlite_file_is_refused_and_left_as_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join(place::FILE);
+        let other = Connection::open(&file).unwrap();
+        other
+            .execute_batch(
+                "PRAGMA application_id = 1234; CREATE TABLE theirs(x); \
+                 INSERT INTO theirs VALUES ('kept');",
+            )
+            .unwrap();
+        drop(other);
+        let before = std::fs::read(&file).unwrap();
+        match opener(d.path()) {
+            Err(Failed::NotOurs(why)) => {
+                assert_eq!(why, "it is another program's SQLite database")
+            }
+            Err(e) => panic!("refused for another reason: {e:?}"),
+            Ok(_) => panic!("another program's database was taken as ours"),
+        }
+        assert!(std::fs::read(&file).unwrap() == before, "it was changed");
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [place::FILE], "companions were left beside it");
+    }
 }

@@ -8,7 +8,8 @@
 //! are in the kernel's cache and no READ is sent. The kernel has a way out
 //! (libfuse's `no_open`, fs/fuse/file.c `fuse_do_open`): once the daemon
 //! answers an OPEN of a regular file with ENOSYS, the kernel opens every
-//! regular file of the connection itself, keeps their page cache from one
+//! regular file of the connection itself (an OPEN already on its way then
+//! is still sent, and answered the same), keeps their page cache from one
 //! open to the next (FOPEN_KEEP_CACHE) and sends no RELEASE at their last
 //! close; once it answers a FLUSH with ENOSYS, no FLUSH either. A warm
 //! `grep -r` then costs no request per file at all.

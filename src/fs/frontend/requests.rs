@@ -258,6 +258,16 @@ impl Filesystem for CutFs {
             // The kernel opens every regular file itself from now on, and
             // READs come without a handle (`archive`).
             self.stats.request("open");
+            // Once per mount, unless opens raced the first answer: each
+            // such OPEN was sent before the kernel learnt not to.
+            log::info!(
+                "archive: OPEN of {} by pid {} ({}) answered ENOSYS: the kernel opens regular \
+                 files itself from now on",
+                self.name_of_ino(ino.0),
+                req.pid(),
+                std::fs::read_to_string(format!("/proc/{}/comm", req.pid()))
+                    .map_or_else(|_| "gone".into(), |c| c.trim_end().to_string())
+            );
             return reply.error(fuser::Errno::ENOSYS);
         }
         match self.guard("open", ino.0, || {
