@@ -141,6 +141,7 @@
 //! however many files come and go. One record per inode: a file that
 //! changes replaces its record.
 
+mod batch;
 mod cache;
 mod closing;
 mod finder;
@@ -165,8 +166,10 @@ use rusqlite::OptionalExtension;
 
 use crate::io::Stamp;
 use crate::view::OffsetIndex;
+pub use batch::Batch;
 pub use cache::Limits as CacheLimits;
 use finder::{Finder, Found};
+pub use nodes::node_current;
 pub use place::{CACHE_DIR_ENV, DIR};
 use pool::Pool;
 use store::Failed;
@@ -233,12 +236,33 @@ struct Shared {
     pool: Pool,
     /// Records sent and not yet taken care of by the writer.
     queued: AtomicUsize,
+    /// Of those, the node records, by inode number (how many of each):
+    /// `IndexDb::not_pending`.
+    nodes_queued: Mutex<std::collections::HashMap<u64, u32>>,
 }
 
 impl Shared {
-    /// The writer took care of `n` records (committed or given up on).
-    fn done(&self, n: usize) {
+    /// The writer took care of `n` records (committed or given up on),
+    /// among them the node records of `nodes`.
+    fn done(&self, n: usize, nodes: impl Iterator<Item = u64>) {
         self.queued.fetch_sub(n, Ordering::Relaxed);
+        self.nodes_done(nodes);
+    }
+
+    /// A node record of each of `nodes` is no longer on its way.
+    fn nodes_done(&self, nodes: impl Iterator<Item = u64>) {
+        let mut q = self.nodes_queued.lock();
+        for ino in nodes {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = q.entry(ino) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+        if q.is_empty() && q.capacity() > 1024 {
+            q.shrink_to_fit();
+        }
     }
 }
 
@@ -337,6 +361,7 @@ impl IndexDb {
         let shared = Arc::new(Shared {
             pool: Pool::new(finder, path, db),
             queued: AtomicUsize::new(0),
+            nodes_queued: Mutex::default(),
         });
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let w = shared.clone();
@@ -389,6 +414,7 @@ impl IndexDb {
             self.send_op(
                 Op::Put(key, record::encode(state, today, &rec.index)),
                 false,
+                false,
             );
         }
         Some(rec.index)
@@ -403,21 +429,32 @@ impl IndexDb {
         }
         let today = day_of(now());
         let op = Op::Put((state.dev, state.ino), record::encode(state, today, index));
-        self.send_op(op, false);
+        self.send_op(op, false, false);
     }
 
     /// Queues `op` for the writer. A full queue drops an index record (it
     /// costs only speed) but makes a node record wait, up to
     /// [`NODE_QUEUE_WAIT`]: a lost one is a file handle that no longer
     /// opens.
-    fn send_op(&self, op: Op, wait: bool) {
+    /// A node record marked on its way (`IndexDb::mark_node`) is sent
+    /// with `marked`.
+    fn send_op(&self, op: Op, wait: bool, marked: bool) {
         let Some(open) = self.inner.as_ref() else {
             return;
         };
+        let node = match op {
+            Op::Node(ino, _) => Some(ino),
+            Op::Put(..) => None,
+        };
+        if let (Some(ino), false) = (node, marked) {
+            self.mark_node(ino);
+        }
         if open.shared.pool.off.load(Ordering::Relaxed) {
+            open.shared.nodes_done(node.into_iter());
             return;
         }
         let Some(tx) = open.tx.lock().clone() else {
+            open.shared.nodes_done(node.into_iter());
             return;
         };
         open.shared.queued.fetch_add(1, Ordering::Relaxed);
@@ -437,7 +474,33 @@ impl IndexDb {
                 Err(TrySendError::Disconnected(_)) => break,
             }
         }
-        open.shared.done(1);
+        open.shared.done(1, node.into_iter());
+    }
+
+    /// Marks a node record of `ino` on its way to the writer, before it
+    /// is sent with `put_node_marked` (`not_pending` leaves `ino` out
+    /// until it is committed): for a caller that must mark it under a
+    /// lock of its own (`export::Nodes`).
+    pub fn mark_node(&self, ino: u64) {
+        if let Some(o) = self.inner.as_ref() {
+            *o.shared.nodes_queued.lock().entry(ino).or_default() += 1;
+        }
+    }
+
+    /// Those of the inode numbers `inos` with no node record of this
+    /// daemon waiting for the writer (queued, or in a batch not yet
+    /// committed): a read started after this shows the last record this
+    /// daemon stored for each (`export::Nodes`, which does not store again
+    /// a record that is there already).
+    pub fn not_pending(&self, inos: &[u64]) -> Vec<u64> {
+        let Some(o) = self.inner.as_ref() else {
+            return Vec::new();
+        };
+        let q = o.shared.nodes_queued.lock();
+        inos.iter()
+            .copied()
+            .filter(|ino| !q.contains_key(ino))
+            .collect()
     }
 
     /// Commits every record stored so far; stores no more. While it does,
@@ -536,11 +599,11 @@ mod tests {
     use super::*;
     use std::os::fd::{AsFd, OwnedFd};
 
-    fn root_of(p: &Path) -> OwnedFd {
+    pub(super) fn root_of(p: &Path) -> OwnedFd {
         place::open_given_dir(p).unwrap()
     }
 
-    fn state(ino: u64, size: u64) -> Stamp {
+    pub(super) fn state(ino: u64, size: u64) -> Stamp {
         Stamp {
             dev: 1,
             ino,
@@ -550,7 +613,7 @@ mod tests {
         }
     }
 
-    fn text_index(n: usize) -> OffsetIndex {
+    pub(super) fn text_index(n: usize) -> OffsetIndex {
         let mut disk = Vec::new();
         for _ in 0..n {
             let mut unit = [0u8; 8];

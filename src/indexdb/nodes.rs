@@ -48,8 +48,19 @@ impl IndexDb {
     /// Stores `record` for inode number `ino` (through the writer thread;
     /// waits while its queue is full).
     pub fn put_node(&self, ino: u64, record: Vec<u8>) {
-        self.send_op(Op::Node(ino, record), true);
+        self.send_op(Op::Node(ino, record), true, false);
     }
+
+    /// `put_node` for a record marked on its way (`mark_node`) already.
+    pub fn put_node_marked(&self, ino: u64, record: Vec<u8>) {
+        self.send_op(Op::Node(ino, record), true, true);
+    }
+}
+
+/// Whether a node record stored on `day` needs no writing again today
+/// (the writer's [`WRITE`] would leave an equal one alone).
+pub fn node_current(day: u32) -> bool {
+    day.saturating_add(REDATE_DAYS) > today()
 }
 
 /// Today, for the writer.

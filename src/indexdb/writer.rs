@@ -103,7 +103,14 @@ pub(super) fn writer(shared: &Shared, rx: Receiver<Op>) {
                 },
             }
         }
-        shared.done(n);
+        // After the commit, which a read started later sees.
+        shared.done(
+            n,
+            batch.iter().filter_map(|op| match op {
+                Op::Node(ino, _) => Some(*ino),
+                Op::Put(..) => None,
+            }),
+        );
         drop(pending);
         batch.clear();
         used = Instant::now();

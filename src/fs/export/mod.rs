@@ -56,6 +56,7 @@ use parking_lot::Mutex;
 use crate::fs::state::content::IndexCache;
 
 mod reconnect;
+mod stored;
 
 /// How a node's backing file is found again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,6 +133,8 @@ const RECENT: usize = 1 << 12;
 pub struct Nodes {
     cache: Option<Arc<IndexCache>>,
     recent: Mutex<NodeSlots>,
+    /// Rows of the database read ahead, so unchanged records are not sent.
+    stored: stored::Stored,
 }
 
 /// The longest encoded record: a name record of a name of 255 bytes (a
@@ -207,14 +210,38 @@ impl Nodes {
         Nodes {
             cache,
             recent: Mutex::new(NodeSlots::default()),
+            stored: stored::Stored::default(),
         }
     }
 
-    /// The kernel was handed node `ino`, found as `record`.
+    /// The kernel was handed node `ino`, found as `record`: stored, unless
+    /// the database holds it already (as read ahead by [`Nodes::prefetch`]).
     pub fn record(&self, ino: u64, record: &Record) {
         if let Some(c) = &self.cache {
-            c.db.put_node(ino, record.encode());
+            let rec = record.encode();
+            let send = self
+                .stored
+                .to_send(ino, &rec, crate::indexdb::node_current, || {
+                    c.db.mark_node(ino)
+                });
+            if send {
+                c.db.put_node_marked(ino, rec);
+            }
         }
+    }
+
+    /// Reads ahead, in one transaction, the index records of the regular
+    /// files numbered `files` on device `dev` (kept in the index cache:
+    /// `IndexCache::prefetch`) and the node records of `nodes`, which
+    /// lookups about to hand them to the kernel then need not store again.
+    pub fn prefetch(&self, dev: u64, files: &[u64], nodes: &[u64]) {
+        let Some(c) = &self.cache else {
+            return;
+        };
+        let reading = self.stored.begin();
+        let nodes = c.db.not_pending(nodes);
+        let rows = c.prefetch(dev, files, &nodes);
+        self.stored.found(reading, rows);
     }
 
     /// The kernel forgot node `ino`, found as `record`: kept in memory
@@ -272,6 +299,59 @@ mod tests {
         assert_ne!(a, generation(1, &[10, 0, 0, 0, 0x11, 0x22, 0x33, 0x45]));
         assert_ne!(a, generation(2, &[10, 0, 0, 0, 0x11, 0x22, 0x33, 0x44]));
         assert!(a <= u64::from(u32::MAX));
+    }
+
+    /// A record read ahead and unchanged is not sent again; a changed one
+    /// reaches the database, and so does one whose older record of ours
+    /// was still on its way when the read ahead ran.
+    #[test]
+    fn only_unchanged_records_read_ahead_are_not_stored_again() {
+        use crate::indexdb::{IndexDb, Location};
+        use std::os::fd::AsFd;
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::File::open(d.path()).unwrap();
+        let open = || {
+            let db = IndexDb::open(root.as_fd(), &Location::Default, false);
+            let cache = Arc::new(IndexCache::with_db(1 << 20, db, Arc::default()));
+            (Nodes::new(Some(cache.clone())), cache)
+        };
+        let name = |n: &str| Record::Name {
+            parent: 1,
+            name: CString::new(n).unwrap(),
+        };
+        // Sent records wait for the writer's batch (`BATCH_WAIT`): a
+        // record just sent is still on its way.
+        let sent = |c: &IndexCache, ino: u64| c.db.not_pending(&[ino]).is_empty();
+        // What the database holds once every record sent is committed.
+        let stored_as = |c: &IndexCache, ino: u64, r: &Record| {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while sent(c, ino) {
+                assert!(std::time::Instant::now() < until, "never committed");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(c.db.node(ino), Some(r.encode()));
+        };
+        let (nodes, c) = open();
+        nodes.record(5, &name("a"));
+        nodes.record(6, &name("b"));
+        stored_as(&c, 5, &name("a"));
+        stored_as(&c, 6, &name("b"));
+        drop((nodes, c));
+
+        let (nodes, c) = open();
+        nodes.prefetch(1, &[], &[5, 6]);
+        nodes.record(5, &name("a"));
+        assert!(!sent(&c, 5), "an unchanged record was sent again");
+        nodes.record(6, &name("b2"));
+        assert!(sent(&c, 6), "a changed record was not sent");
+        stored_as(&c, 6, &name("b2"));
+        // A record of ours on its way as the read ahead runs: the read
+        // does not show it, so the row read is not believed.
+        nodes.record(5, &name("a2"));
+        nodes.prefetch(1, &[], &[5]);
+        nodes.record(5, &name("a"));
+        assert!(sent(&c, 5));
+        stored_as(&c, 5, &name("a"));
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct Listing {
     /// Where each name ends in `names` (it starts where the last one
     /// ended; low [`END_BITS`] bits) and the entry's file type (above).
     ends: Vec<u32>,
+    /// Entries before this position had their records read ahead from the
+    /// index database (readdirplus: `CutFs::read_ahead`).
+    pub read_ahead: usize,
 }
 
 /// Bits of `Listing::ends` that say where a name ends: a listing's names

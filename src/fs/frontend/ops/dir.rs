@@ -134,10 +134,11 @@ impl CutFs {
         mut add: impl FnMut(u64, &DirEntry, Option<&PlusAttr>) -> bool,
     ) -> Result<()> {
         let h = self.dir_handle(fh)?;
-        let (d, entries) = self.listing(&h, offset)?;
+        let (d, mut entries) = self.listing(&h, offset)?;
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(entries.len());
+        self.read_ahead(&d.inode, &mut entries, start);
         let end = start.saturating_add(PLUS_BATCH).min(entries.len());
         let batch: Vec<DirEntry> = (start..end).filter_map(|i| entries.get(i)).collect();
         let mut prepared = self.plus_batch(&d.inode, &batch).into_iter();
@@ -190,6 +191,38 @@ impl CutFs {
         }
     }
 
+    /// Reads ahead, in one transaction of the index database, the records
+    /// of the entries a readdirplus from `start` is about to look up (those
+    /// not read ahead before): the index records of the regular files, so
+    /// their classes are then found in memory, and the node records of the
+    /// entries new to the kernel, so unchanged ones are not stored again
+    /// (`export::Nodes`). One transaction per [`READ_AHEAD`] entries, not
+    /// one lookup per file: SQLite's read transaction costs more than the
+    /// lookup in it. Entry numbers are those of the listing (d_ino): where
+    /// they differ from the files' own (overlayfs), nothing is found and
+    /// each file is looked up as before.
+    fn read_ahead(&self, dir: &Inode, entries: &mut Listing, start: usize) {
+        let from = entries.read_ahead.max(start);
+        let to = start.saturating_add(READ_AHEAD).min(entries.len());
+        if from >= to {
+            return;
+        }
+        let mut files = Vec::with_capacity(to - from);
+        let mut inos = Vec::with_capacity(to - from);
+        for e in (from..to).filter_map(|i| entries.get(i)) {
+            let b = e.name.as_bytes();
+            if b == b"." || b == b".." {
+                continue;
+            }
+            if e.kind == FileType::RegularFile {
+                files.push(e.ino);
+            }
+            inos.push(e.ino);
+        }
+        entries.read_ahead = to;
+        self.inodes.prefetch(dir.key.dev, &files, &inos);
+    }
+
     /// The listing of a directory handle, read afresh; a failure is logged
     /// with the path when it is for want of descriptors or memory.
     pub(in crate::fs) fn listed(&self, d: &DirHandle) -> Result<Listing> {
@@ -208,10 +241,13 @@ impl CutFs {
         })
     }
 
-    /// Looks a batch of entries up; the regular files whose class is not
-    /// known yet (a cold cache: each needs its first bytes read and maybe an
-    /// index built) are classified on a few threads at once, so a cold
-    /// `ls -l` or `find` waits for the disk in parallel, not file by file.
+    /// Looks a batch of entries up; the regular files whose class neither
+    /// memory nor the index database knows (a cold cache: each needs its
+    /// first bytes read and maybe an index built) are classified on a few
+    /// threads at once, so a cold `ls -l` or `find` waits for the disk in
+    /// parallel, not file by file. The threads are started only for those
+    /// (a listing the database answers starts none: they cost more than
+    /// the lookups), and this thread classifies a share itself.
     pub(in crate::fs) fn plus_batch(
         &self,
         dir: &Arc<Inode>,
@@ -249,21 +285,25 @@ impl CutFs {
             .filter(|(inode, st)| {
                 inode.is_reg()
                     && (st.st_size as u64) >= MAGIC.len() as u64
-                    && inode.seen().lock().class(&Stamp::of(st)).is_none()
+                    && content::known(inode.seen(), &self.cache, st).is_none()
             })
             .collect();
         if unknown.len() >= 2 {
             let workers = unknown.len().min(PLUS_WORKERS);
             let per = unknown.len().div_ceil(workers);
-            std::thread::scope(|s| {
-                for chunk in unknown.chunks(per) {
-                    s.spawn(move || {
-                        for (inode, st) in chunk {
-                            // Errors resurface below, per entry.
-                            let _ = self.class(inode, st);
-                        }
-                    });
+            let classify = |chunk: &[&(Arc<Inode>, libc::stat)]| {
+                for (inode, st) in chunk {
+                    // Errors resurface below, per entry.
+                    let _ = self.class(inode, st);
                 }
+            };
+            let mut chunks = unknown.chunks(per);
+            let mine = chunks.next().unwrap_or_default();
+            std::thread::scope(|s| {
+                for chunk in chunks {
+                    s.spawn(move || classify(chunk));
+                }
+                classify(mine);
             });
         }
         looked

@@ -57,7 +57,13 @@ use crate::sys::{self, ActAs, Identity, Limits};
 /// together; more than a 4 KiB reply holds, fewer than a large one.
 const PLUS_BATCH: usize = 48;
 
-/// Threads classifying a batch of cold files at once.
+/// Entries of a listing whose records a readdirplus reads ahead from the
+/// index database in one transaction (`CutFs::read_ahead`): more than a
+/// reply of 32 KiB holds of short names (about 200), so each reply's
+/// entries are found in one read or two.
+const READ_AHEAD: usize = 256;
+
+/// Threads classifying a batch of cold files at once (this one included).
 pub(in crate::fs) const PLUS_WORKERS: usize = 8;
 
 /// A readdirplus entry after its lookup: None for "." and "..".

@@ -105,6 +105,27 @@ pub fn peek(
     learn_class(seen, ino, cache, st, open, false)
 }
 
+/// The class of a regular file in state `st` when it is known without
+/// reading the file: remembered for that stamp, or proved by an index
+/// learned from exactly that stamp (in memory or in the index database).
+/// None when only the file's bytes can tell.
+pub fn known(seen: &Mutex<KnownContent>, cache: &IndexCache, st: &libc::stat) -> Option<Class> {
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) < DATA_START {
+        return Some(Class::Raw);
+    }
+    let stamp = Stamp::of(st);
+    if let Some(c) = seen.lock().class(&stamp) {
+        return Some(c);
+    }
+    let index = cache.get(&stamp)?;
+    let class = Class::Corrected {
+        view_len: index.view_len(),
+        lossless: index.lossless(),
+    };
+    seen.lock().remember(stamp, class);
+    Some(class)
+}
+
 fn learn_class(
     seen: &Mutex<KnownContent>,
     ino: u64,

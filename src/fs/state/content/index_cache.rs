@@ -13,6 +13,9 @@ pub(super) struct CacheEntry {
     index: Arc<OffsetIndex>,
     cost: usize,
     tick: u64,
+    /// Read from the database ahead of need (`IndexCache::prefetch`) and
+    /// not asked for yet: its first hit counts as a database hit.
+    fetched: bool,
 }
 
 #[derive(Default)]
@@ -77,8 +80,12 @@ impl IndexCache {
     /// the index database (then cached).
     pub fn get(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
         use crate::fs::observe::stats::Lookup;
-        if let Some(index) = self.get_cached(stamp) {
-            self.stats.lookup(Lookup::Memory);
+        if let Some((index, fetched)) = self.get_cached(stamp) {
+            self.stats.lookup(if fetched {
+                Lookup::Database
+            } else {
+                Lookup::Memory
+            });
             return Some(index);
         }
         let Some(index) = self.db.get(stamp) else {
@@ -96,16 +103,43 @@ impl IndexCache {
         (self.inner.lock().used, self.limit)
     }
 
-    fn get_cached(&self, stamp: &Stamp) -> Option<Arc<OffsetIndex>> {
+    /// The cached index of `stamp`, and whether it was prefetched and
+    /// not asked for before.
+    fn get_cached(&self, stamp: &Stamp) -> Option<(Arc<OffsetIndex>, bool)> {
         let mut c = self.inner.lock();
         c.tick += 1;
         let tick = c.tick;
         let e = c.map.get_mut(stamp)?;
         let old = std::mem::replace(&mut e.tick, tick);
+        let fetched = std::mem::take(&mut e.fetched);
         let index = e.index.clone();
         c.lru.remove(&old);
         c.lru.insert(tick, *stamp);
-        Some(index)
+        Some((index, fetched))
+    }
+
+    /// Reads ahead, in one transaction of the index database, the
+    /// records of the files numbered `inos` on device `dev` that have no
+    /// index in memory, and keeps them, each under the exact state it was
+    /// learned from (so a `get` for a file in that state finds it here;
+    /// a file that changed since is not served it, as with `get`). Also
+    /// returns the node records stored for `nodes` (`export::Nodes`).
+    /// A listing's next entries: one transaction instead of one per file.
+    pub fn prefetch(&self, dev: u64, inos: &[u64], nodes: &[u64]) -> Vec<(u64, u32, Vec<u8>)> {
+        let wanted: Vec<u64> = {
+            let c = self.inner.lock();
+            inos.iter()
+                .copied()
+                .filter(|&ino| !c.by_file.contains_key(&(dev, ino)))
+                .collect()
+        };
+        let Some(batch) = self.db.get_batch(dev, &wanted, nodes) else {
+            return Vec::new();
+        };
+        for (stamp, index) in batch.indexes {
+            self.keep(stamp, Arc::new(index), true);
+        }
+        batch.nodes
     }
 
     /// Takes the index kept for this stamp out of the cache (not from the
@@ -133,6 +167,10 @@ impl IndexCache {
     /// Keeps an index, evicting the least recently used ones to stay within
     /// the bound. An index larger than the whole bound is not kept.
     pub fn put(&self, stamp: Stamp, index: Arc<OffsetIndex>) {
+        self.keep(stamp, index, false);
+    }
+
+    fn keep(&self, stamp: Stamp, index: Arc<OffsetIndex>, fetched: bool) {
         let cost = index_cost(&index);
         if cost > self.limit {
             log::debug!("index of {cost} bytes exceeds the cache bound; not cached");
@@ -146,7 +184,15 @@ impl IndexCache {
         }
         c.tick += 1;
         let tick = c.tick;
-        c.map.insert(stamp, CacheEntry { index, cost, tick });
+        c.map.insert(
+            stamp,
+            CacheEntry {
+                index,
+                cost,
+                tick,
+                fetched,
+            },
+        );
         c.lru.insert(tick, stamp);
         c.used += cost;
         while c.used > self.limit {

@@ -81,7 +81,7 @@ mod index_cache;
 mod open;
 
 use classify::learn;
-pub use classify::{classify, peek, ScanPool, ScanTurns, SCAN_INLINE};
+pub use classify::{classify, known, peek, ScanPool, ScanTurns, SCAN_INLINE};
 pub use index_cache::{index_for, take_index, IndexCache};
 pub use open::OpenFile;
 

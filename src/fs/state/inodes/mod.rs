@@ -732,6 +732,26 @@ impl InodeTable {
         Some((mnt, fd))
     }
 
+    /// Reads ahead the records of the entries numbered `inos` of a
+    /// directory on device `dev`, about to be looked up (`Nodes::prefetch`):
+    /// the index records of those in `files`, and the node records of
+    /// those the kernel does not hold yet (the lookup will record them).
+    pub(in crate::fs) fn prefetch(&self, dev: u64, files: &[u64], inos: &[u64]) {
+        let Some(n) = self.shared.nodes.get() else {
+            return;
+        };
+        let nodes: Vec<u64> = if dev == self.root_key.dev {
+            let t = self.tables.lock();
+            inos.iter()
+                .copied()
+                .filter(|&ino| ino > ROOT && ino < FOREIGN_BASE && !t.by_ino.contains(&ino))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        n.prefetch(dev, files, &nodes);
+    }
+
     /// How node `ino` was recorded to be found again, if it was.
     pub(in crate::fs) fn node_record(&self, ino: u64) -> Option<Record> {
         self.shared.nodes.get().and_then(|n| n.find(ino))
