@@ -58,7 +58,7 @@ impl IndexDb {
 }
 
 /// Whether a node record stored on `day` needs no writing again today
-/// (the writer's [`WRITE`] would leave an equal one alone).
+/// (the writer's `WRITE` statement would leave an equal one alone).
 pub fn node_current(day: u32) -> bool {
     day.saturating_add(REDATE_DAYS) > today()
 }
