@@ -788,9 +788,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            self.pool.enter(&self.busy);
-                            req.dispatch(self);
-                            self.pool.leave(&self.busy);
+                            self.dispatch_stamped(req);
                         }
                     }
                     // Quit loop on illegal request
@@ -833,12 +831,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     }
                     Err(err) => return Err(err.into()),
                 };
-                let Some(req) = RequestWithSender::new(self.ch.sender(), &buf[..size]) else {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "Invalid request",
-                    ));
-                };
+                let req = parsed(self.ch.sender(), &buf[..size])?;
                 let (opcode, uid) = (req.request.header().opcode, req.request.header().uid);
                 if opcode == abi::fuse_opcode::FUSE_DESTROY as u32 {
                     turns.unqueued();
@@ -852,9 +845,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     || opcode == abi::fuse_opcode::FUSE_BATCH_FORGET as u32
                 {
                     turns.unqueued();
-                    self.pool.enter(&self.busy);
-                    req.dispatch(self);
-                    self.pool.leave(&self.busy);
+                    self.dispatch_stamped(req);
                     break None;
                 }
                 let data = &buf[..size];
@@ -862,9 +853,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     Job::new(data, self.ch.sender())
                 }) {
                     Got::Now => {
-                        self.pool.enter(&self.busy);
-                        req.dispatch(self);
-                        self.pool.leave(&self.busy);
+                        self.dispatch_stamped(req);
                         turns.done(uid);
                         break None;
                     }
@@ -882,18 +871,25 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
     /// from.
     fn serve_job(&self, uid: u32, job: &Job, turns: &Turns<Job>) -> io::Result<()> {
         let data = &zerocopy::IntoBytes::as_bytes(&job.words[..])[..job.len];
-        let Some(req) = RequestWithSender::new(job.sender.clone(), data) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "Invalid request",
-            ));
-        };
-        self.pool.enter(&self.busy);
-        req.dispatch(self);
-        self.pool.leave(&self.busy);
+        self.dispatch_stamped(parsed(job.sender.clone(), data)?);
         turns.done(uid);
         Ok(())
     }
+
+    /// Dispatches `req`, this thread stamped inside a request meanwhile
+    /// (patch 0003's grower).
+    fn dispatch_stamped(&self, req: RequestWithSender<'_>) {
+        self.pool.enter(&self.busy);
+        req.dispatch(self);
+        self.pool.leave(&self.busy);
+    }
+}
+
+/// (cutf8fs patch) A request parsed out of `data`, to be answered through
+/// `sender`.
+fn parsed(sender: ChannelSender, data: &[u8]) -> io::Result<RequestWithSender<'_>> {
+    RequestWithSender::new(sender, data)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "Invalid request"))
 }
 
 /// The background session data structure
