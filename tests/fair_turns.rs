@@ -189,24 +189,19 @@ fn one_users_storm_leaves_its_and_another_users_reads_right() {
     assert_eq!(verdicts.len(), 1);
 }
 
-/// One user's requests stuck in the daemon (its reads of BACKING held by
-/// a fanotify gate, for more files than the daemon will ever have threads)
-/// do not stop another user's: with turns (the default) the stuck user
-/// has its share of the threads, the next of its requests wait their turn,
-/// and a thread stays free to read and serve the other user's at once.
-/// First come (`-o noturns`), every thread the daemon has or adds takes one
-/// of the storm's requests first and the other user's wait until the storm
-/// is let go: this test fails there.
-#[test]
-fn one_users_stuck_requests_leave_another_users_served() {
-    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
-    const STUCK: usize = 40;
+/// Storm processes whose reads are held: more than the daemon will ever
+/// have threads.
+const STUCK: usize = 40;
+
+/// A `threads=2` mount whose BACKING holds `cutf8t-a`'s directory `a`
+/// with its [`STUCK`] files `s0`.. and root's `r` with ten files `v0`..;
+/// `more` adds to BACKING.
+fn held_mount(a: User, more: impl FnOnce(&Path)) -> Mount {
     assert!(
         STUCK > cutf8fs::fs::most_threads(2),
         "the storm must outnumber every thread"
     );
-    let a = user("cutf8t-a");
-    let m = Mount::new(&["allow_other", "threads=2"], |bk| {
+    Mount::new(&["allow_other", "threads=2"], |bk| {
         fs::set_permissions(bk.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
         fs::set_permissions(bk, fs::Permissions::from_mode(0o755)).unwrap();
         fs::create_dir(bk.join("a")).unwrap();
@@ -224,37 +219,107 @@ fn one_users_stuck_requests_leave_another_users_served() {
             )
             .unwrap();
         }
-    });
-    let files: Vec<_> = (0..STUCK).map(|i| m.b(&format!("a/s{i}"))).collect();
-    let mut gate = ReadGate::new(m.pid(), "fuser-", &files);
+        more(bk);
+    })
+}
 
-    // Root (this process: another uid) stays at work throughout.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let keep = {
-        let (stop, dir) = (stop.clone(), m.m("r"));
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                fs::read(dir.join("v9")).unwrap();
-                // Time itself: root comes back every few milliseconds.
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        })
-    };
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    let storm: Vec<_> = (0..STUCK)
-        .map(|i| {
-            Command::new("setpriv")
-                .arg(format!("--reuid={}", a.uid))
-                .arg(format!("--regid={}", a.gid))
-                .args(["--init-groups", "--", "cat"])
-                .arg(m.m(&format!("a/s{i}")))
-                .current_dir("/")
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("setpriv cat")
-        })
-        .collect();
-    gate.wait_held(1, 60.0, "the storm's first read");
+/// `cutf8t-a`'s storm on a [`held_mount`]: a `cat` of each of its files,
+/// every read of them by the daemon held by a fanotify gate, while root
+/// (this process: another uid) stays at work reading its own.
+struct HeldStorm {
+    gate: Option<ReadGate>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    keep: Option<std::thread::JoinHandle<()>>,
+    storm: Vec<std::process::Child>,
+}
+
+impl HeldStorm {
+    /// Starts it, and returns once the first read is held.
+    fn start(m: &Mount, a: User) -> HeldStorm {
+        let files: Vec<_> = (0..STUCK).map(|i| m.b(&format!("a/s{i}"))).collect();
+        let mut gate = ReadGate::new(m.pid(), "fuser-", &files);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let keep = {
+            let (stop, dir) = (stop.clone(), m.m("r"));
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    fs::read(dir.join("v9")).unwrap();
+                    // Time itself: root comes back every few milliseconds.
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let storm = (0..STUCK)
+            .map(|i| {
+                Command::new("setpriv")
+                    .arg(format!("--reuid={}", a.uid))
+                    .arg(format!("--regid={}", a.gid))
+                    .args(["--init-groups", "--", "cat"])
+                    .arg(m.m(&format!("a/s{i}")))
+                    .current_dir("/")
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("setpriv cat")
+            })
+            .collect();
+        gate.wait_held(1, 60.0, "the storm's first read");
+        HeldStorm {
+            gate: Some(gate),
+            stop,
+            keep: Some(keep),
+            storm,
+        }
+    }
+
+    /// Storm processes still running (held).
+    fn running(&mut self) -> usize {
+        self.storm
+            .iter_mut()
+            .filter_map(|c| c.try_wait().unwrap().is_none().then_some(()))
+            .count()
+    }
+
+    /// Lets the storm go; every one of its reads is then served, and
+    /// right.
+    fn release(mut self) {
+        drop(self.gate.take());
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.keep.take().unwrap().join().unwrap();
+        for (i, c) in std::mem::take(&mut self.storm).into_iter().enumerate() {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "cat s{i}");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), format!("s{i} é\n"));
+        }
+    }
+}
+
+impl Drop for HeldStorm {
+    /// A failed test still lets its storm and root's reader end.
+    fn drop(&mut self) {
+        drop(self.gate.take());
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for c in &mut self.storm {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One user's requests stuck in the daemon (its reads of BACKING held by
+/// a fanotify gate, for more files than the daemon will ever have threads)
+/// do not stop another user's: with turns (the default) the stuck user
+/// has its share of the threads, the next of its requests wait their turn,
+/// and a thread stays free to read and serve the other user's at once.
+/// First come (`-o noturns`), every thread the daemon has or adds takes one
+/// of the storm's requests first and the other user's wait until the storm
+/// is let go: this test fails there.
+#[test]
+fn one_users_stuck_requests_leave_another_users_served() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    let a = user("cutf8t-a");
+    let m = held_mount(a, |_| {});
+    let mut held = HeldStorm::start(&m, a);
 
     // Root's reads of its own files are answered while the storm is held.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -269,15 +334,7 @@ fn one_users_stuck_requests_leave_another_users_served() {
         tx.send(()).unwrap();
     });
     let answered = rx.recv_timeout(std::time::Duration::from_secs(60));
-    let mut storm = storm;
-    let running = storm
-        .iter_mut()
-        .map(|c| c.try_wait().unwrap().is_none())
-        .filter(|&r| r)
-        .count();
-    drop(gate);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    keep.join().unwrap();
+    let running = held.running();
     assert!(
         answered.is_ok(),
         "another user's reads waited behind one user's stuck requests (60 s)"
@@ -287,12 +344,114 @@ fn one_users_stuck_requests_leave_another_users_served() {
         m.stats_count("turns waited") > 0,
         "the storm's requests were never queued for their turn"
     );
-    // Let go, the storm's requests are all served, and right.
-    for (i, c) in storm.into_iter().enumerate() {
-        let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "cat s{i}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("s{i} é\n"));
-    }
+    held.release();
+}
+
+/// A lock wait queued for its user's turn behind that user's stuck
+/// requests still ends when its caller gets a signal (EINTR, as a wait
+/// the daemon had started would), at once, not when the storm is let go:
+/// the daemon keeps an interrupt for a request it has not seen for 10 s
+/// only, so a wait queued longer would otherwise start after its
+/// interrupt was forgotten and its caller wait for the lock unkillably
+/// (fuser patch 0005). Root holds the lock meanwhile.
+#[test]
+fn a_signal_ends_a_lock_wait_queued_for_its_turn() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    let a = user("cutf8t-a");
+    let m = held_mount(a, |bk| {
+        fs::write(bk.join("a/lock"), "locked\n").unwrap();
+        chown(bk.join("a/lock"), Some(a.uid), Some(a.gid)).unwrap();
+    });
+    let mine = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.m("a/lock"))
+        .unwrap();
+    nix::fcntl::fcntl(
+        &mine,
+        nix::fcntl::FcntlArg::F_SETLK(&libc::flock {
+            l_type: libc::F_WRLCK as i16,
+            l_whence: libc::SEEK_SET as i16,
+            l_start: 0,
+            l_len: 0,
+            l_pid: 0,
+        }),
+    )
+    .expect("root takes the lock");
+    // The locker opens the file before the storm (its open would wait its
+    // turn too), then asks for the lock on a line from us, with an alarm.
+    const LOCKER: &str = r#"
+import fcntl, signal, sys, time
+f = open(sys.argv[1], "r+")
+print("open", flush=True)
+sys.stdin.readline()
+class Alarm(Exception):
+    pass
+def ring(*_):
+    raise Alarm()
+signal.signal(signal.SIGALRM, ring)
+signal.alarm(2)
+t = time.monotonic()
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX)
+    print("locked", flush=True)
+except Alarm:
+    print("interrupted %.1f" % (time.monotonic() - t), flush=True)
+"#;
+    let mut locker = Command::new("setpriv")
+        .arg(format!("--reuid={}", a.uid))
+        .arg(format!("--regid={}", a.gid))
+        .args(["--init-groups", "--", PY, "-c", LOCKER])
+        .arg(m.m("a/lock"))
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("setpriv python3");
+    let mut out = std::io::BufReader::new(locker.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "open\n", "the locker did not open its file");
+
+    // Once a thread the daemon added is stuck too, the storm's first
+    // requests (lookups and opens, answered at once) are behind it, and
+    // what its user has queued are reads that will be held: the lock wait
+    // queues behind them and stays there.
+    let mut held = HeldStorm::start(&m, a);
+    held.gate
+        .as_mut()
+        .unwrap()
+        .wait_held(2, 60.0, "a second thread's read");
+    std::io::Write::write_all(locker.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut out, &mut line);
+        let _ = tx.send(line);
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    let running = held.running();
+    assert_eq!(running, STUCK, "the storm got through its held reads");
+    let got = got.unwrap_or_else(|_| {
+        panic!("a lock wait queued behind the held storm was not ended by its signal (30 s)")
+    });
+    assert!(
+        got.starts_with("interrupted "),
+        "the locker: {got:?} (root holds the lock)"
+    );
+    let waited: f64 = got.trim()["interrupted ".len()..].parse().unwrap();
+    assert!(
+        waited < 10.0,
+        "the signal ended the wait only after {waited} s"
+    );
+    assert!(
+        m.stats_count("turns waited") > 0,
+        "the storm's requests were never queued for their turn"
+    );
+    // The locker's close waits its turn behind the storm.
+    held.release();
+    assert!(locker.wait().unwrap().success());
+    drop(mine);
 }
 
 /// A user alone pays nothing for turns: eight processes of one user

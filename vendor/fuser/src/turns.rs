@@ -226,6 +226,27 @@ impl<T> Turns<T> {
         Got::Deferred
     }
 
+    /// Takes out of its queue the first queued request `matches` picks
+    /// (one the kernel interrupted, which the caller then answers): it was
+    /// never in service, so nothing else is to be told.
+    pub(crate) fn cancel(&self, matches: impl Fn(&T) -> bool) -> Option<T> {
+        let mut s = self.state.lock();
+        let (uid, at) = s.users.iter().find_map(|(uid, u)| {
+            u.queue
+                .iter()
+                .position(|(item, _)| matches(item))
+                .map(|at| (*uid, at))
+        })?;
+        let u = s.users.get_mut(&uid)?;
+        let (item, bytes) = u.queue.remove(at)?;
+        if u.queue.is_empty() {
+            s.ring.retain(|&r| r != uid);
+        }
+        s.len -= 1;
+        s.bytes -= bytes;
+        Some(item)
+    }
+
     /// A request of `uid` taken in turns was answered.
     pub(crate) fn done(&self, uid: u32) {
         let mut s = self.state.lock();
@@ -438,5 +459,35 @@ mod tests {
             assert!(matches!(t.next(), Next::Serve(1, _)), "the queue was not served");
         }
         assert_eq!(served2, 100);
+    }
+
+    #[test]
+    fn an_interrupted_request_leaves_its_queue_and_the_rest_keep_their_turns() {
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        // User 1 at its share (one), three more of its queued by the reader.
+        assert_eq!(read(&t, 1, 10, at(t0, 1)), Got::Now);
+        assert!(t.next() == Next::Read);
+        for i in 11..14 {
+            assert_eq!(t.received(1, 10, at(t0, 2), || i), Got::Deferred);
+        }
+        assert_eq!(t.cancel(|&i| i == 12), Some(12));
+        assert_eq!(t.cancel(|&i| i == 12), None, "taken once");
+        {
+            let s = t.state.lock();
+            assert_eq!((s.len, s.bytes), (2, 20));
+        }
+        // The others are served in their order, then the queue is empty and
+        // user 1 out of the ring.
+        t.done(1);
+        assert_eq!(t.next(), Next::Serve(1, 11));
+        t.done(1);
+        assert_eq!(t.next(), Next::Serve(1, 13));
+        assert_eq!(t.cancel(|&i| i == 13), None, "in service, not queued");
+        t.done(1);
+        assert!(t.state.lock().ring.is_empty());
+        assert!(!t.queued());
     }
 }
