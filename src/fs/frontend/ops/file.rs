@@ -481,18 +481,35 @@ impl Opener {
         // the content: look through a second, read-only one.
         let second;
         let mut reader: &std::fs::File = &file;
-        let corrected = (st.st_size as u64) >= MAGIC.len() as u64
-            && match content::has_magic(&file) {
-                Ok(m) => m,
-                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    second = inode.open_quiet(libc::O_RDONLY)?;
-                    reader = &second;
-                    content::has_magic(reader).map_err(io)?
+        // Known for exactly this stamp (a write changes the ctime, which no
+        // one but the kernel sets), the class needs no read of the head: a
+        // warm open makes no system call for it.
+        let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
+        let known = if fresh {
+            Some(true)
+        } else {
+            match inode.seen().lock().class(&stamp) {
+                Some(Class::Raw) => Some(false),
+                // Its index at hand too: nothing to read with `reader`.
+                Some(Class::Corrected { .. }) if self.cache.get(&stamp).is_some() => Some(true),
+                _ => None,
+            }
+        };
+        let corrected = if let Some(known) = known {
+            known
+        } else {
+            (st.st_size as u64) >= MAGIC.len() as u64
+                && match content::has_magic(&file) {
+                    Ok(m) => m,
+                    Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                        second = inode.open_quiet(libc::O_RDONLY)?;
+                        reader = &second;
+                        content::has_magic(reader).map_err(io)?
+                    }
+                    Err(e) => return Err(io(e)),
                 }
-                Err(e) => return Err(io(e)),
-            };
+        };
         if corrected {
-            let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
             if !fresh {
                 let index = content::index_for(&self.cache, reader, stamp)?;
                 inode.seen().lock().remember(
