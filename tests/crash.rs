@@ -459,9 +459,9 @@ impl Drop for SeedOnFailure {
 }
 
 #[test]
-#[ignore = "intermittent under the full suite's load (a file left with a truncated \
-            3-byte sequence: a held lead byte written out early, the same fault as \
-            write_split's intermittent failure); open, see the 2026-11-28 closing note"]
+#[ignore = "fails about 4 % of runs even alone (2026-11-29: 3 of 73), always a \
+            journaled shifting file: left with a truncated sequence, or in none of the \
+            states its writes could leave; open, see the 2026-11-29 closing notes"]
 fn kill_9_during_a_storm_of_writes_and_renames() {
     let seed = seed();
     let _guard = SeedOnFailure(seed);
