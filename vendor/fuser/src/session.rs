@@ -593,18 +593,20 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// (cutf8fs patch) The request as it was read.
+    fn bytes(&self) -> &[u8] {
+        &zerocopy::IntoBytes::as_bytes(&self.words[..])[..self.len]
+    }
+
     /// (cutf8fs patch) Whether this is request `unique`, a wait for a lock
     /// (FUSE_SETLKW taking one, not letting go): the one request a
     /// filesystem ends early when interrupted.
-    fn is_lock_wait(&self, unique: u64) -> bool {
-        let b = &zerocopy::IntoBytes::as_bytes(&self.words[..])[..self.len];
-        // fuse_in_header (40 bytes), then fuse_lk_in: fh, owner, then the
-        // lock's start, end, type.
-        let u32_at = |at: usize| b.get(at..at + 4).map(|w| u32::from_ne_bytes(w.try_into().expect("four bytes")));
-        let u64_at = |at: usize| b.get(at..at + 8).map(|w| u64::from_ne_bytes(w.try_into().expect("eight bytes")));
-        u32_at(4) == Some(abi::fuse_opcode::FUSE_SETLKW as u32)
-            && u64_at(8) == Some(unique)
-            && u32_at(72).is_some_and(|typ| typ != libc::F_UNLCK as u32)
+    fn is_lock_wait(&self, unique: ll::RequestId) -> bool {
+        ll::AnyRequest::try_from(self.bytes()).is_ok_and(|req| {
+            req.unique() == unique
+                && matches!(req.operation(),
+                    Ok(ll::Operation::SetLk(x)) if x.sleep() && x.lock().typ != libc::F_UNLCK)
+        })
     }
 
     fn new(data: &[u8], sender: ChannelSender) -> Job {
@@ -856,16 +858,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 // it here, EINTR, as the wait would have: left for later, it
                 // could come after the filesystem stopped looking for it,
                 // and the caller would then wait for the lock unkillably.
-                if opcode == abi::fuse_opcode::FUSE_INTERRUPT as u32 {
-                    let target = buf.get(40..48).map(|b| {
-                        u64::from_ne_bytes(b.try_into().expect("eight bytes"))
-                    });
-                    if let Some(job) =
-                        target.and_then(|u| turns.cancel(|job: &Job| job.is_lock_wait(u)))
-                    {
+                if let Ok(ll::Operation::Interrupt(x)) = req.request.operation() {
+                    if let Some(job) = turns.cancel(|job: &Job| job.is_lock_wait(x.unique())) {
                         turns.unqueued();
-                        let data = &zerocopy::IntoBytes::as_bytes(&job.words[..])[..job.len];
-                        parsed(job.sender.clone(), data)?
+                        parsed(job.sender.clone(), job.bytes())?
                             .reply::<ReplyEmpty>()
                             .error(Errno::EINTR);
                         break None;
@@ -903,8 +899,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
     /// Serves a request taken in turns, answering on the channel it came
     /// from.
     fn serve_job(&self, uid: u32, job: &Job, turns: &Turns<Job>) -> io::Result<()> {
-        let data = &zerocopy::IntoBytes::as_bytes(&job.words[..])[..job.len];
-        self.dispatch_stamped(parsed(job.sender.clone(), data)?);
+        self.dispatch_stamped(parsed(job.sender.clone(), job.bytes())?);
         turns.done(uid);
         Ok(())
     }
