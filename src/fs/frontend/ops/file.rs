@@ -485,14 +485,23 @@ impl Opener {
         // one but the kernel sets), the class needs no read of the head: a
         // warm open makes no system call for it.
         let fresh = matches!(&content.view, Some((s, _)) if *s == stamp);
+        // A corrected file's index looked up once, found or not (`Some`):
+        // kept for the view below, a miss not looked up again before the scan.
+        let mut lookup = None;
         let known = if fresh {
             Some(true)
         } else {
-            match inode.seen().lock().class(&stamp) {
+            let class = inode.seen().lock().class(&stamp);
+            match class {
                 Some(Class::Raw) => Some(false),
                 // Its index at hand too: nothing to read with `reader`.
-                Some(Class::Corrected { .. }) if self.cache.get(&stamp).is_some() => Some(true),
-                _ => None,
+                Some(Class::Corrected { .. }) => {
+                    let found = self.cache.get(&stamp);
+                    let known = found.is_some().then_some(true);
+                    lookup = Some(found);
+                    known
+                }
+                None => None,
             }
         };
         let corrected = if let Some(known) = known {
@@ -511,7 +520,11 @@ impl Opener {
         };
         if corrected {
             if !fresh {
-                let index = content::index_for(&self.cache, reader, stamp)?;
+                let index = match lookup {
+                    Some(Some(index)) => index,
+                    Some(None) => content::scan_index(&self.cache, reader, stamp)?,
+                    None => content::index_for(&self.cache, reader, stamp)?,
+                };
                 inode.seen().lock().remember(
                     stamp,
                     Class::Corrected {

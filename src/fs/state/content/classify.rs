@@ -165,7 +165,7 @@ fn learn_class(
             None if !scan => return Ok(None),
             None => {
                 crate::sys::fadvise(&file, libc::POSIX_FADV_SEQUENTIAL);
-                index_for(cache, &file, stamp)?
+                scan_index(cache, &file, stamp)?
             }
         };
         Class::Corrected {

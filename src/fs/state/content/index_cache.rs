@@ -235,9 +235,16 @@ pub fn take_index(
 /// The index for `file` whose stamp (before reading) is `stamp`: from the
 /// cache, or built now and cached if the file did not change meanwhile.
 pub fn index_for(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<OffsetIndex>> {
-    if let Some(index) = cache.get(&stamp) {
-        return Ok(index);
+    match cache.get(&stamp) {
+        Some(index) => Ok(index),
+        None => scan_index(cache, file, stamp),
     }
+}
+
+/// [`index_for`] for a caller whose own lookup of `stamp` just missed:
+/// built now (one scan of `file`), cached if the file did not change
+/// meanwhile.
+pub fn scan_index(cache: &IndexCache, file: &File, stamp: Stamp) -> Result<Arc<OffsetIndex>> {
     let started = crate::indexdb::now();
     let size = stamp.size;
     cache.stats.scan(size);

@@ -82,7 +82,7 @@ mod open;
 
 use classify::learn;
 pub use classify::{classify, known, peek, ScanPool, ScanTurns, SCAN_INLINE};
-pub use index_cache::{index_for, take_index, IndexCache};
+pub use index_cache::{index_for, scan_index, take_index, IndexCache};
 pub use open::OpenFile;
 
 /// What a regular file is.
