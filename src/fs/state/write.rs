@@ -15,9 +15,9 @@
 //!   file raw (with a warning in the log): nothing is lost.
 //! * Raw files are written as they are, except that a write which would make
 //!   one begin with the magic number fails with EILSEQ.
-//! * A character the kernel's page split cut, which W cannot store with the
-//!   old bytes after it, is held back and joined with the next write
-//!   ([`HeldBytes`]), so one write(2) of text does not turn a file raw.
+//! * A character the kernel's page split cut is held back and joined with
+//!   the next write ([`HeldBytes`]), so one write(2) of text neither turns a
+//!   file raw nor leaves half a character in BACKING.
 //!
 //! * fallocate on a corrected file is the same call on the view
 //!   (`io::zero_range`, `io::allocate`); on others, BACKING's own.
@@ -247,7 +247,7 @@ impl CutFs {
                 {
                     // A first write the kernel cut inside its last
                     // character: that character waits for the rest (`HeldBytes`).
-                    let cut = hold.then(|| cut_lead(offset, data)).flatten();
+                    let cut = hold.then(|| piece_end(offset, data, 0, &[])).flatten();
                     let first = cut.filter(|&k| k > 0).map_or(data, |k| &data[..k]);
                     match backing::start_corrected(file, first) {
                         Ok(index) => {
@@ -275,12 +275,15 @@ impl CutFs {
                     return Err(view::Error::ReadOnly.into());
                 }
                 let mut next = content::take_index(content, &self.cache, &stamp, index);
-                // An append the kernel cut inside its last character: that
-                // character waits for the rest (`HeldBytes`), so the file never
-                // ends in half a character the writer did not leave there.
-                let cut = (hold && offset == next.view_len())
-                    .then(|| cut_lead(offset, data))
-                    .flatten();
+                // A write the kernel cut inside a character (its own last
+                // one, or the old one it overwrites): that character waits
+                // for the rest (`HeldBytes`), so BACKING never holds half a
+                // character the writer did not leave.
+                let cut = if hold {
+                    Self::cut_inside(file, &next, offset, data)?
+                } else {
+                    None
+                };
                 let first = cut.map_or(data, |k| &data[..k]);
                 match backing::write_at(file, &mut next, &self.journal, offset, first) {
                     Ok(()) => {
@@ -288,35 +291,10 @@ impl CutFs {
                         self.changed(state, content, file, Some(next))?;
                         content.held = held;
                     }
-                    // Refused before anything was written: `next` is as it was.
-                    Err(backing::Error::View(
-                        why @ view::Error::Unstorable { offset: bad, .. },
-                    )) => {
-                        if let Some(k) = hold
-                            .then(|| held_lead(offset, data, bad, next.view_len()))
-                            .flatten()
-                        {
-                            match backing::write_at(
-                                file,
-                                &mut next,
-                                &self.journal,
-                                offset,
-                                &data[..k],
-                            ) {
-                                Ok(()) => {
-                                    let held = self.hold_rest(file, offset, data, k)?;
-                                    self.changed(state, content, file, Some(next))?;
-                                    content.held = held;
-                                    return Ok(n);
-                                }
-                                // Not only the lead: as any other write.
-                                Err(backing::Error::View(view::Error::Unstorable { .. })) => {}
-                                Err(e) => {
-                                    self.failed(state, content, file, stamp, next);
-                                    return Err(e.into());
-                                }
-                            }
-                        }
+                    // Refused before anything was written: `next` is as it
+                    // was. (The cut character, held, is not what W refused:
+                    // the whole write turns the file raw.)
+                    Err(backing::Error::View(why @ view::Error::Unstorable { .. })) => {
                         let name = self.name_of(inode);
                         if let Err(e) = backing::to_raw(file, &next, &self.journal, offset, data) {
                             crate::ratelog::warn("make-raw-failed", &name, || {
@@ -343,6 +321,34 @@ impl CutFs {
                 Ok(n)
             }
         }
+    }
+
+    /// [`piece_end`] of a write of `data` at view offset `offset` of the
+    /// corrected `file` (indexed by `index`), with the old view bytes it
+    /// needs, read only when the write ends on a page boundary inside the
+    /// file.
+    fn cut_inside(
+        file: &File,
+        index: &OffsetIndex,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Option<usize>> {
+        let end = offset + data.len() as u64;
+        if !end.is_multiple_of(PAGE) {
+            return Ok(None);
+        }
+        let from = data.len().saturating_sub(LOOK_BACK);
+        let lo = offset + from as u64;
+        let mut old = Vec::new();
+        if lo < index.view_len() {
+            old.resize(
+                (end + 1).min(index.view_len()).saturating_sub(lo) as usize,
+                0,
+            );
+            let n = backing::read_view_into(file, index, lo, &mut old).map_err(io)?;
+            old.truncate(n);
+        }
+        Ok(piece_end(offset, data, from, &old))
     }
 
     /// A raw write: refused with EILSEQ when it would make the file begin
@@ -473,14 +479,48 @@ impl CutFs {
     }
 }
 
-/// Where the last character of `data`, written at `offset`, begins, when
-/// the write ends on a page boundary (where the kernel cuts) inside it.
-fn cut_lead(offset: u64, data: &[u8]) -> Option<usize> {
-    const PAGE: u64 = 4096;
+/// Where the kernel cuts a write that crosses one when the page it
+/// starts in is not cached.
+const PAGE: u64 = 4096;
+
+/// How far before a write's end [`piece_end`] looks for a place where the
+/// old text begins a character.
+const LOOK_BACK: usize = 64;
+
+/// Where to end what is written now of `data`, a write at view offset
+/// `offset`, when it ends on a page boundary (where the kernel cuts a
+/// longer write in two) inside a character: its own last one, incomplete,
+/// or an old one whose first bytes it overwrites and whose last bytes
+/// follow its end. The bytes from there wait for the next piece
+/// (`HeldBytes`), so a daemon killed between the pieces leaves no half
+/// character in BACKING. The place is the last one at most `LOOK_BACK`
+/// bytes back where both the new and the old text begin a character (or
+/// the write's start); failing that, where the new text's last character
+/// begins. `old`: the old view bytes from `offset + from` to one past the
+/// write's end (fewer, or none, past the file's end). `None`: nothing to
+/// hold.
+fn piece_end(offset: u64, data: &[u8], from: usize, old: &[u8]) -> Option<usize> {
     let end = offset.checked_add(data.len() as u64)?;
-    if end % PAGE != 0 {
+    if !end.is_multiple_of(PAGE) || data.is_empty() {
         return None;
     }
+    let incomplete = incomplete_last(data);
+    let new_starts = |k: usize| {
+        if k == data.len() {
+            incomplete.is_none()
+        } else {
+            !cutf8::unit::is_cont(data[k])
+        }
+    };
+    let old_starts = |k: usize| old.get(k - from).is_none_or(|&b| !cutf8::unit::is_cont(b));
+    (from..=data.len())
+        .rev()
+        .find(|&k| k == 0 || (new_starts(k) && old_starts(k)))
+        .map_or(incomplete, |k| (k < data.len()).then_some(k))
+}
+
+/// Where the last character of `data` begins, when it is incomplete.
+fn incomplete_last(data: &[u8]) -> Option<usize> {
     let k = data.iter().rposition(|&b| !cutf8::unit::is_cont(b))?;
     matches!(
         cutf8::unit::decode_view_unit(&data[k..], false),
@@ -489,11 +529,42 @@ fn cut_lead(offset: u64, data: &[u8]) -> Option<usize> {
     .then_some(k)
 }
 
-/// Where to cut `data`, written at `offset` and found unstorable at view
-/// offset `bad`, to hold its last character back: only when the write
-/// ends on a page boundary inside the file, in a character it does not
-/// complete, and the problem is that character.
-fn held_lead(offset: u64, data: &[u8], bad: u64, view_len: u64) -> Option<usize> {
-    let k = cut_lead(offset, data)?;
-    (offset + (data.len() as u64) < view_len && bad >= offset + k as u64).then_some(k)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_ending_inside_a_character_at_a_page_boundary_is_cut_before_it() {
+        let at = |end: u64, n: usize| end - n as u64;
+        // Not on a page boundary: nothing held.
+        assert_eq!(piece_end(10, "abc\u{800}".as_bytes(), 0, &[]), None);
+        // Its own last character cut (an append: no old bytes).
+        let d = [b'a', b'b', 0xE0];
+        assert_eq!(piece_end(at(4096, 3), &d, 0, &[]), Some(2));
+        // Whole and nothing old cut: nothing held.
+        assert_eq!(piece_end(at(8192, 3), b"abc", 0, &[]), None);
+        // Old text E0 A0 81 at 4095..4098, its lead overwritten by 'e':
+        // the 'e' waits, so A0 81 are never stray.
+        // (`old` from 4094, as `from` 1 says, to 4096.)
+        let old = [b'y', 0xE0, 0xA0];
+        assert_eq!(piece_end(at(4096, 3), b"tze", 1, &old), Some(2));
+        // Both cut at the same place: cut once.
+        let d = [b'q', b'r', 0xE0, 0xA0];
+        let old = [b'u', b'v', 0xE0, 0xA1, 0x81];
+        assert_eq!(piece_end(at(4097, 4) - 1, &d, 0, &old), Some(2));
+        // Old characters of two bytes under new ones of three: back to
+        // where both begin one.
+        let d = "\u{800}\u{801}".as_bytes(); // E0 A0 80 E0 A0 81
+        let old = [0xC3, 0xA9, b'a', 0xC3, 0xA9, 0xC3];
+        assert_eq!(piece_end(at(4096, 5), &d[..5], 0, &old), Some(3));
+        let old = "ééé".as_bytes(); // C3 A9 ×3: no common place but the start
+        assert_eq!(piece_end(at(4096, 5), &d[..5], 0, old), Some(0));
+        // The whole write inside one old character: all of it waits.
+        let old = [0xE0, 0xA0, 0x80];
+        assert_eq!(piece_end(at(4096, 1), b"z", 0, &old[1..]), Some(0));
+        // No common place within reach: only the new text's rule.
+        let d = vec![b'a'; 100];
+        let old = vec![0x80; 37];
+        assert_eq!(piece_end(at(4096, 100), &d, 64, &old), None);
+    }
 }

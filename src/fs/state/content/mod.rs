@@ -114,24 +114,22 @@ pub struct Content {
 
 /// The kernel cuts a write into pieces at page boundaries when the page it
 /// starts in is not cached, so one write(2) of whole text can reach the
-/// mount as two requests, the first ending inside a character. When the
-/// first piece's last character is incomplete and the old bytes after it
-/// (continuation bytes of the character it overwrites) make with it
-/// something W cannot store, writing the piece as it is would turn the
-/// file raw for good, though the writer never wrote anything W cannot
-/// store. So that piece is written without its incomplete last character,
+/// mount as two requests, the first ending inside a character. Written as
+/// it is, that piece's incomplete last character would be half a character
+/// in BACKING until the next piece came, and for good if the daemon were
+/// killed in between (a corrected file that strict decoding refuses). With
+/// the old bytes after it (continuation bytes of the character it
+/// overwrites) it may even make something W cannot store, which would turn
+/// the file raw for good, though the writer never wrote anything W cannot
+/// store. So the piece is written without its incomplete last character,
 /// whose bytes (at most six) are held here, reported written, and joined
 /// with the next write if that continues it; anything else that reads or
 /// changes the file first (a read, a write elsewhere, a size change,
 /// fallocate, fsync, a close) writes them as they are, with the effect
-/// docs/behaviour.md ("The mount") gives them. The kernel's page cache holds them meanwhile, so
-/// cached reads see them too.
-///
-/// An append cut the same way is held too: written as it is, the file
-/// would end in half a character until the next piece came, and a crash
-/// of the daemon between the two pieces would leave it so (a corrected
-/// file that strict decoding refuses). Held at the file's end, the bytes
-/// count in the size the mount reports, as they do in the kernel's.
+/// docs/behaviour.md ("The mount") gives them. The kernel's page cache
+/// holds them meanwhile, so cached reads see them too. Held at the file's
+/// end (an append), the bytes count in the size the mount reports, as they
+/// do in the kernel's.
 pub struct HeldBytes {
     /// The view offset of the held bytes.
     pub at: u64,
