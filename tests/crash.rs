@@ -7,8 +7,10 @@
 //! * its view (read through the new mount, and computed from the backing
 //!   bytes with the codec) is a state the writer's operations could leave:
 //!   appends may lose a tail of bytes (a byte prefix of what was written),
-//!   a rewrite that shifts text or changes the encoding is all or nothing,
-//!   a renamed file is one whole version;
+//!   a rewrite that shifts text or changes the encoding is all or nothing
+//!   for each request (a pwrite the kernel cut at a page boundary may be
+//!   found with its first piece only, in whole characters: `torn`), a
+//!   renamed file is one whole version;
 //! * what was fsynced is there (the state is at least the last fsynced one);
 //! * no file is half-converted: a backing file with the magic number is
 //!   strict Corrected UTF-8, one without is raw content the writer wrote;
@@ -342,6 +344,34 @@ fn apply(view: &mut Vec<u8>, op: &Op) {
     }
 }
 
+/// What the op in flight at the kill may have left of `state` besides
+/// nothing and everything: the kernel sends a pwrite that crosses a page
+/// boundary of a page not cached as two requests (more past the largest
+/// request), and the daemon may have done only the first. The first piece
+/// is written in whole characters, of the new text and of the old: from
+/// where the cut falls inside either, the bytes wait in the daemon for the
+/// rest (`HeldBytes`), so they are not written at all.
+fn torn(state: &[u8], op: &Op) -> Vec<Vec<u8>> {
+    const PAGE: u64 = 4096;
+    let Op::Pwrite(o, d) = op else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cut = (o / PAGE + 1) * PAGE;
+    while cut < o + d.len() as u64 {
+        let cont = |b: Option<&u8>| b.is_some_and(|&b| b & 0xC0 == 0x80);
+        let mut k = (cut - o) as usize;
+        while k > 0 && (cont(d.get(k)) || cont(state.get(*o as usize + k))) {
+            k -= 1;
+        }
+        let mut s = state.to_vec();
+        apply(&mut s, &Op::Pwrite(*o, d[..k].to_vec()));
+        out.push(s);
+        cut += PAGE;
+    }
+    out
+}
+
 /// Checks one file's backing bytes against its plan and progress; returns
 /// its view.
 fn check_file(back: &Path, p: &Plan, prog: &Progress, what: &str) -> Vec<u8> {
@@ -385,6 +415,9 @@ fn check_file(back: &Path, p: &Plan, prog: &Progress, what: &str) -> Vec<u8> {
             // One whole state between the last synced and the last started.
             let mut found = prog.synced == 0 && view == state;
             for (i, op) in p.ops[..prog.started].iter().enumerate() {
+                if i + 1 == prog.started && i >= prog.synced {
+                    found |= torn(&state, op).contains(&view);
+                }
                 apply(&mut state, op);
                 if i + 1 >= prog.synced && view == state {
                     found = true;
@@ -466,7 +499,14 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
     let seed = seed();
     let _guard = SeedOnFailure(seed);
     eprintln!("crash: seed {seed}");
-    let dir = tempfile::tempdir().unwrap();
+    let mut dir = tempfile::tempdir().unwrap();
+    // CUTF8FS_KEEP keeps the directory, with BACKING as each kill left it
+    // (`backing-before-N`), for a look after a failure.
+    let keep = std::env::var_os("CUTF8FS_KEEP").is_some();
+    dir.disable_cleanup(keep);
+    if keep {
+        eprintln!("crash: kept in {}", dir.path().display());
+    }
     let backing = dir.path().join("backing");
     let mnt = dir.path().join("mnt");
     let daemon_log = dir.path().join("daemon.log");
@@ -556,6 +596,16 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
                 ));
             }
             eprintln!("{what}: journal before remount: {seen:?}");
+        }
+        if keep {
+            let copy = dir.path().join(format!("backing-before-{round}"));
+            let st = Command::new("cp")
+                .arg("-a")
+                .arg(&backing)
+                .arg(&copy)
+                .status()
+                .unwrap();
+            assert!(st.success(), "cp -a {}", backing.display());
         }
         d.remount();
         let left = crate::support::write::journal_entries(&backing);
