@@ -186,83 +186,78 @@ fn an_append_cut_inside_a_character_leaves_no_half_character_in_backing() {
     }
 }
 
-#[test]
-fn an_overwrite_cut_inside_a_character_leaves_no_half_character_in_backing() {
-    // An overwrite the kernel cut at a page boundary inside a character,
-    // where the lead and the old bytes after it are storable (a truncated
-    // sequence, passed through): found by the crash test (seed
-    // 1795949087798346993), a daemon killed between the two pieces left a
-    // lone E0 in a corrected file. The lead waits for the rest here too.
-    for continued in [true, false] {
-        let mut view = text_of(4095);
-        view.extend_from_slice(b"xyz ascii after the page boundary\n");
-        view.extend_from_slice(&text_of(2000));
-        let disk = corrected(&cutf8::encode_strict(&view).unwrap());
-        let m = Mount::new(&[], |b| fs::write(b.join("t.txt"), &disk).unwrap());
-        let f = OpenOptions::new().write(true).open(m.m("t.txt")).unwrap();
-        // U+0800's lead over the 'x' at 4095, the page's last byte.
-        f.write_all_at(&[0xE0], 4095).unwrap();
-        assert_eq!(
-            strict_view(&m).expect("half a character in BACKING"),
-            view,
-            "the lead is held, nothing written yet"
-        );
-        view[4095] = 0xE0;
-        if continued {
-            f.write_all_at(&[0xA0, 0x80], 4096).unwrap();
-            view[4096..4098].copy_from_slice(&[0xA0, 0x80]);
-            assert_eq!(strict_view(&m).unwrap(), view, "joined with the rest");
-        }
-        drop(f);
-        // Not continued: at close the file holds what the writer left, as
-        // a native file would (a truncated sequence, passed through).
-        assert!(
-            wait_for(5.0, || expected_view(&fs::read(m.b("t.txt")).unwrap())
-                == view),
-            "close"
-        );
-        assert_eq!(strict_view(&m).is_ok(), continued);
-        assert!(fs::read(m.m("t.txt")).unwrap() == view);
-    }
+/// An overwrite the kernel cut at a page boundary: `old` follows 4095
+/// bytes of text, the writer's own write `first` at `at` ends at 4096 (the
+/// kernel's cut of a longer write looks the same to the mount), `held` of
+/// its bytes wait, and `rest` at 4096 continues it.
+struct Cut {
+    what: &'static str,
+    old: &'static str,
+    at: usize,
+    first: &'static [u8],
+    held: usize,
+    rest: &'static [u8],
 }
 
 #[test]
-fn an_overwrite_cut_inside_an_old_character_leaves_no_stray_bytes_in_backing() {
-    // The other side of the same cut (crash test, seed
-    // 1795950046801466606): the first piece, whole text, overwrites the
-    // lead of an old character whose continuation bytes are past the page
-    // boundary; written as it is, they would be stray bytes in BACKING
-    // until the next piece came, and for good after a kill. What covers
-    // the old character waits too.
-    for continued in [true, false] {
+fn an_overwrite_cut_inside_a_character_leaves_no_half_character_in_backing() {
+    let cuts = [
+        // Found by the crash test (seed 1795949087798346993): a new lead
+        // over ASCII is storable (a truncated sequence, passed through),
+        // and a daemon killed between the two pieces left a lone E0 in a
+        // corrected file.
+        Cut {
+            what: "U+0800's lead over the 'x' at 4095",
+            old: "xyz ascii after the page boundary\n",
+            at: 4095,
+            first: &[0xE0],
+            held: 1,
+            rest: &[0xA0, 0x80],
+        },
+        // Seed 1795950046801466606: whole text over the lead of an old
+        // character whose continuation bytes are past the boundary, which
+        // would be stray bytes in BACKING. (4094 is the '\n' of the text
+        // before: a character's start.)
+        Cut {
+            what: "'e' over U+0800's lead at 4095",
+            old: "\u{800}yz then ascii\n",
+            at: 4094,
+            first: b"Ze",
+            held: 1,
+            rest: b"fg",
+        },
+    ];
+    for (cut, continued) in cuts.iter().flat_map(|c| [(c, true), (c, false)]) {
+        let what = format!("{} (continued: {continued})", cut.what);
         let mut view = text_of(4095);
-        view.extend_from_slice("\u{800}yz then ascii\n".as_bytes());
+        view.extend_from_slice(cut.old.as_bytes());
         view.extend_from_slice(&text_of(2000));
         let disk = corrected(&cutf8::encode_strict(&view).unwrap());
         let m = Mount::new(&[], |b| fs::write(b.join("t.txt"), &disk).unwrap());
         let f = OpenOptions::new().write(true).open(m.m("t.txt")).unwrap();
-        // (4094 is the '\n' of the text before: a character's start.)
-        f.write_all_at(b"Ze", 4094).unwrap();
-        let mut partial = view.clone();
-        partial[4094] = b'Z';
+        f.write_all_at(cut.first, cut.at as u64).unwrap();
+        let written = cut.first.len() - cut.held;
+        view[cut.at..cut.at + written].copy_from_slice(&cut.first[..written]);
         assert_eq!(
-            strict_view(&m).expect("stray bytes in BACKING"),
-            partial,
-            "'Z' written, the 'e' over U+0800's lead held"
+            strict_view(&m).expect("half a character in BACKING"),
+            view,
+            "{what}: the cut character waits, the rest is written"
         );
-        view[4094..4096].copy_from_slice(b"Ze");
+        view[cut.at..4096].copy_from_slice(cut.first);
         if continued {
-            f.write_all_at(b"fg", 4096).unwrap();
-            view[4096..4098].copy_from_slice(b"fg");
-            assert_eq!(strict_view(&m).unwrap(), view, "joined with the rest");
+            f.write_all_at(cut.rest, 4096).unwrap();
+            view[4096..4096 + cut.rest.len()].copy_from_slice(cut.rest);
+            assert_eq!(strict_view(&m).unwrap(), view, "{what}: joined");
         }
         drop(f);
+        // Not continued: at close the file holds what the writer left, as
+        // a native file would (passed through as it is).
         assert!(
             wait_for(5.0, || expected_view(&fs::read(m.b("t.txt")).unwrap())
                 == view),
-            "close"
+            "{what}: close"
         );
-        assert_eq!(strict_view(&m).is_ok(), continued);
-        assert!(fs::read(m.m("t.txt")).unwrap() == view);
+        assert_eq!(strict_view(&m).is_ok(), continued, "{what}");
+        assert!(fs::read(m.m("t.txt")).unwrap() == view, "{what}");
     }
 }
