@@ -70,7 +70,7 @@ pub fn write_at(
         // extending the file (zeros look the same on both sides), so memory
         // stays bounded.
         if view_off - vlen > CHUNK as u64 {
-            truncate(file, index, view_off)?;
+            truncate(file, index, journal, view_off)?;
             return write_at(file, index, journal, view_off, data);
         }
         let mut filled = vec![0u8; (view_off - vlen) as usize];
@@ -156,7 +156,14 @@ fn copy_range(file: &File, from: u64, to: u64, out: &mut dyn Write) -> io::Resul
 /// Truncates (or extends with zeros) the view of a corrected file to
 /// `new_len` bytes. Zero empties the backing file entirely (magic included):
 /// a file with no content takes the encoding of what is next written to it.
-pub fn truncate(file: &File, index: &mut OffsetIndex, new_len: u64) -> Result<()> {
+/// Each way is one syscall but a cut inside a character, which goes under
+/// the journal: all-or-nothing, as ftruncate(2) is.
+pub fn truncate(
+    file: &File,
+    index: &mut OffsetIndex,
+    journal: &RedoJournal,
+    new_len: u64,
+) -> Result<()> {
     let sp = if new_len != 0 && new_len < index.view_len() {
         span(file, index, span_for_resize(new_len))?
     } else {
@@ -172,11 +179,15 @@ pub fn truncate(file: &File, index: &mut OffsetIndex, new_len: u64) -> Result<()
             let old = index.disk_len();
             rescan(file, index, old, disk_len, disk_len, None)?;
         }
-        Resize::Cut { at, tail } => {
-            // Cut first, then append: a kill in between leaves a prefix of
-            // the result, as a native truncate-then-write would.
+        Resize::Cut { at, tail } if tail.is_empty() => {
             file.set_len(DATA_START + at)?;
-            file.write_all_at(&tail, DATA_START + at)?;
+            rescan(file, index, at, at, at, Some(&[]))?;
+        }
+        Resize::Cut { at, tail } => {
+            // The first bytes of the character the cut falls in replace
+            // everything from its start: cut then written, a kill in
+            // between would leave the file shorter than asked.
+            journal.rewrite(file, DATA_START + at, |out| out.write_all(&tail))?;
             let d = at + tail.len() as u64;
             rescan(file, index, at, d, d, Some(&tail))?;
         }
@@ -219,12 +230,12 @@ pub fn zero_range(
     }
     if view_off >= vlen {
         // Only the extension: zeros look the same on both sides.
-        return truncate(file, index, end);
+        return truncate(file, index, journal, end);
     }
     if end > vlen {
         // Zero what exists, then extend with zeros.
         zero_range(file, index, journal, view_off, vlen - view_off, how)?;
-        return truncate(file, index, end);
+        return truncate(file, index, journal, end);
     }
     let [l, r] = spans_for(view_off, end);
     let (left, right) = (span(file, index, l)?, span(file, index, r)?);
@@ -317,6 +328,7 @@ fn backing_fallocate(file: &File, mode: FallocateFlags, offset: u64, len: u64) -
 pub fn allocate(
     file: &File,
     index: &mut OffsetIndex,
+    journal: &RedoJournal,
     view_off: u64,
     len: u64,
     keep_size: bool,
@@ -330,7 +342,7 @@ pub fn allocate(
     )?;
     let end = view_off + len;
     if !keep_size && end > index.view_len() {
-        truncate(file, index, end)?;
+        truncate(file, index, journal, end)?;
     }
     Ok(())
 }
@@ -516,7 +528,7 @@ mod tests {
         }
 
         fn truncate(&mut self, len: u64) {
-            truncate(&self.file, &mut self.index, len).unwrap();
+            truncate(&self.file, &mut self.index, &self.journal, len).unwrap();
             self.model.resize(len as usize, 0);
         }
 
@@ -639,6 +651,30 @@ mod tests {
         expect[3..5].copy_from_slice(&[0xC2, 0x85]);
         assert_eq!(fs::read(&f.path).unwrap(), expect);
         assert_eq!(len, expect.len() as u64);
+    }
+
+    #[test]
+    fn a_truncation_inside_a_character_is_all_or_nothing() {
+        // Through the journal: with one that cannot write (a read-only
+        // mount's), the cut inside "中" fails and changes nothing, where
+        // cutting first and writing after would have left the file short.
+        let mut f = Fixture::new("ab中cd\n");
+        let before = fs::read(&f.path).unwrap();
+        let root = File::open(f._dir.path()).unwrap();
+        let ro = RedoJournal::open(root.as_fd(), true).unwrap();
+        let e = truncate(&f.file, &mut f.index, &ro, 3).unwrap_err();
+        assert!(e.to_string().contains("Read-only"), "{e}");
+        assert_eq!(fs::read(&f.path).unwrap(), before);
+        // At a character's start it needs no journal.
+        truncate(&f.file, &mut f.index, &ro, 2).unwrap();
+        f.model.truncate(2);
+        f.check("cut at a boundary");
+        // With the mount's own journal, inside a character: done, and the
+        // journal left empty.
+        let mut f = Fixture::new("ab中cd\n");
+        f.truncate(4);
+        f.check("cut inside a character");
+        assert_eq!(&f.model[..], &"ab中".as_bytes()[..4]);
     }
 
     #[test]

@@ -424,7 +424,7 @@ impl CutFs {
         };
         let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
         let done = match how {
-            None => backing::allocate(&h.file, &mut next, offset, length, keep),
+            None => backing::allocate(&h.file, &mut next, &self.journal, offset, length, keep),
             Some(how) => {
                 let stop = if keep { end.min(next.view_len()) } else { end };
                 if offset < stop {
@@ -463,7 +463,7 @@ impl CutFs {
                     return Err(view::Error::ReadOnly.into());
                 }
                 let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
-                if let Err(e) = backing::truncate(file, &mut next, size) {
+                if let Err(e) = backing::truncate(file, &mut next, &self.journal, size) {
                     self.failed(state, &mut content, file, stamp, next);
                     return Err(e.into());
                 }
