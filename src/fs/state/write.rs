@@ -532,6 +532,39 @@ fn incomplete_last(data: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever text a write of text puts over whatever text, ending
+        /// at a page boundary: what is written now ends at the last place
+        /// (at most `LOOK_BACK` back) where the result is whole text.
+        #[test]
+        fn the_first_piece_ends_where_the_text_is_whole(
+            new in "\\PC{1,40}",
+            old in "\\PC{1,60}",
+        ) {
+            let data = new.as_bytes();
+            let o = PAGE as usize - data.len();
+            let view = ["a".repeat(o).as_bytes(), old.as_bytes()].concat();
+            let from = data.len().saturating_sub(LOOK_BACK);
+            let hi = (PAGE as usize + 1).min(view.len());
+            let slice = view.get(o + from..hi).unwrap_or(&[]);
+            let k = piece_end(o as u64, data, from, slice).unwrap_or(data.len());
+            let with = |k: usize| {
+                let mut v = view.clone();
+                if v.len() < o + k {
+                    v.resize(o + k, 0);
+                }
+                v[o..o + k].copy_from_slice(&data[..k]);
+                v
+            };
+            let whole = |k: usize| std::str::from_utf8(&with(k)).is_ok();
+            let best = (from..=data.len()).rev().find(|&k| whole(k));
+            // (None: no whole place within reach; the new text's rule then.)
+            prop_assume!(best.is_some());
+            prop_assert_eq!(Some(k), best, "cut at {} of {:?} over {:?}", k, new, old);
+        }
+    }
 
     #[test]
     fn a_write_ending_inside_a_character_at_a_page_boundary_is_cut_before_it() {
