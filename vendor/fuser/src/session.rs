@@ -858,12 +858,13 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 // it here, EINTR, as the wait would have: left for later, it
                 // could come after the filesystem stopped looking for it,
                 // and the caller would then wait for the lock unkillably.
+                // (One whose wait another thread has read but not queued
+                // yet is remembered: that thread takes it out once queued.)
                 if let Ok(ll::Operation::Interrupt(x)) = req.request.operation() {
-                    if let Some(job) = turns.cancel(|job: &Job| job.is_lock_wait(x.unique())) {
+                    let wait = |job: &Job| job.is_lock_wait(x.unique());
+                    if let Some(job) = turns.cancel(x.unique().into(), wait) {
                         turns.unqueued();
-                        parsed(job.sender.clone(), job.bytes())?
-                            .reply::<ReplyEmpty>()
-                            .error(Errno::EINTR);
+                        interrupted(&job)?;
                         break None;
                     }
                 }
@@ -878,9 +879,17 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     break None;
                 }
                 let data = &buf[..size];
-                match turns.received(uid, size, Instant::now(), || {
+                let got = turns.received(uid, size, Instant::now(), || {
                     Job::new(data, self.ch.sender())
-                }) {
+                });
+                if !matches!(got, Got::Now) {
+                    // Queued: an interrupt read meanwhile may be its own.
+                    let missed = |job: &Job, m: u64| job.is_lock_wait(ll::RequestId(m));
+                    if let Some(job) = turns.cancel_missed(missed) {
+                        interrupted(&job)?;
+                    }
+                }
+                match got {
                     Got::Now => {
                         self.dispatch_stamped(req);
                         turns.done(uid);
@@ -911,6 +920,15 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         req.dispatch(self);
         self.pool.leave(&self.busy);
     }
+}
+
+/// (cutf8fs patch) Answers a queued lock wait taken out by its interrupt:
+/// EINTR, as the wait itself would have.
+fn interrupted(job: &Job) -> io::Result<()> {
+    parsed(job.sender.clone(), job.bytes())?
+        .reply::<ReplyEmpty>()
+        .error(Errno::EINTR);
+    Ok(())
 }
 
 /// (cutf8fs patch) A request parsed out of `data`, to be answered through

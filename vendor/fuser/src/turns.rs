@@ -30,6 +30,9 @@ use parking_lot::Mutex;
 /// next `cat` comes within it; an idle user stops taking a share).
 pub(crate) const ACTIVE: Duration = Duration::from_millis(100);
 
+/// How many interrupts of requests not (yet) queued are remembered.
+const MISSED: usize = 64;
+
 /// Requests queued for their turn so far, in this process (every session).
 static QUEUED: AtomicU64 = AtomicU64::new(0);
 
@@ -78,6 +81,9 @@ struct State<T> {
     threads: usize,
     /// Threads reading (or about to) from the kernel.
     readers: usize,
+    /// Interrupts whose request was not queued when they came, last
+    /// [`MISSED`] (its reader may not have queued it yet: [`Turns::cancel_missed`]).
+    missed: VecDeque<u64>,
     /// Threads serving a request taken in turns.
     serving: usize,
 }
@@ -153,6 +159,7 @@ impl<T> Turns<T> {
                 threads,
                 readers: 0,
                 serving: 0,
+                missed: VecDeque::new(),
             }),
             max_len,
             max_bytes,
@@ -228,9 +235,40 @@ impl<T> Turns<T> {
 
     /// Takes out of its queue the first queued request `matches` picks
     /// (one the kernel interrupted, which the caller then answers): it was
-    /// never in service, so nothing else is to be told.
-    pub(crate) fn cancel(&self, matches: impl Fn(&T) -> bool) -> Option<T> {
+    /// never in service, so nothing else is to be told. When none is
+    /// queued, the interrupt's `unique` is remembered: the thread that read
+    /// its request may queue it only now ([`Turns::cancel_missed`]).
+    pub(crate) fn cancel(&self, unique: u64, matches: impl Fn(&T) -> bool) -> Option<T> {
         let mut s = self.state.lock();
+        let found = s.take_matching(|item| matches(item));
+        if found.is_none() {
+            if s.missed.len() == MISSED {
+                s.missed.pop_front();
+            }
+            s.missed.push_back(unique);
+        }
+        found
+    }
+
+    /// After a reader queued a request: takes out of its queue a request
+    /// that an interrupt [`Turns::cancel`] missed picks (`matches` with
+    /// that interrupt's unique), which the caller then answers.
+    pub(crate) fn cancel_missed(&self, matches: impl Fn(&T, u64) -> bool) -> Option<T> {
+        let mut s = self.state.lock();
+        if s.missed.is_empty() || s.len == 0 {
+            return None;
+        }
+        let missed = s.missed.clone();
+        let item = s.take_matching(|item| missed.iter().any(|&m| matches(item, m)))?;
+        s.missed.retain(|&m| !matches(&item, m));
+        Some(item)
+    }
+}
+
+impl<T> State<T> {
+    /// Takes out of its queue the first queued request `matches` picks.
+    fn take_matching(&mut self, matches: impl Fn(&T) -> bool) -> Option<T> {
+        let s = self;
         let (uid, at) = s.users.iter().find_map(|(uid, u)| {
             u.queue
                 .iter()
@@ -246,7 +284,9 @@ impl<T> Turns<T> {
         s.bytes -= bytes;
         Some(item)
     }
+}
 
+impl<T> Turns<T> {
     /// A request of `uid` taken in turns was answered.
     pub(crate) fn done(&self, uid: u32) {
         let mut s = self.state.lock();
@@ -473,8 +513,8 @@ mod tests {
         for i in 11..14 {
             assert_eq!(t.received(1, 10, at(t0, 2), || i), Got::Deferred);
         }
-        assert_eq!(t.cancel(|&i| i == 12), Some(12));
-        assert_eq!(t.cancel(|&i| i == 12), None, "taken once");
+        assert_eq!(t.cancel(12, |&i| i == 12), Some(12));
+        assert_eq!(t.cancel(12, |&i| i == 12), None, "taken once");
         {
             let s = t.state.lock();
             assert_eq!((s.len, s.bytes), (2, 20));
@@ -485,9 +525,37 @@ mod tests {
         assert_eq!(t.next(), Next::Serve(1, 11));
         t.done(1);
         assert_eq!(t.next(), Next::Serve(1, 13));
-        assert_eq!(t.cancel(|&i| i == 13), None, "in service, not queued");
+        assert_eq!(t.cancel(13, |&i| i == 13), None, "in service, not queued");
         t.done(1);
         assert!(t.state.lock().ring.is_empty());
         assert!(!t.queued());
+    }
+
+    #[test]
+    fn an_interrupt_read_before_its_request_was_queued_still_takes_it_out() {
+        let t = Turns::new(2, 1024, 1 << 20);
+        let t0 = Instant::now();
+        assert_eq!(read(&t, 2, 0, t0), Got::Now);
+        t.done(2);
+        assert_eq!(read(&t, 1, 10, at(t0, 1)), Got::Now);
+        assert!(t.next() == Next::Read);
+        // The interrupt of 12 is read by another thread before the reader
+        // of 12 queued it: nothing to take yet, so it is remembered.
+        assert_eq!(t.cancel(12, |&i| i == 12), None);
+        assert_eq!(t.received(1, 10, at(t0, 2), || 11), Got::Deferred);
+        assert_eq!(t.cancel_missed(|&i, m| u64::from(i) == m), None, "11 was not interrupted");
+        // (Still the reader after a deferred request.)
+        assert_eq!(t.received(1, 10, at(t0, 2), || 12), Got::Deferred);
+        assert_eq!(t.cancel_missed(|&i, m| u64::from(i) == m), Some(12));
+        assert_eq!(t.cancel_missed(|&i, m| u64::from(i) == m), None, "taken once");
+        assert!(t.state.lock().missed.is_empty());
+        let s = t.state.lock();
+        assert_eq!((s.len, s.bytes), (1, 10));
+        drop(s);
+        // Only the last MISSED are kept.
+        for u in 0..(MISSED as u64 + 5) {
+            assert_eq!(t.cancel(1000 + u, |_| false), None);
+        }
+        assert_eq!(t.state.lock().missed.len(), MISSED);
     }
 }
