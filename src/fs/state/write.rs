@@ -279,10 +279,13 @@ impl CutFs {
                 // one, or the old one it overwrites): that character waits
                 // for the rest (`HeldBytes`), so BACKING never holds half a
                 // character the writer did not leave.
-                let cut = if hold {
-                    Self::cut_inside(file, &next, offset, data)?
-                } else {
-                    None
+                let cut = match hold.then(|| Self::cut_inside(file, &next, offset, data)) {
+                    Some(Ok(cut)) => cut,
+                    None => None,
+                    Some(Err(e)) => {
+                        self.failed(state, content, file, stamp, next);
+                        return Err(e);
+                    }
                 };
                 let first = cut.map_or(data, |k| &data[..k]);
                 match backing::write_at(file, &mut next, &self.journal, offset, first) {
