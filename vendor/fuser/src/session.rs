@@ -860,9 +860,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 // and the caller would then wait for the lock unkillably.
                 // (One whose wait another thread has read but not queued
                 // yet is remembered: that thread takes it out once queued.)
+                let wait = |unique: ll::RequestId| move |job: &Job| job.is_lock_wait(unique);
                 if let Ok(ll::Operation::Interrupt(x)) = req.request.operation() {
-                    let wait = |job: &Job| job.is_lock_wait(x.unique());
-                    if let Some(job) = turns.cancel(x.unique().into(), wait) {
+                    if let Some(job) = turns.cancel(x.unique().into(), wait(x.unique())) {
                         turns.unqueued();
                         interrupted(&job)?;
                         break None;
@@ -879,13 +879,13 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     break None;
                 }
                 let data = &buf[..size];
+                let unique = req.request.unique();
                 let got = turns.received(uid, size, Instant::now(), || {
                     Job::new(data, self.ch.sender())
                 });
                 if !matches!(got, Got::Now) {
-                    // Queued: an interrupt read meanwhile may be its own.
-                    let missed = |job: &Job, m: u64| job.is_lock_wait(ll::RequestId(m));
-                    if let Some(job) = turns.cancel_missed(missed) {
+                    // Queued: its interrupt may have been read meanwhile.
+                    if let Some(job) = turns.cancel_missed(unique.into(), wait(unique)) {
                         interrupted(&job)?;
                     }
                 }

@@ -240,7 +240,7 @@ impl<T> Turns<T> {
     /// its request may queue it only now ([`Turns::cancel_missed`]).
     pub(crate) fn cancel(&self, unique: u64, matches: impl Fn(&T) -> bool) -> Option<T> {
         let mut s = self.state.lock();
-        let found = s.take_matching(|item| matches(item));
+        let found = s.take_matching(matches);
         if found.is_none() {
             if s.missed.len() == MISSED {
                 s.missed.pop_front();
@@ -250,18 +250,15 @@ impl<T> Turns<T> {
         found
     }
 
-    /// After a reader queued a request: takes out of its queue a request
-    /// that an interrupt [`Turns::cancel`] missed picks (`matches` with
-    /// that interrupt's unique), which the caller then answers.
-    pub(crate) fn cancel_missed(&self, matches: impl Fn(&T, u64) -> bool) -> Option<T> {
+    /// After a reader queued request `unique`: if an interrupt of it came
+    /// first ([`Turns::cancel`] found nothing then), takes it out of its
+    /// queue when `matches` picks it, for the caller to answer. Costs a
+    /// look through at most [`MISSED`] uniques; the queue only then.
+    pub(crate) fn cancel_missed(&self, unique: u64, matches: impl Fn(&T) -> bool) -> Option<T> {
         let mut s = self.state.lock();
-        if s.missed.is_empty() || s.len == 0 {
-            return None;
-        }
-        let missed = s.missed.clone();
-        let item = s.take_matching(|item| missed.iter().any(|&m| matches(item, m)))?;
-        s.missed.retain(|&m| !matches(&item, m));
-        Some(item)
+        let at = s.missed.iter().position(|&m| m == unique)?;
+        s.missed.remove(at);
+        s.take_matching(matches)
     }
 }
 
@@ -543,11 +540,11 @@ mod tests {
         // of 12 queued it: nothing to take yet, so it is remembered.
         assert_eq!(t.cancel(12, |&i| i == 12), None);
         assert_eq!(t.received(1, 10, at(t0, 2), || 11), Got::Deferred);
-        assert_eq!(t.cancel_missed(|&i, m| u64::from(i) == m), None, "11 was not interrupted");
+        assert_eq!(t.cancel_missed(11, |&i| i == 11), None, "11 was not interrupted");
         // (Still the reader after a deferred request.)
         assert_eq!(t.received(1, 10, at(t0, 2), || 12), Got::Deferred);
-        assert_eq!(t.cancel_missed(|&i, m| u64::from(i) == m), Some(12));
-        assert_eq!(t.cancel_missed(|&i, m| u64::from(i) == m), None, "taken once");
+        assert_eq!(t.cancel_missed(12, |&i| i == 12), Some(12));
+        assert_eq!(t.cancel_missed(12, |&i| i == 12), None, "taken once");
         assert!(t.state.lock().missed.is_empty());
         let s = t.state.lock();
         assert_eq!((s.len, s.bytes), (1, 10));
