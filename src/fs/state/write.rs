@@ -342,15 +342,12 @@ impl CutFs {
         }
         let from = data.len().saturating_sub(LOOK_BACK);
         let lo = offset + from as u64;
-        let mut old = Vec::new();
-        if lo < index.view_len() {
-            old.resize(
-                (end + 1).min(index.view_len()).saturating_sub(lo) as usize,
-                0,
-            );
-            let n = backing::read_view_into(file, index, lo, &mut old).map_err(io)?;
-            old.truncate(n);
-        }
+        // (An append has no old bytes there: no read.)
+        let old = if lo < index.view_len() {
+            backing::read_view(file, index, lo, (end + 1 - lo) as usize).map_err(io)?
+        } else {
+            Vec::new()
+        };
         Ok(piece_end(offset, data, from, &old))
     }
 
