@@ -356,10 +356,10 @@ fn torn(state: &[u8], op: &Op) -> Vec<Vec<u8>> {
     let Op::Pwrite(o, d) = op else {
         return Vec::new();
     };
+    let cont = |b: Option<&u8>| b.is_some_and(|&b| cutf8::unit::is_cont(b));
     let mut out = Vec::new();
     let mut cut = (o / PAGE + 1) * PAGE;
     while cut < o + d.len() as u64 {
-        let cont = |b: Option<&u8>| b.is_some_and(|&b| b & 0xC0 == 0x80);
         let mut k = (cut - o) as usize;
         while k > 0 && (cont(d.get(k)) || cont(state.get(*o as usize + k))) {
             k -= 1;
@@ -403,17 +403,18 @@ fn check_file(back: &Path, p: &Plan, prog: &Progress, what: &str) -> Vec<u8> {
     let mut whole = None;
     let view = if cutf8::has_magic(&bytes) {
         let data = &bytes[MAGIC.len()..];
-        match cutf8::decode_strict(data) {
-            Ok(v) => v,
-            Err(_) if p.kind == Kind::Appends && torn_at_page(&bytes).is_some() => {
-                whole = torn_at_page(&bytes);
-                cutf8::decode_lossless(data)
+        cutf8::decode_strict(data).unwrap_or_else(|e| {
+            whole = (p.kind == Kind::Appends)
+                .then(|| torn_at_page(&bytes))
+                .flatten();
+            if whole.is_none() {
+                panic!(
+                    "{what}: {} is not strict Corrected UTF-8 after the crash: {e}",
+                    p.name
+                )
             }
-            Err(e) => panic!(
-                "{what}: {} is not strict Corrected UTF-8 after the crash: {e}",
-                p.name
-            ),
-        }
+            cutf8::decode_lossless(data)
+        })
     } else {
         bytes.clone()
     };
@@ -704,6 +705,7 @@ fn kill_9_during_a_storm_of_writes_and_renames() {
 /// a pwrite cut only at a page of the view, in whole characters.
 #[test]
 fn the_checker_accepts_a_torn_write_only_where_the_kernel_tears() {
+    use cutf8::unit::is_cont;
     let dir = tempfile::tempdir().unwrap();
     let plans = plans(7, 0);
     let check = |p: &Plan, bytes: &[u8], prog: &Progress| {
@@ -720,7 +722,7 @@ fn the_checker_accepts_a_torn_write_only_where_the_kernel_tears() {
     let all = corrected_file(std::str::from_utf8(&state).unwrap());
     let inside = |from: usize| {
         (from..all.len())
-            .find(|&n| n >= 8 && all[n] & 0xC0 == 0x80 && all[n - 1] & 0xC0 == 0x80)
+            .find(|&n| n >= 8 && is_cont(all[n]) && is_cont(all[n - 1]))
             .unwrap()
     };
     let prog = Progress {
@@ -728,10 +730,7 @@ fn the_checker_accepts_a_torn_write_only_where_the_kernel_tears() {
         synced: 0,
     };
     assert!(check(p, &all, &prog));
-    let at_page = (1..)
-        .map(|k| k * 4096)
-        .find(|&n| all[n] & 0xC0 == 0x80)
-        .unwrap();
+    let at_page = (1..).map(|k| k * 4096).find(|&n| is_cont(all[n])).unwrap();
     assert!(check(p, &all[..at_page], &prog), "torn at a page");
     assert!(!check(p, &all[..inside(5000)], &prog), "torn elsewhere");
     // A shifting file: its first pwrite across a page of the view, cut
@@ -763,7 +762,7 @@ fn the_checker_accepts_a_torn_write_only_where_the_kernel_tears() {
         corrected_file(std::str::from_utf8(&v).unwrap())
     };
     let page = ((o / 4096 + 1) * 4096 - o) as usize;
-    let starts = |k: usize| d[k] & 0xC0 != 0x80 && before[o as usize + k] & 0xC0 != 0x80;
+    let starts = |k: usize| !is_cont(d[k]) && !is_cont(before[o as usize + k]);
     let first = (0..=page).rev().find(|&k| starts(k)).unwrap();
     assert!(first > 0, "a plan whose first piece is not empty");
     assert!(check(p, &cut_at(first), &prog), "first piece");
