@@ -3,12 +3,12 @@
 //! from it (the bytes each daemon reads, against one mount alone); file
 //! handles survive a restart of one daemon beside a busy other, and
 //! `umount && mount` at once (xfstests generic/477's shape) twenty times
-//! in a row; idle daemons leave BACKING's filesystem free to be remounted
+//! in a row, also when new files took deleted ones' numbers; idle daemons leave BACKING's filesystem free to be remounted
 //! read-only, and unmounted once the views' daemons ended; a daemon
 //! killed mid-write costs the other nothing.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -270,6 +270,83 @@ fn umount_and_mount_at_once_keep_every_handle_twenty_times() {
             let _ = c.wait();
         }
     }
+}
+
+/// xfstests generic/477's other half: each round deletes the last round's
+/// directory and makes its files again, so the new files take the numbers
+/// of the deleted ones, whose node records the database still holds until
+/// the old daemon's last batch replaces them. `umount && mount` at once;
+/// the new files' handles must open through the new daemon (it waits for
+/// the closing one rather than trust the stale record it found first), and
+/// the deleted files' handles must be stale.
+#[test]
+fn handles_of_files_on_reused_numbers_survive_umount_and_mount_at_once() {
+    let disk = Ext4::new(64);
+    let site = Site::new();
+    let b = disk.path("backing");
+    fs::create_dir_all(&b).unwrap();
+    let mut m = site.mount(&b);
+    let mut seen = std::collections::HashSet::new();
+    let mut reused = 0;
+    let mut before: Vec<Handle> = Vec::new();
+    for round in 0..8 {
+        let d = m.m("d");
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir(&d).unwrap();
+        let mut now = Vec::new();
+        for i in 0..10 {
+            let rel = format!("d/f{i}");
+            let body = text(round * 100 + i, 100 + i);
+            fs::write(m.m(&rel), &body).unwrap();
+            if !seen.insert(fs::metadata(m.b(&rel)).unwrap().ino()) {
+                reused += 1;
+            }
+            now.push((rel.clone(), body.into_bytes(), handle_of(&m.m(&rel))));
+        }
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&m.mnt)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        if !st.success() {
+            crate::support::mount::lazy_unmount(&m.mnt);
+        }
+        assert!(
+            wait_for(10.0, || !is_mounted(&m.mnt)),
+            "round {round}: umount"
+        );
+        let mut old = m.take_child();
+        m.remount();
+        drop_caches();
+        for (rel, want, h) in &now {
+            if let Err(e) = open_by_handle(&m.mnt, h, libc::O_RDONLY) {
+                panic!(
+                    "round {round}: {rel}: errno {e}; the daemons' log:\n{}",
+                    m.log_text()
+                );
+            }
+            assert_eq!(
+                &read_by_handle(&m.mnt, h, &format!("round {round}: {rel}")),
+                want
+            );
+        }
+        for h in &before {
+            assert_eq!(
+                open_by_handle(&m.mnt, h, libc::O_RDONLY).err(),
+                Some(libc::ESTALE),
+                "round {round}: a deleted file's handle"
+            );
+        }
+        before = now.into_iter().map(|(_, _, h)| h).collect();
+        if let Some(c) = old.as_mut() {
+            let _ = c.wait();
+        }
+    }
+    assert!(
+        reused >= 10,
+        "ext4 reused {reused} numbers: the test proves nothing"
+    );
 }
 
 /// Sets its flag when dropped (also while a failed assertion unwinds).

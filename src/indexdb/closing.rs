@@ -3,7 +3,8 @@
 //! daemon holds a shared `flock` on the database's `-closing` companion
 //! while it has records queued and not yet committed (the writer, from a
 //! batch's first record to its commit; `close`, until the last), and a
-//! lookup of a node record that finds none waits for that lock (exclusive,
+//! lookup of a node record that finds none, or one whose file is gone (a
+//! new file took a deleted one's number), waits for that lock (exclusive,
 //! at most [`WAIT`]) before it looks again. The old daemon may not even
 //! have seen the unmount yet when the new one is asked. A file handle
 //! taken through the old mount a moment before the unmount so opens

@@ -33,16 +33,20 @@ impl IndexDb {
     /// queued before it closed (a restart at once after an unmount), waits
     /// for that, at most three seconds (`closing`), and looks again.
     pub fn node(&self, ino: u64) -> Option<Vec<u8>> {
+        stored(&self.inner.as_ref()?.shared.pool, ino).or_else(|| self.node_after_closing(ino))
+    }
+
+    /// The record stored for `ino` once every daemon of this BACKING that
+    /// is closing has committed (waiting at most three seconds, as
+    /// [`IndexDb::node`]); None when none was closing. For a record found
+    /// stale: a new file with a deleted one's number, made through a
+    /// daemon that ended a moment ago and whose record of it may still be
+    /// on its way.
+    pub fn node_after_closing(&self, ino: u64) -> Option<Vec<u8>> {
         let pool = &self.inner.as_ref()?.shared.pool;
-        let read = || {
-            pool.read(|db| {
-                db.conn
-                    .prepare_cached("SELECT rec FROM nodes WHERE ino = ?1")?
-                    .query_row([ino as i64], |r| r.get::<_, Vec<u8>>(0))
-                    .optional()
-            })
-        };
-        read().or_else(|| super::closing::waited(pool).then(read).flatten())
+        super::closing::waited(pool)
+            .then(|| stored(pool, ino))
+            .flatten()
     }
 
     /// Stores `record` for inode number `ino` (through the writer thread;
@@ -55,6 +59,16 @@ impl IndexDb {
     pub fn put_node_marked(&self, ino: u64, record: Vec<u8>) {
         self.send_op(Op::Node(ino, record), true, true);
     }
+}
+
+/// The row of inode number `ino`, read now.
+fn stored(pool: &super::pool::Pool, ino: u64) -> Option<Vec<u8>> {
+    pool.read(|db| {
+        db.conn
+            .prepare_cached("SELECT rec FROM nodes WHERE ino = ?1")?
+            .query_row([ino as i64], |r| r.get::<_, Vec<u8>>(0))
+            .optional()
+    })
 }
 
 /// Whether a node record stored on `day` needs no writing again today

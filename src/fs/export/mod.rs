@@ -257,6 +257,16 @@ impl Nodes {
         }
         Record::decode(&self.cache.as_ref()?.db.node(ino)?)
     }
+
+    /// The stored record of node `ino` once every daemon of this BACKING
+    /// that is closing has committed its last ones; None if none was
+    /// closing. Asked when the record [`Nodes::find`] gave is stale: the
+    /// file was deleted, and a new one that took its number was made
+    /// through a daemon that ended a moment ago (`rm -rf d; mkdir d; ...;
+    /// umount && mount`: xfstests generic/477).
+    pub fn find_after_closing(&self, ino: u64) -> Option<Record> {
+        Record::decode(&self.cache.as_ref()?.db.node_after_closing(ino)?)
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,12 @@ impl InodeTable {
     /// record — by handle on BACKING's filesystem, or by name in its
     /// parent, found the same way (`depth` parents up so far). The file
     /// found must have number `ino`, and a directory lie under BACKING.
+    ///
+    /// A record that finds no such file may be that of a deleted file
+    /// whose number a new one took through a daemon that is ending now,
+    /// its record of the new file not committed yet (`umount && mount` at
+    /// once; xfstests generic/477 deletes and makes its files again each
+    /// round): then the record that daemon commits is tried too.
     fn find_node(&self, ino: u64, depth: usize) -> Result<Arc<Inode>> {
         if let Ok(inode) = self.get(ino) {
             return Ok(inode);
@@ -90,6 +96,17 @@ impl InodeTable {
             return Err(Errno::ESTALE);
         }
         let record = self.node_record(ino).ok_or(Errno::ESTALE)?;
+        match self.found_by(ino, record.clone(), depth) {
+            Err(Errno::ESTALE) => match self.node_record_after_closing(ino) {
+                Some(newer) if newer != record => self.found_by(ino, newer, depth),
+                _ => Err(Errno::ESTALE),
+            },
+            found => found,
+        }
+    }
+
+    /// [`InodeTable::find_node`] by one record of node `ino`.
+    fn found_by(&self, ino: u64, record: Record, depth: usize) -> Result<Arc<Inode>> {
         let stale = |e: std::io::Error| match e.raw_os_error() {
             Some(libc::ENOENT | libc::ENOTDIR | libc::EINVAL | libc::ESTALE) => Errno::ESTALE,
             _ => io(e),

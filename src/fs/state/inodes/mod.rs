@@ -757,6 +757,15 @@ impl InodeTable {
         self.shared.nodes.get().and_then(|n| n.find(ino))
     }
 
+    /// [`InodeTable::node_record`] once no daemon of this BACKING is
+    /// closing (`Nodes::find_after_closing`): for a record found stale.
+    pub(in crate::fs) fn node_record_after_closing(&self, ino: u64) -> Option<Record> {
+        self.shared
+            .nodes
+            .get()
+            .and_then(|n| n.find_after_closing(ino))
+    }
+
     /// An entry for the backing inode in state `st` found by handle `h` on
     /// mount `mnt`, numbered `ino`, not entered in the table (no lookup
     /// counted: `adopt` enters it).
