@@ -654,6 +654,191 @@ fn mount_t_fuse_cutf8fs_and_fstab_options() {
     drop(installed);
 }
 
+/// `mount -o remount,...` (mount(8) runs the helper with `remount`):
+/// read-only and back changes the kernel's flag of the running mount and
+/// keeps nosuid and nodev; the daemon goes on serving throughout. A file
+/// open for writing keeps the mount writable (EBUSY), an access-time
+/// change is refused with the option named, and a directory that is not
+/// a cutf8fs mount is left alone.
+#[test]
+fn mount_o_remount_changes_ro_and_keeps_the_other_flags() {
+    let (_d, b, mnt) = dirs();
+    write(&b.join("c.txt"), &corrected(&every_kind()));
+    let helper = Path::new("/sbin/mount.fuse.cutf8fs");
+    let installed = if helper.exists() {
+        None
+    } else {
+        std::os::unix::fs::symlink(BIN, helper).expect("install /sbin/mount.fuse.cutf8fs");
+        Some(HelperGuard(helper))
+    };
+    let mount = |opts: &str, on: &Path| {
+        let mut c = Command::new("mount");
+        if !opts.is_empty() {
+            c.args(["-o", opts]);
+        }
+        c.arg(on).output().unwrap()
+    };
+    let flags = || {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = info
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()))
+            .map(str::to_string);
+        line.and_then(|l| l.split(' ').nth(5).map(str::to_string))
+            .unwrap_or_default()
+    };
+    let out = Command::new("mount")
+        .args(["-t", "fuse.cutf8fs"])
+        .arg(&b)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount: {out:?}");
+    let view = expected_view(&fs::read(b.join("c.txt")).unwrap());
+    let result = std::panic::catch_unwind(|| {
+        fs::write(mnt.join("before"), b"x").expect("rw at first");
+
+        // A writer holds the mount writable.
+        let mut w = fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("before"))
+            .unwrap();
+        let busy = mount("remount,ro", &mnt);
+        assert!(
+            !busy.status.success(),
+            "remount ro under a writer: {busy:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&busy.stderr).contains("open for writing"),
+            "{busy:?}"
+        );
+        w.write_all(b"y").unwrap();
+        drop(w);
+
+        let ro = mount("remount,ro", &mnt);
+        assert!(ro.status.success(), "remount,ro: {ro:?}");
+        let f = flags();
+        assert!(
+            f.starts_with("ro,") && f.contains("nosuid") && f.contains("nodev"),
+            "{f}"
+        );
+        assert_eq!(
+            fs::write(mnt.join("after"), b"x")
+                .unwrap_err()
+                .raw_os_error(),
+            Some(libc::EROFS)
+        );
+        assert_eq!(
+            fs::read(mnt.join("c.txt")).unwrap(),
+            view,
+            "served while ro"
+        );
+        assert!(!b.join("after").exists());
+
+        let atime = mount("remount,noatime", &mnt);
+        assert!(!atime.status.success());
+        assert!(
+            String::from_utf8_lossy(&atime.stderr).contains("'noatime'"),
+            "{atime:?}"
+        );
+
+        let rw = mount("remount,rw", &mnt);
+        assert!(rw.status.success(), "remount,rw: {rw:?}");
+        let f = flags();
+        assert!(
+            f.starts_with("rw,") && f.contains("nosuid") && f.contains("nodev"),
+            "{f}"
+        );
+        fs::write(mnt.join("after"), b"z").expect("rw again");
+        assert_eq!(fs::read(mnt.join("before")).unwrap(), b"xy");
+        assert_eq!(fs::read(mnt.join("after")).unwrap(), b"z");
+        assert!(b.join("after").exists());
+
+        // Not a cutf8fs mount: refused by the helper, nothing changed.
+        let other = Command::new(BIN)
+            .arg(&b)
+            .arg(&b)
+            .args(["-o", "remount,ro"])
+            .output()
+            .unwrap();
+        assert!(!other.status.success());
+        assert!(
+            String::from_utf8_lossy(&other.stderr).contains("not a cutf8fs mount point"),
+            "{other:?}"
+        );
+    });
+    let _ = Command::new("umount").arg(&mnt).status();
+    assert!(wait_for(5.0, || !is_mounted(&mnt)));
+    drop(installed);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// A daemon started read-only (`-o ro`, `-o archive`) stays so after
+/// `mount -o remount,rw` cleared the kernel's flag: it refuses every
+/// change itself (EROFS, as the kernel would), and BACKING is untouched.
+#[test]
+fn a_read_only_daemon_refuses_changes_after_remount_rw() {
+    for opt in ["ro", "archive"] {
+        let m = Mount::new(&[opt], |b| {
+            write(&b.join("c.txt"), &corrected(&every_kind()));
+            fs::create_dir(b.join("d")).unwrap();
+        });
+        let before = fs::read(m.b("c.txt")).unwrap();
+        let out = Command::new(BIN)
+            .arg(m.b(""))
+            .arg(&m.mnt)
+            .args(["-o", "remount,rw"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{opt}: remount,rw: {out:?}");
+        let rofs = |what: &str, r: std::io::Result<()>| {
+            assert_eq!(
+                r.map_err(|e| e.raw_os_error()),
+                Err(Some(libc::EROFS)),
+                "{opt}: {what}"
+            )
+        };
+        // In archive mode the kernel opens files itself (no request): the
+        // write that follows is refused.
+        let open = |o: &mut fs::OpenOptions| {
+            let mut f = o.open(m.m("c.txt"))?;
+            f.write_all(b"x")?;
+            f.sync_all()
+        };
+        rofs("open for writing", open(fs::OpenOptions::new().write(true)));
+        rofs("open to append", open(fs::OpenOptions::new().append(true)));
+        rofs(
+            "truncate",
+            open(fs::OpenOptions::new().write(true).truncate(true)),
+        );
+        rofs("create", fs::write(m.m("new"), b"x"));
+        rofs("mkdir", fs::create_dir(m.m("e")));
+        rofs("rmdir", fs::remove_dir(m.m("d")));
+        rofs("unlink", fs::remove_file(m.m("c.txt")));
+        rofs("rename", fs::rename(m.m("c.txt"), m.m("d/c.txt")));
+        rofs("link", fs::hard_link(m.m("c.txt"), m.m("l")));
+        rofs("symlink", std::os::unix::fs::symlink("c.txt", m.m("s")));
+        rofs(
+            "chmod",
+            fs::set_permissions(m.m("c.txt"), fs::Permissions::from_mode(0o600)),
+        );
+        assert_eq!(
+            fs::read(m.m("c.txt")).unwrap(),
+            expected_view(&before),
+            "{opt}"
+        );
+        assert_eq!(fs::read(m.b("c.txt")).unwrap(), before, "{opt}");
+        let mut names: Vec<_> = fs::read_dir(m.b(""))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["c.txt", "d"], "{opt}");
+    }
+}
+
 struct HelperGuard(&'static Path);
 
 impl Drop for HelperGuard {

@@ -69,7 +69,7 @@ use crate::sys;
 
 use coherence::{invalidate, watch};
 pub use frontend::options;
-use frontend::{archive, daemon, error, failure, ops};
+use frontend::{archive, daemon, error, failure, ops, remount};
 pub use observe::stats;
 use state::{content, handles, inodes, passthrough, rawnew, recent, share};
 
@@ -134,6 +134,9 @@ pub struct CutFs {
     recent: recent::RecentFds,
     /// `-o archive`: the handles READs without one are served through.
     archive: Option<Arc<archive::Readers<Arc<handles::Handle>>>>,
+    /// `-o ro` or `-o archive`: changes are refused here too, not only by
+    /// the kernel's flag, which `mount -o remount,rw` can clear (`remount`).
+    read_only: bool,
 }
 
 /// Threads scanning large files whose class is not known yet: at most this
@@ -267,6 +270,7 @@ impl CutFs {
             scans: content::ScanPool::new(SCAN_THREADS)?,
             ttl,
             recent: recent::RecentFds::new(),
+            read_only: opts.read_only(),
         })
     }
 
@@ -344,6 +348,9 @@ impl CutFs {
     /// and is logged with `op` and the path of `ino`; the session goes on.
     fn guard<T>(&self, op: &str, ino: u64, work: impl FnOnce() -> Result<T>) -> Result<T> {
         self.stats.request(op);
+        if self.read_only && remount::changes(op) {
+            return Err(error::Errno::EROFS);
+        }
         error::guard(op, || self.name_of_ino(ino), work)
     }
 

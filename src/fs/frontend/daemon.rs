@@ -363,6 +363,9 @@ fn spawn_signal_thread(signals: StopSignals, own: mount::Own) {
 
 /// Runs the daemon to the end. Returns once the filesystem is unmounted.
 pub fn run(cfg: Config) -> Result<(), Failure> {
+    if super::remount::asked(&cfg.options) {
+        return super::remount::run(&cfg.mountpoint, &cfg.options);
+    }
     let checked = check(&cfg)?;
     let log_file = open_log(&checked, !cfg.foreground)?;
     let mut notify = if cfg.foreground {

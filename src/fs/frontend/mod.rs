@@ -10,4 +10,5 @@ pub(in crate::fs) mod memory;
 pub(in crate::fs) mod mount;
 pub(in crate::fs) mod ops;
 pub mod options;
+pub(in crate::fs) mod remount;
 pub(in crate::fs) mod requests;

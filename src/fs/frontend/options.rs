@@ -190,6 +190,13 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ),
     ("rw", "on", "read-write mount", ""),
     (
+        "remount",
+        "",
+        "change a running mount's ro/rw, nosuid, nodev, noexec (mount -o remount,ro MNT); \
+         the daemon's other options stay",
+        "",
+    ),
+    (
         "archive",
         "off",
         "read-only mount for browsing and searching: files served by inode, no open or close \
@@ -507,6 +514,10 @@ fn apply(o: &mut Options, opt: &str) -> Result<(), String> {
         ("noallow_other", None) => o.allow_other = Some(false),
         ("allow_root", None) => o.allow_root = true,
         ("ro", None) => set(o, libc::MS_RDONLY, true),
+        // `daemon::run` hands a remount to `remount` before parsing.
+        ("remount", None) => {
+            return Err("option 'remount' changes a running mount: name its mount point".into())
+        }
         ("rw", None) => set(o, libc::MS_RDONLY, false),
         ("archive", None) => {
             o.archive = true;

@@ -270,6 +270,9 @@ impl Filesystem for CutFs {
             );
             return reply.error(fuser::Errno::ENOSYS);
         }
+        if self.read_only && remount::opens_for_change(flags.0) {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.guard("open", ino.0, || {
             CutFs::open_handle(self, ino.0, flags.0, req.uid())
         }) {
