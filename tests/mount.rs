@@ -656,7 +656,9 @@ fn mount_t_fuse_cutf8fs_and_fstab_options() {
 
 /// `mount -o remount,...` (mount(8) runs the helper with `remount`):
 /// read-only and back changes the kernel's flag of the running mount and
-/// keeps nosuid and nodev; the daemon goes on serving throughout. A file
+/// keeps nosuid and nodev; the daemon goes on serving throughout. mount(8)
+/// passes the whole new set of flags (exec after noexec), a direct call
+/// only what changes. A file
 /// open for writing keeps the mount writable (EBUSY), an access-time
 /// change is refused with the option named, and a directory that is not
 /// a cutf8fs mount is left alone.
@@ -749,6 +751,29 @@ fn mount_o_remount_changes_ro_and_keeps_the_other_flags() {
             f.starts_with("rw,") && f.contains("nosuid") && f.contains("nodev"),
             "{f}"
         );
+
+        // mount(8) hands the helper the whole new set: a flag turned off
+        // arrives as a flag left out.
+        assert!(mount("remount,noexec", &mnt).status.success());
+        assert!(flags().contains("noexec"), "{}", flags());
+        assert!(mount("remount,exec", &mnt).status.success());
+        assert!(!flags().contains("noexec"), "{}", flags());
+
+        // Run directly, only what is named changes.
+        for (opts, now) in [("remount,ro", "ro,"), ("remount,rw", "rw,")] {
+            let out = Command::new(BIN)
+                .arg(&b)
+                .arg(&mnt)
+                .args(["-o", opts])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{opts}: {out:?}");
+            let f = flags();
+            assert!(
+                f.starts_with(now) && f.contains("nosuid") && f.contains("nodev"),
+                "{opts}: {f}"
+            );
+        }
         fs::write(mnt.join("after"), b"z").expect("rw again");
         assert_eq!(fs::read(mnt.join("before")).unwrap(), b"xy");
         assert_eq!(fs::read(mnt.join("after")).unwrap(), b"z");

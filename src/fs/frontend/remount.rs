@@ -6,9 +6,14 @@
 //! What a remount can change is what the kernel keeps: read-only or
 //! read-write (for FUSE the kernel takes this flag, and refuses every
 //! change through the mount once it is set, `EROFS`, so the daemon needs
-//! no word of it) and `nosuid`, `nodev`, `noexec`. A flag the options do
-//! not name keeps its current value (mount(2) would otherwise clear it:
-//! a remount sets all of a mount's flags at once). The daemon's own
+//! no word of it) and `nosuid`, `nodev`, `noexec`. mount(8) hands its
+//! helper the whole new set, computed from the mount's flags and the
+//! change asked for, and passes only the flags that are set (for
+//! `remount,suid` it leaves `nosuid` out; `suid` itself never arrives): so
+//! when mount(8) runs the helper ([`Given::Whole`]), a flag not named is
+//! off, as mount(2) takes it. Run directly (`cutf8fs BACKING MNT -o
+//! remount,ro`), a flag not named keeps its value ([`Given::Changes`]):
+//! the mount's nosuid and nodev are not lost to a shorter line. The daemon's own
 //! options (`index_db=`, `blksize=`, ...) cannot change without a new
 //! daemon: mount(8) passes those of the fstab line again, so they are
 //! accepted and left as they are. The access-time flags and `sync` also
@@ -87,11 +92,38 @@ const KEPT: [(MsFlags, &str, bool); 11] = [
     (MsFlags::MS_SYNCHRONOUS, "async", false),
 ];
 
-/// The flags `mount -o remount,options` gives a mount whose flags are
-/// `now`: `now` with the words of [`CHANGEABLE`] applied in order; Err
-/// names a word that would change a flag the daemon steers by.
-pub fn flags<S: AsRef<str>>(now: MsFlags, options: &[S]) -> Result<MsFlags, String> {
-    let mut f = now;
+/// How the options of a remount are meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Given {
+    /// mount(8)'s: every flag that stays set is named.
+    Whole,
+    /// A person's: only what changes is named.
+    Changes,
+}
+
+impl Given {
+    /// [`Given::Whole`] when this process was started by mount(8) (its
+    /// parent's program is `mount`), else [`Given::Changes`].
+    fn here() -> Given {
+        let parent = std::os::unix::process::parent_id();
+        let exe = std::fs::read_link(format!("/proc/{parent}/exe")).ok();
+        match exe.as_deref().and_then(Path::file_name) {
+            Some(n) if n == "mount" => Given::Whole,
+            _ => Given::Changes,
+        }
+    }
+}
+
+/// The flags a remount with `options` gives a mount whose flags are `now`:
+/// the words of [`CHANGEABLE`] applied in order, to `now` or (`Whole`) to
+/// nothing; Err names a word that would change a flag the daemon steers by.
+pub fn flags<S: AsRef<str>>(now: MsFlags, options: &[S], given: Given) -> Result<MsFlags, String> {
+    let mut f = match given {
+        Given::Changes => now,
+        Given::Whole => CHANGEABLE
+            .iter()
+            .fold(now, |f, &(flag, ..)| f.difference(flag)),
+    };
     for w in words(options) {
         if let Some(&(flag, on, _)) = CHANGEABLE.iter().find(|c| c.1 == w || c.2 == w) {
             f.set(flag, w == on);
@@ -146,7 +178,7 @@ pub fn run<S: AsRef<str>>(mountpoint: &Path, options: &[S]) -> Result<(), Failur
             )))
         }
     }
-    let want = flags(current(&mnt)?, options).map_err(Failure::usage)?;
+    let want = flags(current(&mnt)?, options, Given::here()).map_err(Failure::usage)?;
     nix::mount::mount(
         None::<&str>,
         &mnt,
@@ -186,14 +218,42 @@ mod tests {
                 NOW.union(MsFlags::MS_RDONLY),
             ),
         ] {
-            assert_eq!(flags(NOW, &[opts]), Ok(want), "{opts}");
+            assert_eq!(flags(NOW, &[opts], Given::Changes), Ok(want), "{opts}");
+        }
+    }
+
+    /// What mount(8) passed its helper here (util-linux 2.38), for each
+    /// change asked of a mount that was rw,nosuid,nodev,relatime.
+    #[test]
+    fn mount8s_whole_set_is_taken_as_it_is() {
+        let uid = ",user_id=0,group_id=0,default_permissions,allow_other";
+        for (asked, passed, want) in [
+            (
+                "remount,suid,dev",
+                "rw,relatime,remount",
+                MsFlags::MS_RELATIME,
+            ),
+            (
+                "remount,noexec",
+                "rw,nosuid,nodev,relatime,remount,noexec",
+                NOW.union(MsFlags::MS_NOEXEC),
+            ),
+            (
+                "remount,ro",
+                "ro,nosuid,nodev,relatime,remount",
+                NOW.union(MsFlags::MS_RDONLY),
+            ),
+        ] {
+            let opts = format!("{passed}{uid}");
+            let now = NOW.union(MsFlags::MS_NOEXEC);
+            assert_eq!(flags(now, &[&opts], Given::Whole), Ok(want), "{asked}");
         }
     }
 
     #[test]
     fn a_remount_refuses_to_change_what_the_daemon_steers_by() {
         for opts in ["remount,noatime", "remount,strictatime", "remount,sync"] {
-            let e = flags(NOW, &[opts]).unwrap_err();
+            let e = flags(NOW, &[opts], Given::Changes).unwrap_err();
             assert!(e.contains("cannot change on a remount"), "{opts}: {e}");
         }
         assert!(asked(&["rw", "remount,ro"]));
