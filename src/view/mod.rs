@@ -9,13 +9,16 @@
 //!   bytes — a [`Patch`] in place, an extension, a rewrite of the tail, or
 //!   an [`Error`] (content W cannot store).
 //! * [`magic`]: whether a change would make a raw file begin with the magic
-//!   number; [`sniff`]: whether a new file's first write is text.
+//!   number; [`sniff`]: whether a new file's first write is text;
+//!   [`pieces`]: where a write the kernel may have cut at a page boundary
+//!   ends what is written now.
 //!
 //! The I/O layer (`crate::io`) executes these plans on backing files; the
 //! mount (`crate::fs`) decides which errno an [`Error`] is.
 
 pub mod index;
 pub mod magic;
+pub mod pieces;
 pub mod read;
 pub mod sniff;
 pub mod write;
