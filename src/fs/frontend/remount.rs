@@ -13,10 +13,11 @@
 //! when mount(8) runs the helper ([`Given::Whole`]), a flag not named is
 //! off, as mount(2) takes it. Run directly (`cutf8fs BACKING MNT -o
 //! remount,ro`), a flag not named keeps its value ([`Given::Changes`]):
-//! the mount's nosuid and nodev are not lost to a shorter line. The daemon's own
-//! options (`index_db=`, `blksize=`, ...) cannot change without a new
-//! daemon: mount(8) passes those of the fstab line again, so they are
-//! accepted and left as they are. The access-time flags and `sync` also
+//! the mount's nosuid and nodev are not lost to a shorter line.
+//!
+//! The daemon's own options (`index_db=`, `blksize=`, ...) cannot change
+//! without a new daemon: mount(8) passes those of the fstab line again,
+//! so they are accepted and left as they are. The access-time flags and `sync` also
 //! steer the daemon, so a remount that would change them is refused.
 //! A daemon started with `-o ro` or `-o archive` stays read-only whatever
 //! the kernel's flag says: it refuses every change itself ([`changes`],
