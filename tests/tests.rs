@@ -8,7 +8,7 @@
 //! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`, `memory`, `fair_turns`), locks and
-//! export (`locks`, `export`, `export_restart`, `file_handles`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
+//! export (`locks`, `export`, `export_restart`, `file_handles`, `reused_numbers`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
 //! `mount_lifecycle`, `unmount`,
 //! `mount_status`, `logging`, `mount_outside_tools`), root's programs against a
 //! tree's owner beyond migrate (`redteam_daemon`), the index database
@@ -84,6 +84,7 @@ mod passthrough_writers;
 mod pjdfstest;
 mod redteam_daemon;
 mod resources;
+mod reused_numbers;
 mod round_trips;
 mod sample_archive;
 mod scripts;

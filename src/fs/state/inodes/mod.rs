@@ -53,8 +53,11 @@
 //! that got its number (no generation without an open file); the kernel,
 //! which sees the same FUSE number for both, cannot either: the entry moves
 //! to the new file, and the content's stamps keep the old file's bytes
-//! from being served for it. By handle, a lookup that finds a known number
-//! takes the handle of the file now there.
+//! from being served for it. A lookup or create that finds a known number
+//! on another file than its entry's (another type, or by handle another
+//! handle) gives the number a new entry (`InodeTable::renew`), so nothing
+//! of the deleted file (its type, a cached descriptor, what was known of
+//! its content) is used for the new one.
 //!
 //! **Open inodes.** While an inode is open through the mount, the
 //! descriptor of one of its handles serves as the inode's own ([`Attached`],
@@ -216,6 +219,11 @@ impl Inode {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
                 Some((w & !LOOKUPS) | ((w & LOOKUPS).saturating_add(n).min(LOOKUPS)))
             });
+    }
+
+    /// The lookups counted.
+    fn lookups(&self) -> u64 {
+        self.word.load(Ordering::Relaxed) & LOOKUPS
     }
 
     /// Counts `n` lookups fewer; the lookups left.
@@ -483,19 +491,14 @@ impl InodeTable {
         // whose handle is taken (the old one would be ESTALE).
         let st = sys::statat(dir.as_fd(), name).map_err(io)?;
         if let Some(inode) = self.count_known(Key::of(&st)) {
-            if self.shared.by_handle && !inode.is_open() {
-                if let Ok((h, mnt)) = sys::name_to_handle(dir.as_fd(), name) {
-                    let mut i = inode.inner.lock();
-                    if matches!(i.anchor, Anchor::Small { .. } | Anchor::Large { .. })
-                        && !i.anchor.same_handle(&h, mnt)
-                        && self.shared.mounts.lock().contains_key(&mnt)
-                    {
-                        i.anchor = Anchor::handle(&h, mnt);
-                        let record = i.anchor.record();
-                        drop(i);
-                        self.shared.record(inode.ino, record);
-                    }
-                }
+            let handle = self
+                .shared
+                .by_handle
+                .then(|| sys::name_to_handle(dir.as_fd(), name).ok())
+                .flatten();
+            if self.another_file(&inode, &st, handle.as_ref()) {
+                let anchor = self.anchor_at(dir.as_fd(), name, &st, parent);
+                return Ok((self.renew(&inode, &st, anchor), st));
             }
             inode.seen_as(parent, name);
             return Ok((inode, st));
@@ -584,19 +587,74 @@ impl InodeTable {
         parent: &Arc<Inode>,
         name: &CStr,
     ) -> Arc<Inode> {
-        if let Some(inode) = self.count_known(Key::of(st)) {
-            inode.seen_as(parent, name);
-            return inode;
-        }
-        let anchor = match sys::name_to_handle(file.as_fd(), c"") {
-            Ok((h, mnt))
-                if self.shared.by_handle && self.shared.mounts.lock().contains_key(&mnt) =>
+        let handle = sys::name_to_handle(file.as_fd(), c"").ok();
+        let anchor = || match &handle {
+            Some((h, mnt))
+                if self.shared.by_handle && self.shared.mounts.lock().contains_key(mnt) =>
             {
-                Anchor::handle(&h, mnt)
+                Anchor::handle(h, *mnt)
             }
             _ => Anchor::named(parent, name),
         };
-        self.enter(st, anchor)
+        if let Some(inode) = self.count_known(Key::of(st)) {
+            let by_handle = handle.as_ref().filter(|_| self.shared.by_handle);
+            if self.another_file(&inode, st, by_handle) {
+                return self.renew(&inode, st, anchor());
+            }
+            inode.seen_as(parent, name);
+            return inode;
+        }
+        self.enter(st, anchor())
+    }
+
+    /// Whether the file in state `st` (with backing handle `handle`, when
+    /// the table reopens by handle) is another file than the one entry
+    /// `inode` was made for, though it has its number: a file or directory
+    /// deleted while the kernel still held it, whose number a new one got
+    /// (ext4 gives a freed number to the next new inode of its group at
+    /// once). Told by the file type, and by the handle, whose generation
+    /// differs.
+    fn another_file(
+        &self,
+        inode: &Inode,
+        st: &libc::stat,
+        handle: Option<&(sys::BackingHandle, i32)>,
+    ) -> bool {
+        if inode.fmt() != st.st_mode & libc::S_IFMT {
+            return true;
+        }
+        let Some((h, mnt)) = handle else {
+            return false;
+        };
+        let i = inode.inner.lock();
+        matches!(i.anchor, Anchor::Small { .. } | Anchor::Large { .. })
+            && !i.anchor.same_handle(h, *mnt)
+            && self.shared.mounts.lock().contains_key(mnt)
+    }
+
+    /// Gives the number of entry `old` to another file that got it (in
+    /// state `st`, found by `anchor`; see [`InodeTable::another_file`]): a
+    /// new entry, with the lookups counted on the old one (the kernel's
+    /// FORGETs of its old inode and of the new one both come to this
+    /// number), the new file's type, and none of the old one's
+    /// descriptors: a deleted directory's cached descriptor, or an open
+    /// deleted file's, would otherwise serve the new file. Handles still
+    /// open on the old file keep the old entry (the kernel has marked
+    /// that inode bad once it saw the new generation).
+    fn renew(&self, old: &Arc<Inode>, st: &libc::stat, anchor: Anchor) -> Arc<Inode> {
+        let record = anchor.record();
+        let mut t = self.tables.lock();
+        let lookups = match t.by_ino.get(&old.ino) {
+            Some(e) if Arc::ptr_eq(&e.0, old) => old.lookups(),
+            // Renewed by another lookup first, with this one's count.
+            Some(e) => return e.0.clone(),
+            None => 1,
+        };
+        let inode = self.make(old.ino, st, anchor, lookups);
+        t.by_ino.replace(Entry(inode.clone()));
+        drop(t);
+        self.shared.record(inode.ino, record);
+        inode
     }
 
     /// After a rename through the mount: the inode now at `name` in `dir`
