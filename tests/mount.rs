@@ -621,13 +621,7 @@ fn mount_t_fuse_cutf8fs_and_fstab_options() {
     // `cutf8fs` from a fixed PATH); install the helper for this test if none
     // is installed, and remove it afterwards.
     let _ = &d;
-    let helper = Path::new("/sbin/mount.fuse.cutf8fs");
-    let installed = if helper.exists() {
-        None
-    } else {
-        std::os::unix::fs::symlink(BIN, helper).expect("install /sbin/mount.fuse.cutf8fs");
-        Some(HelperGuard(helper))
-    };
+    let installed = install_helper();
     let out = Command::new("mount")
         .args([
             "-t",
@@ -666,13 +660,7 @@ fn mount_t_fuse_cutf8fs_and_fstab_options() {
 fn mount_o_remount_changes_ro_and_keeps_the_other_flags() {
     let (_d, b, mnt) = dirs();
     write(&b.join("c.txt"), &corrected(&every_kind()));
-    let helper = Path::new("/sbin/mount.fuse.cutf8fs");
-    let installed = if helper.exists() {
-        None
-    } else {
-        std::os::unix::fs::symlink(BIN, helper).expect("install /sbin/mount.fuse.cutf8fs");
-        Some(HelperGuard(helper))
-    };
+    let installed = install_helper();
     let mount = |opts: &str, on: &Path| {
         let mut c = Command::new("mount");
         if !opts.is_empty() {
@@ -864,11 +852,33 @@ fn a_read_only_daemon_refuses_changes_after_remount_rw() {
     }
 }
 
-struct HelperGuard(&'static Path);
+/// /sbin/mount.fuse.cutf8fs, which mount(8) runs, installed for a test
+/// if none is (removed when the guard drops). The tests that use it take
+/// turns (`SBIN_HELPER`): one test's guard would otherwise remove it under
+/// another.
+fn install_helper() -> HelperGuard {
+    let turn = SBIN_HELPER.lock().unwrap_or_else(|e| e.into_inner());
+    let helper = Path::new("/sbin/mount.fuse.cutf8fs");
+    let installed = !helper.exists();
+    if installed {
+        std::os::unix::fs::symlink(BIN, helper).expect("install /sbin/mount.fuse.cutf8fs");
+    }
+    HelperGuard {
+        installed: installed.then_some(helper),
+        _turn: turn,
+    }
+}
+
+struct HelperGuard {
+    installed: Option<&'static Path>,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
 
 impl Drop for HelperGuard {
     fn drop(&mut self) {
-        let _ = fs::remove_file(self.0);
+        if let Some(h) = self.installed {
+            let _ = fs::remove_file(h);
+        }
     }
 }
 

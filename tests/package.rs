@@ -183,6 +183,11 @@ echo ok
 
 #[test]
 fn the_debian_package_installs_works_and_removes_cleanly() {
+    // The scenario lists the host's files through an overlay: no other
+    // test may install the mount helper meanwhile.
+    let _sbin = crate::support::mount::SBIN_HELPER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let t = tempfile::Builder::new()
         .prefix("cutf8fs-package-")
         .tempdir()

@@ -234,41 +234,7 @@ fn umount_and_mount_at_once_keep_every_handle_twenty_times() {
             fs::write(m.m(&rel), &body).unwrap();
             all.push((rel.clone(), body.into_bytes(), handle_of(&m.m(&rel))));
         }
-        // `umount && mount`: no wait for the old daemon to exit.
-        // (Another test's child, forked with our descriptors, can keep the
-        // mount busy a moment under the suite's load: then a lazy unmount,
-        // which detaches it at once all the same.)
-        let st = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&m.mnt)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        if !st.success() {
-            crate::support::mount::lazy_unmount(&m.mnt);
-        }
-        assert!(
-            wait_for(10.0, || !is_mounted(&m.mnt)),
-            "round {round}: umount"
-        );
-        let mut old = m.take_child();
-        m.remount();
-        drop_caches();
-        for (rel, want, h) in &all {
-            if let Err(e) = open_by_handle(&m.mnt, h, libc::O_RDONLY) {
-                panic!(
-                    "round {round}: {rel}: errno {e}; the daemons' log:\n{}",
-                    m.log_text()
-                );
-            }
-            assert_eq!(
-                &read_by_handle(&m.mnt, h, &format!("round {round}: {rel}")),
-                want
-            );
-        }
-        if let Some(c) = old.as_mut() {
-            let _ = c.wait();
-        }
+        cycle_and_open(&mut m, round, &all);
     }
 }
 
@@ -303,34 +269,7 @@ fn handles_of_files_on_reused_numbers_survive_umount_and_mount_at_once() {
             }
             now.push((rel.clone(), body.into_bytes(), handle_of(&m.m(&rel))));
         }
-        let st = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&m.mnt)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        if !st.success() {
-            crate::support::mount::lazy_unmount(&m.mnt);
-        }
-        assert!(
-            wait_for(10.0, || !is_mounted(&m.mnt)),
-            "round {round}: umount"
-        );
-        let mut old = m.take_child();
-        m.remount();
-        drop_caches();
-        for (rel, want, h) in &now {
-            if let Err(e) = open_by_handle(&m.mnt, h, libc::O_RDONLY) {
-                panic!(
-                    "round {round}: {rel}: errno {e}; the daemons' log:\n{}",
-                    m.log_text()
-                );
-            }
-            assert_eq!(
-                &read_by_handle(&m.mnt, h, &format!("round {round}: {rel}")),
-                want
-            );
-        }
+        cycle_and_open(&mut m, round, &now);
         for h in &before {
             assert_eq!(
                 open_by_handle(&m.mnt, h, libc::O_RDONLY).err(),
@@ -339,14 +278,51 @@ fn handles_of_files_on_reused_numbers_survive_umount_and_mount_at_once() {
             );
         }
         before = now.into_iter().map(|(_, _, h)| h).collect();
-        if let Some(c) = old.as_mut() {
-            let _ = c.wait();
-        }
     }
     assert!(
         reused >= 10,
         "ext4 reused {reused} numbers: the test proves nothing"
     );
+}
+
+/// `umount && mount` of `m` at once (no wait for the old daemon to
+/// exit), then every handle of `files` opened and read through the new
+/// daemon, with the kernel's caches emptied; waits for the old daemon.
+fn cycle_and_open(m: &mut Mount, round: usize, files: &[(String, Vec<u8>, Handle)]) {
+    // (Another test's child, forked with our descriptors, can keep the
+    // mount busy a moment under the suite's load: then a lazy unmount,
+    // which detaches it at once all the same.)
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&m.mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    if !st.success() {
+        crate::support::mount::lazy_unmount(&m.mnt);
+    }
+    assert!(
+        wait_for(10.0, || !is_mounted(&m.mnt)),
+        "round {round}: umount"
+    );
+    let mut old = m.take_child();
+    m.remount();
+    drop_caches();
+    for (rel, want, h) in files {
+        if let Err(e) = open_by_handle(&m.mnt, h, libc::O_RDONLY) {
+            panic!(
+                "round {round}: {rel}: errno {e}; the daemons' log:\n{}",
+                m.log_text()
+            );
+        }
+        assert_eq!(
+            &read_by_handle(&m.mnt, h, &format!("round {round}: {rel}")),
+            want
+        );
+    }
+    if let Some(c) = old.as_mut() {
+        let _ = c.wait();
+    }
 }
 
 /// Sets its flag when dropped (also while a failed assertion unwinds).

@@ -18,6 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// Held by a test while it installs /sbin/mount.fuse.cutf8fs for mount(8)
+/// (`mount::`), or needs the host's /sbin not to change under it (the
+/// package test lists the files of an overlay on the host's root).
+pub static SBIN_HELPER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_cutf8fs");
 
 /// Whether `mnt` is listed as a cutf8fs mount in /proc/self/mountinfo.
