@@ -491,9 +491,9 @@ impl InodeTable {
         // whose handle is taken (the old one would be ESTALE).
         let st = sys::statat(dir.as_fd(), name).map_err(io)?;
         if let Some(inode) = self.count_known(Key::of(&st)) {
-            let handle = self
-                .shared
-                .by_handle
+            // An open entry's descriptors keep its backing inode, so its
+            // number cannot have gone to another file: no handle asked.
+            let handle = (self.shared.by_handle && !inode.is_open())
                 .then(|| sys::name_to_handle(dir.as_fd(), name).ok())
                 .flatten();
             if self.another_file(&inode, &st, handle.as_ref()) {
