@@ -270,10 +270,10 @@ impl Filesystem for CutFs {
             );
             return reply.error(fuser::Errno::ENOSYS);
         }
-        if self.read_only && remount::opens_for_change(flags.0) {
-            return reply.error(fuser::Errno::EROFS);
-        }
         match self.guard("open", ino.0, || {
+            if self.read_only && remount::opens_for_change(flags.0) {
+                return Err(fuser::Errno::EROFS);
+            }
             CutFs::open_handle(self, ino.0, flags.0, req.uid())
         }) {
             Ok(ops::Opened::Now(fh, fl)) => {
