@@ -5,7 +5,7 @@
 //! `mount_scans`, `first_read`, `mount_backing_changes`, `atime`, `passthrough*`,
 //! the read-only `archive` mode,
 //! and over another FUSE filesystem `backing_fuse`), its
-//! writes (`mount_write`, `write_*`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
+//! writes (`mount_write`, `write_*`, `appends`, `round_trips`, `close`, `fallocate`, `fsx`), permissions and
 //! trust (`security_*`, `killpriv`, `pjdfstest`), crash safety and the
 //! disk (`crash`, `full_disk`), resources (`resources`, `descriptors`, `log_flood`, `memory`, `fair_turns`), locks and
 //! export (`locks`, `export`, `export_restart`, `file_handles`, `reused_numbers`, `several_daemons`, `shared_state`), the daemon's life and words (`daemon_cli`,
@@ -36,6 +36,7 @@
 
 mod support;
 
+mod appends;
 mod archive;
 mod atime;
 mod backing_fuse;

@@ -28,7 +28,10 @@ use cutf8::MAGIC;
 
 pub use stamp::Stamp;
 pub use write::Zeroing;
-pub use write::{allocate, start_corrected, to_raw, truncate, write_at, write_raw, zero_range};
+pub use write::{
+    allocate, append, append_raw, start_corrected, to_raw, truncate, write_at, write_raw,
+    zero_range, Landed,
+};
 
 /// What executing a plan can fail with: the backing file's own error (its
 /// errno kept), or a reason of the view's.

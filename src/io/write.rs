@@ -100,6 +100,78 @@ pub fn write_at(
     apply(file, index, journal, &patch)
 }
 
+/// Where an append ([`append`], [`append_raw`]) landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landed {
+    /// At the end the caller's index (or size) knew: the index is the
+    /// file's.
+    AtEnd,
+    /// After bytes another appender (another daemon, a program in BACKING)
+    /// put there first: the bytes are whole, the index no longer
+    /// describes the file, and the file must be learned again.
+    After,
+}
+
+/// Appends `data` to the view of a corrected file, at its end as it is
+/// when the bytes land: the backing file's own append
+/// ([`crate::sys::append`]), so no appender, in this daemon or out of it,
+/// overwrites another's bytes. An append that must rewrite the file's last
+/// bytes (it continues the character the file ends in) goes as
+/// [`write_at`] at the index's end.
+pub fn append(
+    file: &File,
+    index: &mut OffsetIndex,
+    journal: &RedoJournal,
+    data: &[u8],
+) -> Result<Landed> {
+    let end = index.view_len();
+    let patch = match plan_append(index, end, data) {
+        Some(Ok(p)) if p.way == Way::Extend => p,
+        Some(Err(e)) => return Err(e.into()),
+        _ => return write_at(file, index, journal, end, data).map(|()| Landed::AtEnd),
+    };
+    let disk_len = index.disk_len();
+    let (n, at) = crate::sys::append(std::os::fd::AsFd::as_fd(file), &patch.new)?;
+    if n < patch.new.len() {
+        // Out of room partway: the part would end inside a character.
+        // Taken back when nothing followed it.
+        if let Ok(st) = crate::sys::fstat(std::os::fd::AsFd::as_fd(file)) {
+            if st.st_size as u64 == at + n as u64 {
+                let _ = file.set_len(at);
+            }
+        }
+        return Err(io::Error::from_raw_os_error(libc::ENOSPC).into());
+    }
+    if at != DATA_START + disk_len {
+        return Ok(Landed::After);
+    }
+    let new_disk_len = disk_len + patch.new.len() as u64;
+    rescan(
+        file,
+        index,
+        patch.at,
+        new_disk_len,
+        new_disk_len,
+        Some(&patch.new),
+    )?;
+    Ok(Landed::AtEnd)
+}
+
+/// Appends `data` to a raw file of `size` bytes (as the caller knew it),
+/// at its end as it is when the bytes land (see [`append`]); how many
+/// were written (short only when the filesystem ran out of room after
+/// some) and the offset they landed at. `head` as for [`write_raw`],
+/// which a file shorter than the magic number needs.
+pub fn append_raw(
+    file: &File,
+    size: u64,
+    data: &[u8],
+    head: impl FnOnce() -> io::Result<Vec<u8>>,
+) -> Result<(usize, u64)> {
+    guard_raw(size, data, head)?;
+    Ok(crate::sys::append(std::os::fd::AsFd::as_fd(file), data)?)
+}
+
 /// Carries out a write's patch and rescans.
 fn apply(file: &File, index: &mut OffsetIndex, journal: &RedoJournal, p: &Patch) -> Result<()> {
     let disk_len = index.disk_len();

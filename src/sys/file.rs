@@ -228,6 +228,36 @@ pub fn chmod(fd: BorrowedFd<'_>, mode: libc::mode_t) -> io::Result<()> {
     .map_err(from_nix)
 }
 
+/// Appends `data` to `file` at its end as it is when the write lands
+/// (`pwritev2` with `RWF_APPEND`: one step against every other appender
+/// of the filesystem, as an O_APPEND write(2) is, other daemons and
+/// programs in BACKING included), and returns how much was written and
+/// where it began. Short only when the filesystem (or the caller's size
+/// limit) stopped it after some bytes. The descriptor's own offset moves
+/// past what was written: the callers read and write at explicit offsets
+/// only, one writer of a file at a time.
+pub fn append(file: BorrowedFd<'_>, data: &[u8]) -> io::Result<(usize, u64)> {
+    let iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    loop {
+        // SAFETY: `iov` describes `data`, which lives, unchanged, for the
+        // call; the kernel only reads it. Offset -1 with RWF_APPEND: write
+        // at the end and move the descriptor's offset past the bytes.
+        let r = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, -1, libc::RWF_APPEND) };
+        if r >= 0 {
+            let n = r as usize;
+            let end = lseek(file, 0, libc::SEEK_CUR)?;
+            return Ok((n, end as u64 - n as u64));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// utimensat on the inode itself (symlinks included), times as given
 /// (`UTIME_NOW`/`UTIME_OMIT` allowed). `nix` offers no `AT_EMPTY_PATH`
 /// here, and the /proc link would follow a symlink: raw `libc`.

@@ -17,6 +17,10 @@
 //!   and that read needs a FUSE worker: the notice is sent by a thread of
 //!   its own and waited for at most [`PAGES_WAIT`], so a worker never
 //!   waits for it unbounded.
+//!   [`Invalidator::pages_later`] is the same without the wait, for an
+//!   append that went to the file's real end, not where the kernel put it
+//!   (its pages there are wrong): the kernel drops them once it has the
+//!   write's reply.
 //! * The watch of BACKING (`watch`), on its own thread, for what others
 //!   changed in BACKING: a name ([`Invalidator::entry`]), an inode's
 //!   contents ([`Invalidator::contents`]: attributes, ACLs and pages; it
@@ -124,6 +128,17 @@ impl Invalidator {
         if sender.lock().send((ino, tx)).is_ok() && rx.recv_timeout(PAGES_WAIT).is_err() {
             log::debug!("inode {ino}: the kernel did not drop its pages within {PAGES_WAIT:?}");
         }
+    }
+
+    /// Like [`Invalidator::pages`], without waiting: for a request whose
+    /// reply the kernel awaits holding the very pages (a write), so the
+    /// kernel drops them once it has the reply.
+    pub fn pages_later(&self, ino: u64) {
+        let Some(sender) = self.pages.get() else {
+            return;
+        };
+        let (tx, _rx) = mpsc::sync_channel(1);
+        let _ = sender.lock().send((ino, tx));
     }
 
     /// The contents of `ino` changed in BACKING: the kernel drops its

@@ -21,6 +21,10 @@ impl Filesystem for CutFs {
             InitFlags::FUSE_AUTO_INVAL_DATA,
             InitFlags::FUSE_ASYNC_DIO,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // mmap(2) of a handle answered with FOPEN_DIRECT_IO (an
+            // appender's, a passthrough writer's) maps the page cache as
+            // any other handle's does, not ENODEV.
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         ] {
             if let Err(missing) = config.add_capabilities(cap) {
                 log::debug!("kernel lacks {missing:?}");
@@ -355,14 +359,18 @@ impl Filesystem for CutFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         // Set by the kernel when the writer lacks CAP_FSETID (see `init`).
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        // A write(2) through an O_APPEND descriptor (not a shared
+        // mapping's page, which has its place): at the end as it is now.
+        let append =
+            flags.0 & libc::O_APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         match self.guard("write", ino.0, || {
-            CutFs::write_handle(self, fh.0, offset, data, req, kill)
+            CutFs::write_handle(self, fh.0, offset, data, req, kill, append)
         }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),

@@ -28,6 +28,9 @@ pub struct FileHandle {
     pub file: Fd,
     /// Open for writing (O_WRONLY/O_RDWR from the caller).
     pub write: bool,
+    /// Open for appending: answered with FOPEN_DIRECT_IO, so the kernel
+    /// keeps no page cache for its reads and writes (`finish`).
+    pub append: bool,
     /// The file's state, shared with its other handles.
     pub state: Arc<OpenFile>,
     /// The file's lost writes this handle was told of (`errseq`).

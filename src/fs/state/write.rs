@@ -59,7 +59,12 @@ impl CutFs {
     /// Classifies the file open as `file` under the content lock.
     fn now(&self, content: &Content, file: &File) -> Result<(Now, Stamp)> {
         let st = sys::fstat(file.as_fd()).map_err(io)?;
-        let stamp = Stamp::of(&st);
+        self.now_of(content, file, &st)
+    }
+
+    /// [`CutFs::now`] of the file in state `st`.
+    fn now_of(&self, content: &Content, file: &File, st: &libc::stat) -> Result<(Now, Stamp)> {
+        let stamp = Stamp::of(st);
         if st.st_size == 0 {
             return Ok((Now::Empty, stamp));
         }
@@ -134,25 +139,83 @@ impl CutFs {
     /// files, a byte offset otherwise). A lead held back by the last write
     /// (see [`HeldBytes`]) is joined with this one when this one continues it,
     /// and written as it is first otherwise.
+    ///
+    /// `append` (a handle open with O_APPEND): the write goes to the
+    /// file's end as it is when its bytes land, not to `offset`, which is
+    /// where the kernel's cached size put it: another mount, or a writer
+    /// in BACKING, may have appended since the kernel last asked (it does
+    /// not ask before a write), and may append at the same moment (the
+    /// backing file's own append, `io::append`). Returns how much was
+    /// written and whether it went somewhere else than `offset`.
     pub(in crate::fs) fn write_file(
         &self,
         h: &FileHandle,
         offset: u64,
         data: &[u8],
-    ) -> Result<u32> {
+        append: bool,
+    ) -> Result<(u32, bool)> {
         let mut content = h.state.content.write();
+        if !append {
+            return self
+                .write_file_at(h, &mut content, offset, data)
+                .map(|n| (n, false));
+        }
+        // The rest of a character the last append held back goes first.
+        let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let held = content.held.take();
+        let lead = held.as_ref().map_or(0, |held| held.bytes.len());
+        let joined = match &held {
+            Some(held) => std::borrow::Cow::Owned([&held.bytes[..], data].concat()),
+            None => std::borrow::Cow::Borrowed(data),
+        };
+        let start = offset.saturating_sub(lead as u64);
+        match self.write_locked(&h.inode, &h.file, &mut content, start, &joined, true, true) {
+            Ok((done, at)) => {
+                let moved = at != Some(start);
+                Ok((done.saturating_sub(lead as u32).min(n), moved))
+            }
+            Err(e) => {
+                if let Some(held) = held {
+                    content.held.get_or_insert(held);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn write_file_at(
+        &self,
+        h: &FileHandle,
+        content: &mut Content,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32> {
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let held = match content.held.take() {
             Some(held) if held.at + held.bytes.len() as u64 == offset => held,
             Some(held) => {
-                self.write_held(&h.inode, &mut content, held)?;
-                return self.write_locked(&h.inode, &h.file, &mut content, offset, data, true);
+                self.write_held(&h.inode, content, held)?;
+                return self
+                    .write_locked(&h.inode, &h.file, content, offset, data, true, false)
+                    .map(|(n, _)| n);
             }
-            None => return self.write_locked(&h.inode, &h.file, &mut content, offset, data, true),
+            None => {
+                return self
+                    .write_locked(&h.inode, &h.file, content, offset, data, true, false)
+                    .map(|(n, _)| n)
+            }
         };
         let joined = [&held.bytes[..], data].concat();
-        match self.write_locked(&h.inode, &h.file, &mut content, held.at, &joined, true) {
-            Ok(done) => Ok(done.saturating_sub(held.bytes.len() as u32).min(n)),
+        match self.write_locked(
+            &h.inode,
+            &h.file,
+            content,
+            held.at,
+            &joined,
+            true,
+            held.append,
+        ) {
+            Ok((done, _)) => Ok(done.saturating_sub(held.bytes.len() as u32).min(n)),
             Err(e) => {
                 // Still owed: written at the next flush point.
                 content.held.get_or_insert(held);
@@ -169,23 +232,31 @@ impl CutFs {
     /// reports it), the log says so, and the kernel, which counted them in
     /// the file's size, is told to ask again.
     fn write_held(&self, inode: &Inode, content: &mut Content, held: HeldBytes) -> Result<()> {
-        self.write_locked(inode, &held.file, content, held.at, &held.bytes, false)
-            .map(drop)
-            .inspect_err(|e| {
-                content.lost.record(e.code());
-                let path = self.name_of(inode);
-                crate::ratelog::warn("held-bytes-lost", &path, || {
-                    format!(
-                        "{path}: the last {} bytes of a write, held to be joined with the \
+        self.write_locked(
+            inode,
+            &held.file,
+            content,
+            held.at,
+            &held.bytes,
+            false,
+            held.append,
+        )
+        .map(drop)
+        .inspect_err(|e| {
+            content.lost.record(e.code());
+            let path = self.name_of(inode);
+            crate::ratelog::warn("held-bytes-lost", &path, || {
+                format!(
+                    "{path}: the last {} bytes of a write, held to be joined with the \
                          next one, could not be written at view offset {} ({}); the caller \
                          is told",
-                        held.bytes.len(),
-                        held.at,
-                        std::io::Error::from_raw_os_error(e.code())
-                    )
-                });
-                self.kernel.attributes(inode.ino);
-            })
+                    held.bytes.len(),
+                    held.at,
+                    std::io::Error::from_raw_os_error(e.code())
+                )
+            });
+            self.kernel.attributes(inode.ino);
+        })
     }
 
     /// Writes a lead held back by an earlier write, if any: before
@@ -207,23 +278,30 @@ impl CutFs {
     fn hold_rest(
         &self,
         file: &Fd,
-        offset: u64,
+        offset: Option<u64>,
         data: &[u8],
         k: usize,
+        append: bool,
     ) -> Result<Option<HeldBytes>> {
         if k >= data.len() {
             return Ok(None);
         }
         Ok(Some(HeldBytes {
-            at: offset + k as u64,
+            at: offset.map_or(u64::MAX, |o| o + k as u64),
             bytes: data[k..].to_vec(),
             file: file.clone(),
+            append,
         }))
     }
 
     /// A write of `data` at `offset` through `file` (read-write) of
     /// `inode`, under the content lock held alone. `hold`: a lead the
     /// kernel's split left at the end may be held back (see [`HeldBytes`]).
+    /// `append`: at the file's end as it is when the bytes land, whatever
+    /// `offset` says (see [`CutFs::write_file`]). Returns how much was
+    /// written and where it began (`None`: after another appender's bytes,
+    /// at a view offset not known until the file is learned again).
+    #[allow(clippy::too_many_arguments)]
     fn write_locked(
         &self,
         inode: &Inode,
@@ -232,12 +310,15 @@ impl CutFs {
         offset: u64,
         data: &[u8],
         hold: bool,
-    ) -> Result<u32> {
+        append: bool,
+    ) -> Result<(u32, Option<u64>)> {
         let state = inode;
-        let (now, stamp) = self.now(content, file)?;
+        let st = sys::fstat(file.as_fd()).map_err(io)?;
+        let (now, stamp) = self.now_of(content, file, &st)?;
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
             Now::Empty => {
+                let offset = if append { 0 } else { offset };
                 // A file open in passthrough stays raw: the kernel shows
                 // its bytes to those handles (`crate::fs::state::passthrough`).
                 if self.newfiles == NewFiles::Auto
@@ -252,11 +333,12 @@ impl CutFs {
                     let first = cut.filter(|&k| k > 0).map_or(data, |k| &data[..k]);
                     match backing::start_corrected(file, first) {
                         Ok(index) => {
-                            let held = self.hold_rest(file, offset, data, first.len())?;
+                            let held =
+                                self.hold_rest(file, Some(offset), data, first.len(), append)?;
                             self.changed(state, content, file, Some(index))?;
                             content.held = held;
                             self.stats.view_written(u64::from(n));
-                            return Ok(n);
+                            return Ok((n, Some(offset)));
                         }
                         Err(backing::Error::View(e)) => log::debug!("new file stays raw: {e}"),
                         Err(e) => return Err(e.into()),
@@ -264,17 +346,25 @@ impl CutFs {
                 }
                 let done = self.write_raw(inode, file, offset, data)?;
                 self.changed(state, content, file, None)?;
-                Ok(done)
+                Ok((done, Some(offset)))
+            }
+            Now::Raw if append => {
+                let size = st.st_size as u64;
+                let (done, at) = backing::append_raw(file, size, data, || Self::head(inode, file))
+                    .inspect_err(|e| self.log_magic_refused(inode, e))?;
+                self.changed(state, content, file, None)?;
+                Ok((u32::try_from(done).unwrap_or(u32::MAX), Some(at)))
             }
             Now::Raw => {
                 let done = self.write_raw(inode, file, offset, data)?;
                 self.changed(state, content, file, None)?;
-                Ok(done)
+                Ok((done, Some(offset)))
             }
             Now::Corrected(index) => {
                 if !index.lossless() {
                     return Err(view::Error::ReadOnly.into());
                 }
+                let offset = if append { index.view_len() } else { offset };
                 let mut next = content::take_index(content, &self.cache, &stamp, index);
                 // A write the kernel cut inside a character (its own last
                 // one, or the old one it overwrites): that character waits
@@ -289,11 +379,25 @@ impl CutFs {
                     }
                 };
                 let first = cut.map_or(data, |k| &data[..k]);
-                match backing::write_at(file, &mut next, &self.journal, offset, first) {
-                    Ok(()) => {
-                        let held = self.hold_rest(file, offset, data, first.len())?;
+                let written = match append {
+                    true => backing::append(file, &mut next, &self.journal, first),
+                    false => backing::write_at(file, &mut next, &self.journal, offset, first)
+                        .map(|()| backing::Landed::AtEnd),
+                };
+                let mut at = Some(offset);
+                match written {
+                    Ok(backing::Landed::AtEnd) => {
+                        let held = self.hold_rest(file, at, data, first.len(), append)?;
                         self.changed(state, content, file, Some(next))?;
                         content.held = held;
+                    }
+                    Ok(backing::Landed::After) => {
+                        // Whole, after another appender's bytes: the file
+                        // is learned again when next used.
+                        at = None;
+                        inode.seen().lock().forget();
+                        content.view = None;
+                        content.held = self.hold_rest(file, at, data, first.len(), append)?;
                     }
                     // Refused before anything was written: `next` is as it
                     // was. (The cut character, held, is not what W refused:
@@ -322,7 +426,7 @@ impl CutFs {
                     }
                 }
                 self.stats.view_written(u64::from(n));
-                Ok(n)
+                Ok((n, at))
             }
         }
     }

@@ -68,9 +68,10 @@ impl CutFs {
     }
 
     pub(in crate::fs) fn open_file(&self, inode: &Inode, flags: i32) -> Result<std::fs::File> {
-        // O_APPEND stays with the kernel, which sends appends at the end of
-        // the view; the backing descriptor writes at the offsets we choose
-        // (a view offset is not a disk offset, and a rewrite starts at 0).
+        // O_APPEND is the daemon's: each WRITE carries the flag and goes
+        // to the end as it is then (`write_file`); the backing descriptor
+        // writes at the offsets we choose (a view offset is not a disk
+        // offset, and a rewrite starts at 0).
         let strip = libc::O_CREAT
             | libc::O_EXCL
             | libc::O_NOCTTY
@@ -251,7 +252,7 @@ impl CutFs {
         let was = told.load(Ordering::Relaxed);
         let reads = self.kernel.reads();
         let fails = reads.refuse_short(reading, (offset, size), (got, was), || {
-            flags.0 & libc::O_DIRECT != 0 || self.passthrough.by_kernel(fh)
+            flags.0 & libc::O_DIRECT != 0 || h.append || self.passthrough.by_kernel(fh)
         });
         let end = offset + got as u64;
         if !fails && end < was {
@@ -290,6 +291,7 @@ impl CutFs {
         data: &[u8],
         req: &Request,
         kill: bool,
+        append: bool,
     ) -> Result<u32> {
         let h = self.handles.file(fh)?;
         let Handle::File(h) = &*h else {
@@ -301,7 +303,18 @@ impl CutFs {
         // Kept for this caller's next write on this thread (the rest of
         // this request touches no file of the daemon's).
         limits_kept(req)?;
-        let n = self.write_file(h, offset, data)?;
+        let (n, moved) = self.write_file(h, offset, data, append)?;
+        if moved {
+            // An append the kernel placed at its stale size went to the
+            // real end: the kernel copied it into its pages at `offset`
+            // and counts a size of its own, so both go; after this
+            // reply, which the kernel waits for holding those pages.
+            log::debug!(
+                "{}: an append the kernel sent for {offset} went to the file's end",
+                self.name_of(&h.inode)
+            );
+            self.kernel.pages_later(h.inode.ino);
+        }
         // The kernel's size grows to the write's end (`inflight`).
         h.state
             .told
@@ -550,24 +563,35 @@ impl Opener {
         let lost = crate::fs::state::errseq::ErrorsTold::at(content.lost);
         let keep = inode.seen().lock().opened_at(stamp) && !self.strictatime;
         drop(content);
+        let append = write && flags & libc::O_APPEND != 0;
         let fh = self.handles.insert(Handle::File(FileHandle {
             inode,
             file,
             write,
+            append,
             state,
             lost,
             _attached: attached,
             _ticket: ticket,
         }));
-        let mut flags = FopenFlags::empty();
+        let mut fopen = FopenFlags::empty();
         if keep {
-            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+            fopen |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if append {
+            // Each write(2) of an appender is one WRITE (up to 1 MiB),
+            // which lands whole at the file's end (`write_file`): through
+            // the page cache the kernel would split one at the first page
+            // it has not cached, and another appender's bytes could come
+            // between the parts. Nor does it cache the bytes at the offset
+            // its stale size gave.
+            fopen |= FopenFlags::FOPEN_DIRECT_IO;
         }
         // No FOPEN_NOFLUSH, not even for a read-only handle: the FLUSH of
         // every close(2) is what releases the closing owner's record locks
         // (`crate::fs::locks`), passthrough handles included
         // (`kernel_flags`).
-        Ok((fh, flags))
+        Ok((fh, fopen))
     }
 }
 

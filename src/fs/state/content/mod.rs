@@ -136,6 +136,10 @@ pub struct HeldBytes {
     pub bytes: Vec<u8>,
     /// A read-write descriptor of the file they go to (the handle's own).
     pub file: Arc<File>,
+    /// Held by an O_APPEND write: they go to the file's end, wherever it
+    /// is when they are written (`at` is where the write before them
+    /// landed, or `u64::MAX` when that is not known).
+    pub append: bool,
 }
 
 /// What is known of one inode's content, under the stamp it was learned
