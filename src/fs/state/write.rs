@@ -48,6 +48,10 @@ use crate::fs::state::inodes::Inode;
 use crate::fs::CutFs;
 use crate::sys;
 
+/// How many more times a change is planned again when the file changed
+/// between its index and the bytes the plan read (`view::Error::Changed`).
+const CHANGED_TRIES: u8 = 3;
+
 /// What a regular file is right now.
 enum Now {
     Empty,
@@ -133,6 +137,17 @@ impl CutFs {
             self.cache.put(stamp, index.clone());
             content.view = Some((stamp, index));
         }
+    }
+
+    /// After a change of a corrected file planned from an index the bytes
+    /// no longer agree with (`view::Error::Changed`: another daemon, or a
+    /// writer in BACKING, changed the file since it was indexed): the
+    /// index goes, from the cache too (its stamp may not have moved), so
+    /// the next try learns the file as it is now.
+    fn changed_meanwhile(&self, inode: &Inode, content: &mut Content, stamp: Stamp) {
+        inode.seen().lock().forget();
+        self.cache.remove(&stamp);
+        content.view = None;
     }
 
     /// A write through handle `h` at `offset` (a view offset for corrected
@@ -312,6 +327,32 @@ impl CutFs {
         hold: bool,
         append: bool,
     ) -> Result<(u32, Option<u64>)> {
+        self.write_tries(
+            inode,
+            file,
+            content,
+            offset,
+            data,
+            (hold, append),
+            CHANGED_TRIES,
+        )
+    }
+
+    /// [`CutFs::write_locked`], tried again from a fresh look at the file
+    /// up to `tries` more times when it changed between its index and the
+    /// bytes the write read (last writer wins, as on one filesystem, not
+    /// an EIO the backing filesystem never gave).
+    #[allow(clippy::too_many_arguments)]
+    fn write_tries(
+        &self,
+        inode: &Inode,
+        file: &Fd,
+        content: &mut Content,
+        offset: u64,
+        data: &[u8],
+        (hold, append): (bool, bool),
+        tries: u8,
+    ) -> Result<(u32, Option<u64>)> {
         let state = inode;
         let st = sys::fstat(file.as_fd()).map_err(io)?;
         let (now, stamp) = self.now_of(content, file, &st)?;
@@ -419,6 +460,19 @@ impl CutFs {
                         // Its class changed behind the kernel's cached
                         // attributes (the blocks it takes, for one).
                         self.kernel.attributes(inode.ino);
+                    }
+                    Err(backing::Error::View(view::Error::Changed)) if tries > 0 => {
+                        self.changed_meanwhile(inode, content, stamp);
+                        let how = (hold, append);
+                        return self.write_tries(
+                            inode,
+                            file,
+                            content,
+                            offset,
+                            data,
+                            how,
+                            tries - 1,
+                        );
                     }
                     Err(e) => {
                         self.failed(state, content, file, stamp, next);
@@ -561,24 +615,35 @@ impl CutFs {
         if let Some(held) = content.held.take() {
             self.write_held(inode, &mut content, held)?;
         }
-        let (now, stamp) = self.now(&content, file)?;
-        match now {
-            Now::Corrected(index) if size != 0 => {
-                if !index.lossless() {
-                    return Err(view::Error::ReadOnly.into());
+        let mut tries = CHANGED_TRIES;
+        loop {
+            let (now, stamp) = self.now(&content, file)?;
+            match now {
+                Now::Corrected(index) if size != 0 => {
+                    if !index.lossless() {
+                        return Err(view::Error::ReadOnly.into());
+                    }
+                    let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
+                    match backing::truncate(file, &mut next, &self.journal, size) {
+                        Ok(()) => return self.changed(state, &mut content, file, Some(next)),
+                        // Changed since indexed: again, as it is now
+                        // (see `write_tries`).
+                        Err(backing::Error::View(view::Error::Changed)) if tries > 0 => {
+                            tries -= 1;
+                            self.changed_meanwhile(inode, &mut content, stamp);
+                        }
+                        Err(e) => {
+                            self.failed(state, &mut content, file, stamp, next);
+                            return Err(e.into());
+                        }
+                    }
                 }
-                let mut next = content::take_index(&mut content, &self.cache, &stamp, index);
-                if let Err(e) = backing::truncate(file, &mut next, &self.journal, size) {
-                    self.failed(state, &mut content, file, stamp, next);
-                    return Err(e.into());
+                _ => {
+                    // Raw, empty, or emptying a corrected file (its view is
+                    // then nothing, and so is its backing file).
+                    file.set_len(size).map_err(io)?;
+                    return self.changed(state, &mut content, file, None);
                 }
-                self.changed(state, &mut content, file, Some(next))
-            }
-            _ => {
-                // Raw, empty, or emptying a corrected file (its view is
-                // then nothing, and so is its backing file).
-                file.set_len(size).map_err(io)?;
-                self.changed(state, &mut content, file, None)
             }
         }
     }
