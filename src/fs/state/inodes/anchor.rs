@@ -149,7 +149,21 @@ impl Inode {
                     .get(&mnt)
                     .cloned()
                     .ok_or_else(stale)?;
-                sys::open_by_handle_parts(mount.as_fd(), ty, &bytes[..len], flags)?
+                let open = || sys::open_by_handle_parts(mount.as_fd(), ty, &bytes[..len], flags);
+                // ext4 answers ENOMEM, not ESTALE, for a handle whose inode
+                // is being freed at that moment (its inode cache lookup
+                // gives up on it): a file just replaced by a rename. Asked
+                // once more; then the file is gone, and the kernel looks
+                // its name up again (the VFS retries an ESTALE open once).
+                match open() {
+                    Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {
+                        open().map_err(|e| match e.raw_os_error() {
+                            Some(libc::ENOMEM) => stale(),
+                            _ => e,
+                        })?
+                    }
+                    r => r?,
+                }
             }
             Way::Name(parent, name) => {
                 let dir = parent.fd().map_err(errno_io)?;
