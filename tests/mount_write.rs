@@ -1176,3 +1176,35 @@ fn a_file_w_cannot_give_back_is_read_only() {
         .open(m.m("fine.txt"))
         .expect("an ordinary reserved unit does not block writing");
 }
+
+/// A corrected file that is the magic number alone holds no content, as
+/// an empty file: what is written into it first chooses its encoding
+/// (text stays corrected, bytes with a NUL make it raw), written over the
+/// magic number, not after it.
+#[test]
+fn the_magic_number_alone_takes_the_encoding_of_the_first_write() {
+    let m = Mount::new(&[], |b| {
+        fs::write(b.join("bin"), MAGIC).unwrap();
+        fs::write(b.join("text"), MAGIC).unwrap();
+        fs::write(b.join("over"), MAGIC).unwrap();
+    });
+    for name in ["bin", "text", "over"] {
+        assert_eq!(fs::metadata(m.m(name)).unwrap().len(), 0, "{name}: size");
+    }
+    let append = |name: &str, bytes: &[u8]| {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(m.m(name)).unwrap();
+        f.write_all(bytes).unwrap();
+    };
+    append("bin", b"ab\0\x01");
+    append("text", "h\u{e9}llo\n".as_bytes());
+    write(&m.m("over"), b"x\0y");
+    assert_eq!(fs::read(m.b("bin")).unwrap(), b"ab\0\x01", "raw now");
+    assert_eq!(
+        fs::read(m.b("text")).unwrap(),
+        corrected_file("h\u{e9}llo\n")
+    );
+    assert_eq!(fs::read(m.b("over")).unwrap(), b"x\0y", "raw now");
+    assert_eq!(fs::read(m.m("bin")).unwrap(), b"ab\0\x01");
+    assert_eq!(fs::read(m.m("text")).unwrap(), "h\u{e9}llo\n".as_bytes());
+}

@@ -355,7 +355,14 @@ impl CutFs {
     ) -> Result<(u32, Option<u64>)> {
         let state = inode;
         let st = sys::fstat(file.as_fd()).map_err(io)?;
-        let (now, stamp) = self.now_of(content, file, &st)?;
+        let (mut now, stamp) = self.now_of(content, file, &st)?;
+        if matches!(&now, Now::Corrected(index) if index.view_len() == 0) && (append || offset == 0)
+        {
+            // The magic number alone holds no content: what is written
+            // first chooses the encoding, as for an empty file (SPEC §3).
+            file.set_len(0).map_err(io)?;
+            now = Now::Empty;
+        }
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match now {
             Now::Empty => {
