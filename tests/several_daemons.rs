@@ -5,7 +5,14 @@
 //! still running keeps serving, reads and journaled rewrites of its own
 //! included, and the next mount finishes the killed daemon's entries (the
 //! file is one whole version), removes its owner file and leaves the live
-//! daemon's. Changes racing through two daemons fail with no EIO.
+//! daemon's.
+//!
+//! A daemon killed in the middle of a journaled rewrite (right after the
+//! commit, the tail partly copied: `CUTF8FS_TEST_KILL_AFTER_COMMIT`) is
+//! finished at once by a live daemon of the same BACKING, which shows the
+//! file whole within a bounded time; what it writes after that is never
+//! undone by a later mount.
+//! Changes racing through two daemons fail with no EIO.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -14,15 +21,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::mount::{wait_for, Mount};
+use crate::support::mount::{ended, wait_for, Mount};
 use crate::support::write::{corrected_file, journal_entries};
 
 /// Big enough that each rewrite of its tail takes a while.
 const LEN: usize = 24 << 20;
 
 fn body() -> String {
+    body_of(LEN)
+}
+
+fn body_of(len: usize) -> String {
     let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
-    line.repeat(LEN / line.len())
+    line.repeat(len / line.len())
+}
+
+/// Whether process `pid` waits for a `flock` on the inode numbered `ino`
+/// (a `->` line of /proc/locks).
+fn waits_for_flock(pid: u32, ino: u64) -> bool {
+    let locks = fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks.lines().any(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.get(1) == Some(&"->")
+            && w.get(2) == Some(&"FLOCK")
+            && w.get(5) == Some(&pid.to_string().as_str())
+            && w.get(6).is_some_and(|d| d.ends_with(&format!(":{ino}")))
+    })
 }
 
 /// The names in BACKING's journal directory.
@@ -242,4 +266,112 @@ fn changes_racing_through_two_daemons_never_fail_with_eio() {
         shifts.len(),
         shifts.first()
     );
+
+#[test]
+fn a_killed_daemons_committed_rewrite_is_finished_at_once_by_a_live_one() {
+    use std::os::unix::fs::MetadataExt;
+    let text = body_of(8 << 20);
+    // A kills itself at its second journaled rewrite, right after the
+    // commit, with the first MiB of the new tail copied.
+    let mut a = Mount::with(&[])
+        .env("CUTF8FS_TEST_KILL_AFTER_COMMIT", "2")
+        .fresh(|b| {
+            fs::write(b.join("big.txt"), corrected_file(&text)).unwrap();
+            fs::write(b.join("small.txt"), corrected_file("small \u{3b1}\n")).unwrap();
+        });
+    let backing = a.backing.clone();
+    let mnt_b = a.dir().join("mnt-b");
+    fs::create_dir(&mnt_b).unwrap();
+    let b = Mount::with(&[]).on(&backing, &mnt_b, &a.dir().join("daemon-b.log"));
+    // B has the file open: the replay must reach what this handle reads.
+    let held = fs::File::open(b.m("big.txt")).unwrap();
+    // A's first journaled rewrite makes the journal and A's owner file.
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(a.m("small.txt"))
+        .unwrap();
+    f.write_at("\u{800}".as_bytes(), 0).unwrap();
+    drop(f);
+    let owner = journal_names(&backing)
+        .into_iter()
+        .find(|n| n.ends_with(".owner"))
+        .expect("A's owner file");
+    let owner_ino = fs::metadata(backing.join(".cutf8fs-journal").join(&owner))
+        .unwrap()
+        .ino();
+    // Let B see A's owner file first, so the kill is learned from the
+    // lock B waits for (a daemon that dies before B looked is found
+    // unlocked at B's next look instead).
+    wait_for(20.0, || waits_for_flock(b.pid(), owner_ino));
+    // The shifting overwrite at big.txt's start: A dies mid-copy.
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(a.m("big.txt"))
+        .unwrap();
+    let _ = f.write_at("\u{800}".as_bytes(), 0);
+    drop(f);
+    let a_pid = a.pid();
+    assert!(
+        wait_for(20.0, || ended(a_pid)),
+        "A did not kill itself after the commit; its log:\n{}",
+        a.log_text()
+    );
+    a.kill9();
+    let old = text.as_bytes().to_vec();
+    let new = ["\u{800}".as_bytes(), &text.as_bytes()[3..]].concat();
+    let mut seen = Vec::new();
+    let whole = wait_for(30.0, || {
+        seen = fs::read(b.m("big.txt")).unwrap_or_default();
+        seen == old || seen == new
+    });
+    assert!(
+        whole,
+        "30 s after A was killed, B still shows big.txt neither old nor new (len {}, \
+         old {}, new {}, first difference from new at {:?}); journal: {:?}\nB's log:\n{}",
+        seen.len(),
+        old.len(),
+        new.len(),
+        seen.iter().zip(&new).position(|(x, y)| x != y),
+        journal_names(&backing),
+        b.log_text()
+    );
+    assert!(
+        b.log_text().contains("finished its 1 interrupted rewrite"),
+        "B did not finish A's rewrite; B's log:\n{}",
+        b.log_text()
+    );
+    let mut through_held = Vec::new();
+    std::io::Read::read_to_end(&mut &held, &mut through_held).unwrap();
+    assert!(
+        through_held == seen,
+        "the handle B held reads another version (len {})",
+        through_held.len()
+    );
+    // B's append, then a mount starting: the append stays.
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(b.m("big.txt"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"appended through B\n").unwrap();
+    drop(f);
+    let want = [seen.as_slice(), b"appended through B\n"].concat();
+    a.remount();
+    for (who, m) in [("A", &a), ("B", &b)] {
+        let got = fs::read(m.m("big.txt")).unwrap();
+        assert!(
+            got == want,
+            "after the next mount, {who} shows big.txt with B's append undone \
+             (len {}, want {}); A's log:\n{}",
+            got.len(),
+            want.len(),
+            a.log_text()
+        );
+    }
+    assert!(
+        journal_entries(&backing).is_empty(),
+        "entries left: {:?}",
+        journal_names(&backing)
+    );
+    drop(held);
+    drop(b);
 }

@@ -40,6 +40,8 @@
 //!   finish it". A journal directory that fails the rules while mounted
 //!   makes the rewrites that need it fail with EPERM, logged through
 //!   `crate::ratelog` (its owner can keep it in place for every rewrite).
+//! * Crash tests stop a daemon at the worst moment with [`KILL_ENV`]
+//!   rather than a well-timed `kill -9`.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -95,7 +97,18 @@ pub struct RedoJournal {
     /// wrote an entry there. Held only to look it up or replace it; each
     /// rewrite keeps its own `Arc` of the directory it started in.
     dir: parking_lot::Mutex<Option<DirClaim>>,
+    /// For crash tests only: the daemon kills itself at this journaled
+    /// rewrite (1 for the first), right after its commit ([`KILL_ENV`]).
+    kill_at: Option<u64>,
+    /// Journaled rewrites committed so far (for `kill_at`).
+    committed: AtomicU64,
 }
+
+/// For crash tests: `CUTF8FS_TEST_KILL_AFTER_COMMIT=N` makes the daemon
+/// kill itself (SIGKILL) at its Nth journaled rewrite, right after the
+/// entry is committed and part of the new tail copied: the moment a kill
+/// leaves a half-rewritten file that only the journal can finish.
+pub const KILL_ENV: &str = "CUTF8FS_TEST_KILL_AFTER_COMMIT";
 
 /// The journal directory in use, and this daemon's claim on it.
 #[derive(Debug)]
@@ -134,6 +147,8 @@ impl RedoJournal {
             read_only: read_only || fs_ro,
             id: owner::new_id(),
             dir: parking_lot::Mutex::new(None),
+            kill_at: std::env::var(KILL_ENV).ok().and_then(|v| v.parse().ok()),
+            committed: AtomicU64::new(0),
         };
         let path = j.backing.join(DIR);
         let dir = match trust::open_dir(j.root.as_fd(), OsStr::new(DIR), &j.dir_rule(), false) {
@@ -539,6 +554,7 @@ impl RedoJournal {
         }
         let (dir, name, entry, tail) = self.prepare(file, offset, fill)?;
         // Committed: from here on a kill is finished at the next mount.
+        self.test_kill_point(file, offset, &tail);
         apply(file, offset, &tail)?;
         // Closed before the entry goes: a FUSE BACKING (bindfs, sshfs)
         // keeps a file unlinked while open as a hidden name, which would
@@ -551,6 +567,23 @@ impl RedoJournal {
             files: FILES.to_vec(),
         };
         retire(&dir, &f)
+    }
+
+    /// [`KILL_ENV`]: at the chosen rewrite, copies the first part of the
+    /// tail (at most a step of the copy, half of it if shorter) and kills
+    /// the daemon.
+    fn test_kill_point(&self, file: &File, offset: u64, tail: &File) {
+        let n = self.committed.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.kill_at != Some(n) {
+            return;
+        }
+        let len = tail.metadata().map_or(0, |m| m.len());
+        let mut buf = vec![0u8; usize::try_from(len / 2).unwrap_or(CHUNK).min(CHUNK)];
+        if tail.read_exact_at(&mut buf, 0).is_ok() {
+            let _ = file.write_all_at(&buf, offset);
+        }
+        log::warn!("journal: {KILL_ENV}={n}: killed after the commit, as a crash test asked");
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGKILL);
     }
 
     /// Writes and commits an entry for the rewrite of `file[offset..]` with
