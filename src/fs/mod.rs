@@ -106,8 +106,9 @@ pub struct CutFs {
     /// Threads that classify large files, so FUSE workers stay free.
     scans: content::ScanPool,
     /// Rewrites that must be all-or-nothing (`BACKING/.cutf8fs-journal`,
-    /// created on first use, never on a read-only mount).
-    journal: crate::redo::RedoJournal,
+    /// created on first use, never on a read-only mount); shared with the
+    /// journal's thread that finishes dead peers' rewrites.
+    journal: Arc<crate::redo::RedoJournal>,
     newfiles: options::NewFiles,
     /// `-o blksize`: the preferred I/O size regular files show.
     blksize: Option<u32>,
@@ -196,8 +197,10 @@ impl CutFs {
         // The journal is reached only through the root descriptor (never
         // a path resolved later); opening it checks it is the daemon's own
         // and replays what a killed daemon left half done, or refuses.
-        let journal =
-            crate::redo::RedoJournal::open(std::os::fd::AsFd::as_fd(&root), opts.read_only())?;
+        let journal = Arc::new(crate::redo::RedoJournal::open(
+            std::os::fd::AsFd::as_fd(&root),
+            opts.read_only(),
+        )?);
         // The cache directory of index databases, tidied by every daemon
         // as it starts (never fails the mount).
         crate::indexdb::tidy_cache(std::os::fd::AsFd::as_fd(&root), opts.index_db_cache);
@@ -242,6 +245,13 @@ impl CutFs {
             ),
         }
         let locks = locks::Locks::new(kernel.clone(), shares.clone());
+        // Another daemon of this BACKING killed mid-rewrite is finished at
+        // once, not at the next mount (`crate::redo`'s peer watch).
+        journal.watch_peers(Arc::new(coherence::peers::Finishing {
+            inodes: inodes.clone(),
+            cache: cache.clone(),
+            kernel: kernel.clone(),
+        }))?;
         let archive = match opts.archive {
             true => {
                 let readers = Arc::new(archive::Readers::default());

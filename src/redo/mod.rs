@@ -1,6 +1,7 @@
 //! The mount's redo journal: rewrites of a file's tail that must be
-//! all-or-nothing, kept in `BACKING/.cutf8fs-journal` and redone at the
-//! next mount after a crash. (`cutf8 migrate` keeps an undo journal of its
+//! all-or-nothing, kept in `BACKING/.cutf8fs-journal` and redone after a
+//! crash: at once by a live daemon of the same BACKING (`peers`), or at the
+//! next mount. (`cutf8 migrate` keeps an undo journal of its
 //! own, `crate::migrate`'s `undo`: a different format for a different job.)
 //!
 //! Called by `crate::io::write` (the write path) and opened once by `crate::fs`
@@ -23,8 +24,11 @@
 //!   link and a copy cut short change them, and a replay must still run.)
 //!   An entry counts only once renamed to `*.commit` after everything in
 //!   it is durable: before that the file was not touched and the entry is
-//!   dropped; after it the copy is (re)done at the next mount and the
-//!   entry removed. Each rewrite first checks that the name still refers
+//!   dropped; after it the copy is (re)done and the entry removed — by
+//!   another daemon of the BACKING the moment this one is gone (`peers`
+//!   says why it must not wait: its survivors would serve the half-copied
+//!   file, and a later replay would undo what they wrote into it), or
+//!   else by the next mount. Each rewrite first checks that the name still refers
 //!   to the directory in use (its owner may rename it), so an entry always
 //!   sits where the next mount looks.
 //! * At start every entry is checked before anything is done, by the rules
@@ -60,6 +64,9 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 
 mod entry;
 mod owner;
+mod peers;
+
+pub use peers::{Bare, Replaying};
 
 /// Whether `name`, in the journal directory, names an entry rather than
 /// one of the daemons' own files (`recover.lock`, owner files).
@@ -115,6 +122,34 @@ pub const KILL_ENV: &str = "CUTF8FS_TEST_KILL_AFTER_COMMIT";
 struct DirClaim {
     fd: Arc<OwnedFd>,
     owner: Option<Owner>,
+}
+
+/// The committed entries of owner `id` in `dir`, each with the identity
+/// of the file its `target` names now: only to choose which file to hold
+/// still while it is finished (everything is checked then, `sweep`).
+fn committed_of(dir: &OwnedFd, id: u64) -> io::Result<Vec<(OsString, (u64, u64))>> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut d = nix::dir::Dir::openat(dir, ".", flags, Mode::empty()).map_err(io::Error::from)?;
+    let mut found = Vec::new();
+    for e in d.iter() {
+        let e = e.map_err(io::Error::from)?;
+        let n = e.file_name().to_bytes();
+        if state_of(n) != Some(State::Commit) || owner::id_of(n) != Some(id) {
+            continue;
+        }
+        let name = OsStr::from_bytes(n).to_owned();
+        let target = openat(
+            dir,
+            name.as_os_str(),
+            flags | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )
+        .and_then(|fd| fstatat(&fd, "target", AtFlags::AT_SYMLINK_NOFOLLOW))
+        .map_or((0, 0), |st| (st.st_dev, st.st_ino));
+        found.push((name, target));
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// A refusal to start: `what` happened at `path`, `todo` says what to do.
@@ -193,6 +228,73 @@ impl RedoJournal {
     fn recover(&self, dir: &OwnedFd, path: &Path) -> io::Result<usize> {
         let _recovery = Recovery::begin(dir, self.read_only)
             .map_err(|e| refuse(path, e, "Check the journal directory's files."))?;
+        self.sweep(dir, path, None, None)
+    }
+
+    /// Finishes the entries of peer `id`, whose daemon ended: this daemon
+    /// holds the lock of its owner file (`owner`, in `dir`). Nothing to
+    /// do if another daemon finished them first (the owner file is no
+    /// longer under its name). Each committed entry is finished on its
+    /// own, inside `hooks` (which holds its file still) and then under
+    /// `recover.lock`: the file's content lock before `recover.lock`, the
+    /// order of the write path, whose first rewrite in a journal directory
+    /// waits for `recover.lock` to claim its owner file.
+    fn finish_peer(
+        &self,
+        dir: &OwnedFd,
+        id: u64,
+        owner: File,
+        hooks: &dyn Replaying,
+    ) -> io::Result<usize> {
+        let path = self.backing.join(DIR);
+        let name = format!("{id}{}", owner::OWNER_SUFFIX);
+        let begin = || -> io::Result<Option<Recovery>> {
+            let r = Recovery::begin(dir, false)
+                .map_err(|e| refuse(&path, e, "Check the journal directory's files."))?;
+            let held = fstat(owner.as_fd()).map_err(io::Error::from)?;
+            Ok(
+                match fstatat(dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st)
+                        if held.st_nlink > 0
+                            && (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino) =>
+                    {
+                        r
+                    }
+                    _ => None,
+                },
+            )
+        };
+        let mut replayed = 0;
+        for (entry, target) in committed_of(dir, id)? {
+            let mut one = || -> io::Result<()> {
+                let Some(_recovery) = begin()? else {
+                    return Ok(());
+                };
+                let peer = Some((id, Liveness::Dead(None)));
+                replayed += self.sweep(dir, &path, peer, Some(&entry))?;
+                Ok(())
+            };
+            hooks.replaying(target, &mut one)?;
+        }
+        // The rest (uncommitted entries), then the owner file.
+        let Some(_recovery) = begin()? else {
+            return Ok(replayed);
+        };
+        let peer = Some((id, Liveness::Dead(Some(owner))));
+        Ok(replayed + self.sweep(dir, &path, peer, None)?)
+    }
+
+    /// [`RedoJournal::recover`]'s work, `recover.lock` held: of every dead
+    /// daemon's entries, or only of `peer`'s (its id, known dead), and then
+    /// only `entry` if given.
+    fn sweep(
+        &self,
+        dir: &OwnedFd,
+        path: &Path,
+        peer: Option<(u64, Liveness)>,
+        entry: Option<&OsStr>,
+    ) -> io::Result<usize> {
+        let only = peer.as_ref().map(|p| p.0);
         let mut names = Vec::new();
         {
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -209,6 +311,9 @@ impl RedoJournal {
         names.sort();
         // Who each entry belongs to, and whether that daemon lives.
         let mut owners: std::collections::BTreeMap<u64, Liveness> = Default::default();
+        if let Some((id, l)) = peer {
+            owners.insert(id, l);
+        }
         let mut live = 0;
         let mut mine = Vec::new();
         for name in names {
@@ -217,9 +322,14 @@ impl RedoJournal {
                 continue;
             }
             let Some(id) = owner::id_of(n) else {
-                mine.push(name);
+                if only.is_none() {
+                    mine.push(name);
+                }
                 continue;
             };
+            if only.is_some_and(|o| o != id) || entry.is_some_and(|e| e != name.as_os_str()) {
+                continue;
+            }
             if let std::collections::btree_map::Entry::Vacant(v) = owners.entry(id) {
                 let l = Liveness::of(dir, id).map_err(|e| {
                     refuse(
@@ -553,7 +663,8 @@ impl RedoJournal {
             return apply(file, offset, &tail);
         }
         let (dir, name, entry, tail) = self.prepare(file, offset, fill)?;
-        // Committed: from here on a kill is finished at the next mount.
+        // Committed: from here on a kill is finished by a live peer
+        // (`peers`) or at the next mount.
         self.test_kill_point(file, offset, &tail);
         apply(file, offset, &tail)?;
         // Closed before the entry goes: a FUSE BACKING (bindfs, sshfs)
@@ -749,6 +860,33 @@ mod tests {
         let other_file = jdir.join(format!("{}{}", other.id, owner::OWNER_SUFFIX));
         assert!(other_file.exists(), "the live daemon's owner file went");
         drop(next);
+    }
+
+    /// A daemon watching its peers finishes a dead one's committed entry
+    /// at once (not at the next mount) and removes its owner file.
+    #[test]
+    fn a_watching_daemon_finishes_a_dead_peers_entries_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, file) = file_in(dir.path(), b"old content here");
+        let jdir = dir.path().join(DIR);
+        let watching = Arc::new(RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap());
+        watching.watch_peers(Arc::new(Bare)).unwrap();
+        let dead = RedoJournal::open(root_of(dir.path()).as_fd(), false).unwrap();
+        dead.commit_only(&file, 4, |w| w.write_all(b"NEW")).unwrap();
+        let owner_file = jdir.join(format!("{}{}", dead.id, owner::OWNER_SUFFIX));
+        assert!(owner_file.exists());
+        drop(dead);
+        let t0 = std::time::Instant::now();
+        while !entries(&jdir).is_empty() || owner_file.exists() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(20),
+                "the dead peer's entry is still there: {:?}",
+                entries(&jdir)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(fs::read(&p).unwrap(), b"old NEW");
+        drop(watching);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! shared filesystem), and none may replay or delete the entries of
 //! another that is alive. Used by the journal (`super`) when it first
 //! writes an entry ([`Owner::claim`]) and when a mount starts
-//! ([`Recovery`]).
+//! ([`Recovery`]), and by `super::peers` to learn at once that one died.
 //!
 //! * Each daemon takes a random 64-bit id. Its entries are named
 //!   `<id>-<seq>` (then `.commit`, `.done`), and before its first entry it
@@ -73,6 +73,15 @@ pub(super) fn id_of(name: &[u8]) -> Option<u64> {
 /// Whether `name` is an owner file's.
 pub(super) fn is_owner_file(name: &[u8]) -> bool {
     name.ends_with(OWNER_SUFFIX.as_bytes()) && id_of(name).is_some()
+}
+
+/// Owner file `name` in `dir`, opened to be locked (None if it is gone).
+pub(super) fn open(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<File>> {
+    match trust::open_file(dir.as_fd(), name, libc::O_RDONLY, &rule(), false) {
+        Ok(f) => Ok(Some(f)),
+        Err(trust::Unusable::Missing) => Ok(None),
+        Err(trust::Unusable::Bad(why)) => Err(bad(&name.to_string_lossy(), why)),
+    }
 }
 
 /// `recover.lock`, held exclusively while alive.
