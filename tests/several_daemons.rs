@@ -271,6 +271,7 @@ fn changes_racing_through_two_daemons_never_fail_with_eio() {
         shifts.len(),
         shifts.first()
     );
+}
 
 #[test]
 fn a_killed_daemons_committed_rewrite_is_finished_at_once_by_a_live_one() {
