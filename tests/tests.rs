@@ -70,6 +70,7 @@ mod man_page;
 mod memory;
 mod migrate;
 mod migrate_feedback;
+mod migrate_races;
 mod migrate_redteam;
 mod migrate_security;
 mod mount;

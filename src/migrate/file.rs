@@ -28,8 +28,53 @@ use super::transcode::{self, At, Buffers, Count, Direction, Region, Stop};
 use super::undo::{self, UndoJournal};
 use super::walk::Entry;
 use crate::io::Stamp;
-use crate::walk::{is_denied, special_kind, Dirs, Lost};
+use crate::sys::lease::{self, Lease};
+use crate::walk::{is_denied, special_kind, DirId, Dirs, Lost};
 use crate::{sys, trust};
+
+/// A file someone changed, or began to open for writing, during its
+/// conversion.
+const CHANGED: &str = "the file changed while it was being converted; left as it is";
+/// A file someone began to open while it was being renamed into place.
+const OPENED: &str = "another process opened the file while it was being converted; left as \
+                      it was, with what that process writes";
+
+/// The outcome for a file whose directory cannot be had.
+fn lost(l: Lost) -> Outcome {
+    match l {
+        Lost::Replaced => Outcome::Failed(
+            "its directory was moved or replaced during the run; left as it is".into(),
+        ),
+        Lost::Io(e) if is_denied(&e) => {
+            Outcome::Skipped(Reason::PermissionDenied("cannot open its directory".into()))
+        }
+        Lost::Io(e) => Outcome::Failed(format!("cannot open its directory: {e}")),
+    }
+}
+
+/// Takes `kind` of lease on `file` (see [`lease`]): Ok(true) if taken,
+/// Ok(false) if the filesystem grants none or this user may not take one
+/// (the stamp checks alone guard the file then), the outcome if the file
+/// is open elsewhere.
+fn take_lease(file: &File, kind: Lease) -> Result<bool, Outcome> {
+    match lease::take(file, kind) {
+        Ok(()) => Ok(true),
+        Err(e) if lease::unsupported(&e) => Ok(false),
+        // Someone else's file, and no CAP_LEASE: such a user cannot keep
+        // its owner (by rename) or times (in place) either, and the checks
+        // after this one skip it before anything is written.
+        Err(e) if is_denied(&e) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(Outcome::Failed(match kind {
+            Lease::Read => "open for writing in another process; left as it is (run again \
+                            once it is closed)"
+                .into(),
+            Lease::Write => "open in another process; a file converted in place must be \
+                             open nowhere else; left as it is (run again once it is closed)"
+                .into(),
+        })),
+        Err(e) => Err(Outcome::Failed(format!("cannot take a lease: {e}"))),
+    }
+}
 
 /// What a worker needs to know about the run.
 pub struct Job {
@@ -103,21 +148,35 @@ fn open_regular(dir: &File, name: &OsString, write: bool) -> Result<File, Outcom
 pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Step {
     let dir = match dirs.open(entry.dir) {
         Ok(d) => d,
-        Err(Lost::Replaced) => {
-            let msg = "its directory was moved or replaced during the run; left as it is";
-            return Step::Done(Outcome::Failed(msg.into()));
-        }
-        Err(Lost::Io(e)) if is_denied(&e) => {
-            let r = Reason::PermissionDenied("cannot open its directory".into());
-            return Step::Done(Outcome::Skipped(r));
-        }
-        Err(Lost::Io(e)) => {
-            return Step::Done(Outcome::Failed(format!("cannot open its directory: {e}")))
-        }
+        Err(l) => return Step::Done(lost(l)),
     };
+    if !job.dry_run {
+        if let Err(l) = dirs.still_there(entry.dir) {
+            return Step::Done(lost(l));
+        }
+    }
     let file = match open_regular(&dir, &entry.name, false) {
         Ok(f) => f,
         Err(outcome) => return Step::Done(outcome),
+    };
+    // The run's own report is open for writing here: known by its inode
+    // before any lease is asked for.
+    match file.metadata() {
+        Ok(md) if job.own.contains(&(md.dev(), md.ino())) => {
+            return Step::Done(Outcome::Skipped(Reason::OwnReport))
+        }
+        Ok(_) => {}
+        Err(e) => return Step::Done(Outcome::Failed(format!("cannot stat: {e}"))),
+    }
+    // The lease before the fstat whose size and times the conversion
+    // stands on: a write before it shows in them, one after it breaks it.
+    let leased = if job.dry_run {
+        false
+    } else {
+        match take_lease(&file, Lease::Read) {
+            Ok(l) => l,
+            Err(outcome) => return Step::Done(outcome),
+        }
     };
     let md = match file.metadata() {
         Ok(md) => md,
@@ -151,7 +210,7 @@ pub fn process(job: &Job, dirs: &Dirs, entry: &Entry, bufs: &mut Buffers) -> Ste
             Err(stop) => skip_or_fail(stop, "cannot read"),
         });
     }
-    match by_rename(job, &dir, entry, file, md, bom, bufs) {
+    match by_rename(job, &dir, entry, (file, leased), md, bom, bufs) {
         Ok(step) => step,
         // This user cannot give the new file the old one's owner: keep the
         // inode instead.
@@ -213,7 +272,13 @@ pub struct Pending {
     /// The original, held open so that the rename does not free its
     /// blocks: the last close does, in a closer thread (see [`Batch`]).
     original: File,
+    /// The converted file (open only here), and whether the original holds
+    /// a read lease and it a write lease ([`commit`]).
+    converted: File,
+    leased: bool,
     name: OsString,
+    /// The directory, to check that it is still in the tree.
+    dir_id: DirId,
     md: Metadata,
     after: u64,
     bom: bool,
@@ -230,7 +295,8 @@ fn by_rename(
     job: &Job,
     dir: &Arc<File>,
     entry: &Entry,
-    file: File,
+    // The original, and whether it holds a read lease.
+    (file, leased): (File, bool),
     md: Metadata,
     bom: bool,
     bufs: &mut Buffers,
@@ -273,10 +339,21 @@ fn by_rename(
             .set_times(times)
             .map_err(|e| format!("cannot keep the times: {e}"))
     })();
+    // Nobody but root can open the temporary file (root's, 0600): the
+    // write lease is granted, and from the rename on it makes anyone who
+    // opens the converted file wait until [`commit`] has decided.
+    let finish = finish.and_then(|()| match leased {
+        true => lease::take(&tfile, Lease::Write)
+            .map_err(|e| format!("cannot take a lease on the converted file: {e}")),
+        false => Ok(()),
+    });
     match finish {
         Ok(()) => Ok(Step::Pending(Box::new(Pending {
             temp,
             original: file,
+            converted: tfile,
+            leased,
+            dir_id: entry.dir,
             name: entry.name.clone(),
             md,
             after,
@@ -288,33 +365,122 @@ fn by_rename(
 
 /// Rename a pending conversion into place. Call only once its data is
 /// durable ([`Batch::flush`]). Gives back the original's descriptor.
-fn commit(p: Pending) -> (Outcome, File) {
+///
+/// Why no write that returned is lost (man/cutf8.1, SECURITY, "Files
+/// changed during the run"). The original X holds a read lease from before
+/// the fstat that gave `md`: no one had it open for writing then, and
+/// every open for writing and every truncate since waits in the kernel and
+/// breaks the lease (`crate::sys::lease`). Any write needs such an open,
+/// so while X's lease is whole, X holds exactly what was converted. The
+/// converted file Y holds a write lease: anyone who opens it waits too.
+/// X and Y then trade names (`RENAME_EXCHANGE`), and both leases are read:
+///
+/// * X's whole: no one opened X for writing since `md`; X, now under the
+///   temporary name, is removed, and Y stays (whoever waits on Y appends
+///   to the converted file, which is where their name now leads).
+/// * X's broken, Y's whole: someone waits to write to X; the names are
+///   traded back, Y is removed, and they append to X under its name: the
+///   file is as it was plus their writes, reported failed.
+/// * both broken: each waits to write to its own inode; Y stays, and X
+///   keeps a name of its own beside it, reported, so nothing is lost.
+///
+/// What remains: an open(2) that looked the name up before the exchange
+/// but reaches its lease check only after the leases were read (a few
+/// instructions inside one system call, between the path lookup and the
+/// open) is not seen, and its writes go to X after X is removed. Without
+/// leases (a filesystem that grants none) only the stamp compared before
+/// the rename guards the file, and a write between that check and the
+/// rename is lost with X.
+fn commit(p: Pending, dirs: &Dirs) -> (Outcome, File) {
     let Pending {
         mut temp,
         original,
+        converted,
+        leased,
         name,
+        dir_id,
         md,
         after,
         bom,
     } = p;
+    if let Err(l) = dirs.still_there(dir_id) {
+        return (lost(l), original);
+    }
     match sys::statat(&temp.dir, &name).map(|st| Stamp::of(&st)) {
         Ok(now) if now == Stamp::of_metadata(&md) => {}
-        Ok(_) => {
-            let msg = "the file changed while it was being converted; left as it is";
-            return (Outcome::Failed(msg.into()), original);
-        }
+        Ok(_) => return (Outcome::Failed(CHANGED.into()), original),
         Err(e) => {
             let msg = format!("cannot stat before renaming: {e}");
             return (Outcome::Failed(msg), original);
         }
     }
-    if let Err(e) = sys::renameat2(&temp.dir, &temp.name, &temp.dir, &name, 0) {
+    let before = md.len();
+    if !leased {
+        if let Err(e) = sys::renameat2(&temp.dir, &temp.name, &temp.dir, &name, 0) {
+            let msg = format!("cannot rename into place: {e}");
+            return (Outcome::Failed(msg), original);
+        }
+        temp.armed = false;
+        return (Outcome::Converted { before, after, bom }, original);
+    }
+    if !lease::intact(&original, Lease::Read) {
+        return (Outcome::Failed(CHANGED.into()), original);
+    }
+    let exchange = || {
+        sys::renameat2(
+            &temp.dir,
+            &temp.name,
+            &temp.dir,
+            &name,
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if let Err(e) = exchange() {
         let msg = format!("cannot rename into place: {e}");
         return (Outcome::Failed(msg), original);
     }
-    temp.armed = false;
-    let before = md.len();
-    (Outcome::Converted { before, after, bom }, original)
+    // The temporary name is now the original's; the armed `temp` removes
+    // it unless it is kept.
+    let x_whole = lease::intact(&original, Lease::Read);
+    let y_whole = lease::intact(&converted, Lease::Write);
+    let outcome = if x_whole {
+        Outcome::Converted { before, after, bom }
+    } else if y_whole {
+        match exchange() {
+            Ok(()) => Outcome::Failed(OPENED.into()),
+            Err(e) => {
+                temp.armed = false;
+                Outcome::Failed(format!(
+                    "another process opened the file while it was being renamed into place, \
+                     and the names could not be traded back ({e}): the original, with what \
+                     that process writes, is {} in its directory",
+                    temp.name.to_string_lossy()
+                ))
+            }
+        }
+    } else {
+        temp.armed = false;
+        let kept: OsString = format!("{}.cutf8-before", name.to_string_lossy()).into();
+        let at = match sys::renameat2(
+            &temp.dir,
+            &temp.name,
+            &temp.dir,
+            &kept,
+            libc::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => kept,
+            Err(_) => temp.name.clone(),
+        };
+        Outcome::Failed(format!(
+            "other processes opened both the original and the converted file while it was \
+             being renamed into place: the converted file is in place, and the original, with \
+             what was written to it meanwhile, is {} in its directory; merge them and remove it",
+            at.to_string_lossy()
+        ))
+    };
+    lease::release(&original);
+    lease::release(&converted);
+    (outcome, original)
 }
 
 /// A worker's pending conversions: their data is made durable with one
@@ -370,7 +536,7 @@ impl Batch {
 
     /// Make the pending data durable, rename each file into place, hand
     /// each outcome to `done`.
-    pub fn flush(&mut self, done: &mut dyn FnMut(usize, Outcome)) {
+    pub fn flush(&mut self, dirs: &Dirs, done: &mut dyn FnMut(usize, Outcome)) {
         let items = std::mem::take(&mut self.items);
         self.bytes = 0;
         if let Err(e) = Self::sync_each_fs(items.iter().map(|(_, p)| p.dir())) {
@@ -384,7 +550,9 @@ impl Batch {
         }
         for (id, p) in items {
             let dir = Arc::clone(p.dir());
-            let (outcome, original) = commit(p);
+            let (outcome, original) = commit(p, dirs);
+            // Whoever waits to open it goes on now, not at the close.
+            lease::release(&original);
             // With no closer left, the send fails and drops it here.
             let _ = self.closer.send(original);
             if matches!(outcome, Outcome::Converted { .. }) {
@@ -420,8 +588,49 @@ fn names_inside(dirs: &Dirs, entry: &Entry, md: &Metadata) -> u64 {
     inside
 }
 
+/// Another process began to open a file converted in place.
+const OPENED_IN_PLACE: &str = "another process opened the file while it was being converted";
+
+/// [`At`], cut short once another process has begun to open the file:
+/// the sooner the roll-back, the shorter that process waits.
+struct Alone<'a, F: Fn() -> bool> {
+    at: At<'a>,
+    alone: &'a F,
+}
+
+impl<F: Fn() -> bool> transcode::Sink for Alone<'_, F> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if !(self.alone)() {
+            return Err(io::Error::other(OPENED_IN_PLACE));
+        }
+        self.at.put(bytes)
+    }
+}
+
 /// The in-place rewrite under a journal, for files that must keep their
 /// inode.
+///
+/// Why no write that returned is lost (man/cutf8.1, SECURITY, "Files
+/// changed during the run"). The file holds a write lease from before the
+/// fstat that gives `md` (`crate::sys::lease`): it was open nowhere else
+/// then, and since then anyone who opens it (for reading or writing, by
+/// any of its names) or truncates it waits in the kernel, and the lease
+/// reads broken. Nothing writes to a file it has not opened, so while the
+/// lease is whole the file holds exactly what this function wrote. It is
+/// read before the first byte is written, at every buffer written, and
+/// after the last: broken, the journal's copy is put back (roll-back)
+/// while the other process still waits, and only then is the file closed;
+/// whole at the last look, the file is converted and whoever opens it
+/// next finds it so, under the same inode. Either way every write of
+/// theirs lands after migrate's, on the whole file: converted, or as it
+/// was, plus their appends.
+///
+/// What remains: the kernel lets a waiting open go on after
+/// /proc/sys/fs/lease-break-time seconds (45 by default) even if the lease
+/// is not given up; a conversion that takes longer than that from the
+/// moment someone opens the file to the end of its roll-back (gigabytes on
+/// a slow disk) writes alongside them. On a filesystem that grants no
+/// leases only the stamp compared before the first write guards the file.
 ///
 /// Only a file all of whose names are in the named trees is rewritten:
 /// the rewrite changes the inode under every name, and a name elsewhere
@@ -435,11 +644,19 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         Ok(f) => f,
         Err(outcome) => return outcome,
     };
+    let mut leased = false;
     if !job.dry_run {
         if let Err(e) = sys::lock_exclusive(&file) {
             return Outcome::Failed(format!("cannot lock: {e}"));
         }
+        // Before the fstat the journal and the conversion stand on.
+        leased = match take_lease(&file, Lease::Write) {
+            Ok(l) => l,
+            Err(outcome) => return outcome,
+        };
     }
+    // Whether no one has opened the file since the lease was granted.
+    let alone = || !leased || lease::intact(&file, Lease::Write);
     let md = match file.metadata() {
         Ok(md) if md.is_file() => md,
         Ok(md) => return Outcome::Skipped(Reason::Special(special_kind(md.mode()))),
@@ -481,6 +698,9 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         Ok(x) => x,
         Err(e) => return Outcome::Failed(format!("cannot read xattrs: {e}")),
     };
+    if let Err(l) = dirs.still_there(entry.dir) {
+        return lost(l);
+    }
     let journal = match UndoJournal::begin(dir, entry.key, &entry.name, &file) {
         Ok(j) => j,
         Err(e) if is_denied(&e) => {
@@ -493,12 +713,10 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
     match file.metadata() {
         // The one change check (`io::Stamp`, as at commit time): size,
         // times (a link or unlink changes ctime), inode and device.
-        Ok(now) if Stamp::of_metadata(&now) == Stamp::of_metadata(&md) => {}
+        Ok(now) if Stamp::of_metadata(&now) == Stamp::of_metadata(&md) && alone() => {}
         _ => {
             let _ = journal.finish();
-            return Outcome::Failed(
-                "the file changed while it was being converted; left as it is".into(),
-            );
+            return Outcome::Failed(CHANGED.into());
         }
     }
     let original = Region {
@@ -507,9 +725,12 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         end: Some(journal.start + journal.len),
     };
     let rewrite = (|| -> Result<u64, String> {
-        let mut sink = At {
-            file: &file,
-            pos: 0,
+        let mut sink = Alone {
+            at: At {
+                file: &file,
+                pos: 0,
+            },
+            alone: &alone,
         };
         let n =
             transcode::convert(job.direction, original, &mut sink, bufs).map_err(|s| match s {
@@ -528,6 +749,11 @@ fn in_place(job: &Job, dirs: &Dirs, dir: &File, entry: &Entry, bufs: &mut Buffer
         file.set_times(times)
             .map_err(|e| format!("cannot keep the times: {e}"))?;
         file.sync_all().map_err(|e| format!("cannot fsync: {e}"))?;
+        // The last look: whoever opens the file from now on waits for the
+        // close and then finds it converted, under the same inode.
+        if !alone() {
+            return Err(OPENED_IN_PLACE.into());
+        }
         Ok(n)
     })();
     match rewrite {
@@ -597,7 +823,7 @@ mod tests {
     };
 
     /// Flush a batch holding one pending file; its outcome.
-    fn flush(step: Step) -> Outcome {
+    fn flush(dirs: &Dirs, step: Step) -> Outcome {
         let Step::Pending(p) = step else {
             panic!("expected a pending conversion")
         };
@@ -605,7 +831,7 @@ mod tests {
         let mut batch = Batch::new(tx);
         batch.push(0, *p);
         let mut out = None;
-        batch.flush(&mut |_, o| out = Some(o));
+        batch.flush(dirs, &mut |_, o| out = Some(o));
         batch.finish().unwrap();
         out.unwrap()
     }
@@ -616,9 +842,21 @@ mod tests {
         std::fs::write(d.path().join("f"), "before\n").unwrap();
         let (dirs, e) = entry(d.path(), None, "f");
         let step = process(&JOB, &dirs, &e, &mut Buffers::default());
-        // Someone writes to the file between conversion and rename.
-        std::fs::write(d.path().join("f"), "changed\n").unwrap();
-        let outcome = flush(step);
+        // Someone writes to the file between conversion and rename: their
+        // open waits on the lease until the commit has decided.
+        let writer = std::thread::spawn({
+            let p = d.path().join("f");
+            move || std::fs::write(p, "changed\n").unwrap()
+        });
+        if let Step::Pending(p) = &step {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while lease::intact(&p.original, Lease::Read) {
+                assert!(std::time::Instant::now() < deadline, "the open never began");
+                std::thread::yield_now();
+            }
+        }
+        let outcome = flush(&dirs, step);
+        writer.join().unwrap();
         assert!(
             matches!(outcome, Outcome::Failed(ref m) if m.contains("changed")),
             "{outcome:?}"
@@ -660,7 +898,7 @@ mod tests {
             .unwrap();
         let (dirs, e) = entry(d.path(), None, "f");
         let step = process(&JOB, &dirs, &e, &mut Buffers::default());
-        let outcome = flush(step);
+        let outcome = flush(&dirs, step);
         let want = Outcome::Converted {
             before: 8,
             after: 16,

@@ -230,12 +230,12 @@ pub fn run(opts: &Options, observer: &mut dyn Observer) -> Summary {
                         file::Step::Pending(p) => {
                             batch.push(i, *p);
                             if batch.is_full(batch_files) {
-                                batch.flush(&mut send);
+                                batch.flush(dirs, &mut send);
                             }
                         }
                     }
                 }
-                batch.flush(&mut send);
+                batch.flush(dirs, &mut send);
                 batch.finish()
             }));
         }

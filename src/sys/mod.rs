@@ -39,6 +39,7 @@ pub mod fanotify;
 pub mod file;
 pub mod handle;
 pub mod ident;
+pub mod lease;
 pub mod lock;
 pub mod mount;
 pub mod process;

@@ -208,6 +208,56 @@ impl Dirs {
         Ok(at)
     }
 
+    /// Whether directory `d` is still where the walk saw it: each link of
+    /// its chain, from `d` up to its named root, checked by one `fstatat`
+    /// of its name in its parent's descriptor (no symlink followed), and
+    /// the root by its path as given; every `(st_dev, st_ino)` must be the
+    /// one the walk recorded. A descriptor held (the cache's, a worker's)
+    /// stays on a directory wherever it is moved: this is what tells a
+    /// worker that the directory has left the named tree. Callers check
+    /// right before each change they make in it (creating a temporary
+    /// file, renaming into place, writing a journal); a move between the
+    /// check and that one system call is not seen.
+    pub fn still_there(&self, d: DirId) -> Result<(), Lost> {
+        let mut at = d;
+        loop {
+            let node = &self.nodes[at as usize];
+            let seen = match node.parent {
+                Some(parent) => {
+                    let pf = self.open(parent)?;
+                    crate::sys::statat(&*pf, &node.name).map(|st| (st.st_dev, st.st_ino))
+                }
+                None => {
+                    use std::os::unix::fs::MetadataExt;
+                    let path = std::path::Path::new(&node.name);
+                    let md = if node.follow {
+                        std::fs::metadata(path)
+                    } else {
+                        std::fs::symlink_metadata(path)
+                    };
+                    md.map(|m| (m.dev(), m.ino()))
+                }
+            };
+            match seen {
+                Ok(id) if id == node.id => {}
+                Ok(_) => return Err(Lost::Replaced),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+                    ) =>
+                {
+                    return Err(Lost::Replaced)
+                }
+                Err(e) => return Err(Lost::Io(e)),
+            }
+            match node.parent {
+                Some(parent) => at = parent,
+                None => return Ok(()),
+            }
+        }
+    }
+
     /// Descriptors held in the cache now.
     #[cfg(test)]
     pub fn held(&self) -> usize {
