@@ -166,3 +166,30 @@ fn two_mounts_appending_at_once_lose_and_split_no_line_corrected() {
 fn two_mounts_appending_at_once_lose_and_split_no_line_raw() {
     two_mounts_append_at_once(true);
 }
+
+/// Bytes a write held back because it ended inside a character at a page
+/// boundary (see `write_split`) go where that write put them, not to the
+/// end with the next append through another descriptor.
+#[test]
+fn an_append_leaves_a_character_another_write_cut_where_it_was() {
+    use std::os::unix::fs::FileExt;
+    let text = "0123456789abcdef".repeat(512);
+    let a = Mount::new(&[], |b| {
+        fs::write(b.join("f"), corrected_file(&text)).unwrap()
+    });
+    let w = OpenOptions::new().write(true).open(a.m("f")).unwrap();
+    // "é" is C3 A9: this write ends after the C3, at the page boundary.
+    w.write_all_at(&[b'x', 0xC3], 4094).unwrap();
+    append_once(&a.m("f"), "end\n");
+    w.write_all_at(&[0xA9], 4096).unwrap();
+    drop(w);
+    let expected = format!("{}x\u{e9}{}end\n", &text[..4094], &text[4097..]);
+    assert!(
+        fs::read(a.m("f")).unwrap() == expected.as_bytes(),
+        "the view is not the writes in order"
+    );
+    assert!(
+        fs::read(a.b("f")).unwrap() == corrected_file(&expected),
+        "BACKING"
+    );
+}

@@ -175,9 +175,16 @@ impl CutFs {
                 .write_file_at(h, &mut content, offset, data)
                 .map(|n| (n, false));
         }
-        // The rest of a character the last append held back goes first.
+        // The rest of a character the last append held back goes first;
+        // bytes another write held back go where that write put them.
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
-        let held = content.held.take();
+        let held = match content.held.take() {
+            Some(held) if !held.append => {
+                self.write_held(&h.inode, &mut content, held)?;
+                None
+            }
+            held => held,
+        };
         let lead = held.as_ref().map_or(0, |held| held.bytes.len());
         let joined = match &held {
             Some(held) => std::borrow::Cow::Owned([&held.bytes[..], data].concat()),
@@ -207,7 +214,7 @@ impl CutFs {
     ) -> Result<u32> {
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let held = match content.held.take() {
-            Some(held) if held.at + held.bytes.len() as u64 == offset => held,
+            Some(held) if !held.append && held.at + held.bytes.len() as u64 == offset => held,
             Some(held) => {
                 self.write_held(&h.inode, content, held)?;
                 return self
