@@ -56,6 +56,17 @@ pub enum Lost {
     Io(io::Error),
 }
 
+impl Lost {
+    /// What an error reaching a directory by its name means: gone, or now
+    /// a symlink or a file, is not the one the walk saw.
+    fn of(e: io::Error) -> Lost {
+        match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR) => Lost::Replaced,
+            _ => Lost::Io(e),
+        }
+    }
+}
+
 impl std::fmt::Display for Lost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -185,19 +196,7 @@ impl Dirs {
         };
         while let Some(next) = chain.pop() {
             let node = &self.nodes[next as usize];
-            let (fd, st) = match trust::enter_dir(at.as_fd(), &node.name) {
-                Ok(x) => x,
-                // Gone, or now a symlink or a file: not the one seen.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
-                    ) =>
-                {
-                    return Err(Lost::Replaced)
-                }
-                Err(e) => return Err(Lost::Io(e)),
-            };
+            let (fd, st) = trust::enter_dir(at.as_fd(), &node.name).map_err(Lost::of)?;
             if (st.st_dev, st.st_ino) != node.id {
                 return Err(Lost::Replaced);
             }
@@ -238,18 +237,8 @@ impl Dirs {
                     md.map(|m| (m.dev(), m.ino()))
                 }
             };
-            match seen {
-                Ok(id) if id == node.id => {}
-                Ok(_) => return Err(Lost::Replaced),
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
-                    ) =>
-                {
-                    return Err(Lost::Replaced)
-                }
-                Err(e) => return Err(Lost::Io(e)),
+            if seen.map_err(Lost::of)? != node.id {
+                return Err(Lost::Replaced);
             }
             match node.parent {
                 Some(parent) => at = parent,
