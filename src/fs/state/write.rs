@@ -170,20 +170,23 @@ impl CutFs {
         append: bool,
     ) -> Result<(u32, bool)> {
         let mut content = h.state.content.write();
-        if !append {
-            return self
-                .write_file_at(h, &mut content, offset, data)
-                .map(|n| (n, false));
-        }
-        // The rest of a character the last append held back goes first;
-        // bytes another write held back go where that write put them.
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        // Held bytes this write continues are joined with it: an append
+        // continues an append's (the end is wherever it is now), any other
+        // write the one that ended at `offset`. Others go where their
+        // write put them first.
         let held = match content.held.take() {
-            Some(held) if !held.append => {
+            Some(held)
+                if held.append == append
+                    && (append || held.at + held.bytes.len() as u64 == offset) =>
+            {
+                Some(held)
+            }
+            Some(held) => {
                 self.write_held(&h.inode, &mut content, held)?;
                 None
             }
-            held => held,
+            None => None,
         };
         let lead = held.as_ref().map_or(0, |held| held.bytes.len());
         let joined = match &held {
@@ -191,56 +194,22 @@ impl CutFs {
             None => std::borrow::Cow::Borrowed(data),
         };
         let start = offset.saturating_sub(lead as u64);
-        match self.write_locked(&h.inode, &h.file, &mut content, start, &joined, true, true) {
-            Ok((done, at)) => {
-                let moved = at != Some(start);
-                Ok((done.saturating_sub(lead as u32).min(n), moved))
-            }
-            Err(e) => {
-                if let Some(held) = held {
-                    content.held.get_or_insert(held);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn write_file_at(
-        &self,
-        h: &FileHandle,
-        content: &mut Content,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<u32> {
-        let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
-        let held = match content.held.take() {
-            Some(held) if !held.append && held.at + held.bytes.len() as u64 == offset => held,
-            Some(held) => {
-                self.write_held(&h.inode, content, held)?;
-                return self
-                    .write_locked(&h.inode, &h.file, content, offset, data, true, false)
-                    .map(|(n, _)| n);
-            }
-            None => {
-                return self
-                    .write_locked(&h.inode, &h.file, content, offset, data, true, false)
-                    .map(|(n, _)| n)
-            }
-        };
-        let joined = [&held.bytes[..], data].concat();
+        let how = (true, append);
         match self.write_locked(
             &h.inode,
             &h.file,
-            content,
-            held.at,
+            &mut content,
+            start,
             &joined,
-            true,
-            held.append,
+            how,
+            CHANGED_TRIES,
         ) {
-            Ok((done, _)) => Ok(done.saturating_sub(held.bytes.len() as u32).min(n)),
+            Ok((done, at)) => Ok((done.saturating_sub(lead as u32).min(n), at != Some(start))),
             Err(e) => {
                 // Still owed: written at the next flush point.
-                content.held.get_or_insert(held);
+                if let Some(held) = held {
+                    content.held.get_or_insert(held);
+                }
                 Err(e)
             }
         }
@@ -254,14 +223,15 @@ impl CutFs {
     /// reports it), the log says so, and the kernel, which counted them in
     /// the file's size, is told to ask again.
     fn write_held(&self, inode: &Inode, content: &mut Content, held: HeldBytes) -> Result<()> {
+        let how = (false, held.append);
         self.write_locked(
             inode,
             &held.file,
             content,
             held.at,
             &held.bytes,
-            false,
-            held.append,
+            how,
+            CHANGED_TRIES,
         )
         .map(drop)
         .inspect_err(|e| {
@@ -322,35 +292,13 @@ impl CutFs {
     /// `append`: at the file's end as it is when the bytes land, whatever
     /// `offset` says (see [`CutFs::write_file`]). Returns how much was
     /// written and where it began (`None`: after another appender's bytes,
-    /// at a view offset not known until the file is learned again).
+    /// at a view offset not known until the file is learned again). Tried
+    /// again from a fresh look at the file up to `tries` more times when
+    /// it changed between its index and the bytes the write read (last
+    /// writer wins, as on one filesystem, not an EIO the backing
+    /// filesystem never gave).
     #[allow(clippy::too_many_arguments)]
     fn write_locked(
-        &self,
-        inode: &Inode,
-        file: &Fd,
-        content: &mut Content,
-        offset: u64,
-        data: &[u8],
-        hold: bool,
-        append: bool,
-    ) -> Result<(u32, Option<u64>)> {
-        self.write_tries(
-            inode,
-            file,
-            content,
-            offset,
-            data,
-            (hold, append),
-            CHANGED_TRIES,
-        )
-    }
-
-    /// [`CutFs::write_locked`], tried again from a fresh look at the file
-    /// up to `tries` more times when it changed between its index and the
-    /// bytes the write read (last writer wins, as on one filesystem, not
-    /// an EIO the backing filesystem never gave).
-    #[allow(clippy::too_many_arguments)]
-    fn write_tries(
         &self,
         inode: &Inode,
         file: &Fd,
@@ -478,7 +426,7 @@ impl CutFs {
                     Err(backing::Error::View(view::Error::Changed)) if tries > 0 => {
                         self.changed_meanwhile(inode, content, stamp);
                         let how = (hold, append);
-                        return self.write_tries(
+                        return self.write_locked(
                             inode,
                             file,
                             content,
@@ -641,7 +589,7 @@ impl CutFs {
                     match backing::truncate(file, &mut next, &self.journal, size) {
                         Ok(()) => return self.changed(state, &mut content, file, Some(next)),
                         // Changed since indexed: again, as it is now
-                        // (see `write_tries`).
+                        // (see `write_locked`).
                         Err(backing::Error::View(view::Error::Changed)) if tries > 0 => {
                             tries -= 1;
                             self.changed_meanwhile(inode, &mut content, stamp);
